@@ -1,0 +1,347 @@
+//! The instruction block: the unit the registry orders, gates, budgets and evicts.
+//!
+//! Blocks are immutable once built and shared as `Arc<Block>`: the registry's
+//! order, a compile's selection and a snapshot all point at the same allocation,
+//! so compiling or snapshotting never copies text. A change (priority, wrap,
+//! content) builds a new block and swaps the pointer; readers that already hold
+//! the old one keep a consistent view. The one exception is `access_count`, a
+//! usage statistic that compiles bump atomically under a read lock.
+//!
+//! Layout is kept tight because registries hold up to millions of blocks (the
+//! issue's budget is <= 200 bytes of overhead per block): name and content share
+//! one allocation, and the rarely-set fields live behind one optional pointer.
+
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A runtime id (UUID4 from the OS CSPRNG). Registry ids share the type.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub struct BlockId(pub [u8; 16]);
+
+impl BlockId {
+    /// A fresh UUID4 from the OS CSPRNG (`getrandom`). Never derived from content:
+    /// ids are session-local addresses, unpredictable to text inside the prompt.
+    pub fn random() -> Self {
+        BlockId(*uuid::Uuid::new_v4().as_bytes())
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        uuid::Uuid::try_parse(s).ok().map(|u| BlockId(*u.as_bytes()))
+    }
+
+    pub fn to_hyphenated(self) -> String {
+        uuid::Uuid::from_bytes(self.0).hyphenated().to_string()
+    }
+}
+
+impl Hash for BlockId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The bytes are uniformly random, so eight of them are already a perfect
+        // hash; skipping SipHash saves ~15 ns per lookup.
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_le_bytes(low));
+    }
+}
+
+/// Hasher for `BlockId` keys: passes the random bits through.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached if something other than BlockId is hashed; stay correct.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+pub type IdMap<V> = std::collections::HashMap<BlockId, V, BuildHasherDefault<IdHasher>>;
+
+/// Provenance tag (the paper's `source`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Source {
+    Seed,
+    Agent,
+    Orchestrator,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Seed => "seed",
+            Source::Agent => "agent",
+            Source::Orchestrator => "orchestrator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "seed" => Some(Source::Seed),
+            "agent" => Some(Source::Agent),
+            "orchestrator" => Some(Source::Orchestrator),
+            _ => None,
+        }
+    }
+}
+
+/// Compile-time decoration around a block's content (e.g. `<critical>`…`</critical>`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Wrap {
+    pub prefix: Box<str>,
+    pub suffix: Box<str>,
+    /// Tokens of prefix + suffix under the registry's tokeniser.
+    pub tokens: u32,
+}
+
+/// Fields most blocks leave empty, kept behind one pointer to keep `Block` small.
+#[derive(Clone, Debug, Default)]
+struct Extra {
+    trajectory: Option<Box<str>>,
+    tags: Box<[Box<str>]>,
+    /// Extra front-matter keys as JSON text: opaque to the core.
+    meta: Option<Box<str>>,
+    wrap: Option<Wrap>,
+}
+
+impl Extra {
+    fn is_empty(&self) -> bool {
+        self.trajectory.is_none() && self.tags.is_empty() && self.meta.is_none() && self.wrap.is_none()
+    }
+}
+
+/// Everything the caller decides about a block before it enters a registry.
+#[derive(Clone, Debug)]
+pub struct NewBlock {
+    pub name: String,
+    pub content: String,
+    pub priority: f64,
+    pub source: Source,
+    pub evictable: bool,
+    pub trajectory: Option<String>,
+    pub tags: Vec<String>,
+    pub meta: Option<String>,
+    /// Cached cost of `content`; `None` = count with the built-in cl100k_base.
+    pub token_count: Option<u32>,
+}
+
+impl NewBlock {
+    pub fn new(name: impl Into<String>, content: impl Into<String>) -> Self {
+        NewBlock {
+            name: name.into(),
+            content: content.into(),
+            priority: 0.5,
+            source: Source::Agent,
+            evictable: true,
+            trajectory: None,
+            tags: Vec::new(),
+            meta: None,
+            token_count: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Block {
+    pub id: BlockId,
+    pub author: BlockId,
+    /// `name` followed by `content` in one allocation; `name_len` splits them.
+    text: Arc<str>,
+    extra: Option<Arc<Extra>>,
+    pub priority: f64,
+    access: AtomicU64,
+    name_len: u32,
+    pub token_count: u32,
+    /// Tokens of the wrap text, copied out of `extra` so the budget walk never
+    /// follows a second pointer.
+    pub wrap_tokens: u32,
+    pub created_at: u32,
+    pub source: Source,
+    pub evictable: bool,
+}
+
+pub(crate) fn now_unix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+fn join_text(name: &str, content: &str) -> Arc<str> {
+    let mut s = String::with_capacity(name.len() + content.len());
+    s.push_str(name);
+    s.push_str(content);
+    Arc::from(s)
+}
+
+impl Block {
+    /// Build a block; the caller has validated the fields and counted tokens.
+    pub(crate) fn build(nb: NewBlock, author: BlockId, token_count: u32) -> Block {
+        let extra = Extra {
+            trajectory: nb.trajectory.map(String::into_boxed_str),
+            tags: nb.tags.into_iter().map(String::into_boxed_str).collect(),
+            meta: nb.meta.map(String::into_boxed_str),
+            wrap: None,
+        };
+        Block {
+            id: BlockId::random(),
+            author,
+            name_len: nb.name.len() as u32,
+            text: join_text(&nb.name, &nb.content),
+            extra: if extra.is_empty() { None } else { Some(Arc::new(extra)) },
+            priority: nb.priority,
+            access: AtomicU64::new(0),
+            token_count,
+            wrap_tokens: 0,
+            created_at: now_unix(),
+            source: nb.source,
+            evictable: nb.evictable,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.text[..self.name_len as usize]
+    }
+    pub fn content(&self) -> &str {
+        &self.text[self.name_len as usize..]
+    }
+    pub fn trajectory(&self) -> Option<&str> {
+        self.extra.as_ref().and_then(|e| e.trajectory.as_deref())
+    }
+    pub fn tags(&self) -> &[Box<str>] {
+        self.extra.as_ref().map(|e| &e.tags[..]).unwrap_or(&[])
+    }
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags().iter().any(|t| &**t == tag)
+    }
+    pub fn meta(&self) -> Option<&str> {
+        self.extra.as_ref().and_then(|e| e.meta.as_deref())
+    }
+    pub fn wrap(&self) -> Option<&Wrap> {
+        self.extra.as_ref().and_then(|e| e.wrap.as_ref())
+    }
+    pub fn access_count(&self) -> u64 {
+        self.access.load(Ordering::Relaxed)
+    }
+    pub(crate) fn record_access(&self) {
+        self.access.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Cost of this block in a prompt, separator excluded.
+    #[inline]
+    pub fn cost(&self) -> u64 {
+        u64::from(self.token_count) + u64::from(self.wrap_tokens)
+    }
+    /// Bytes this block adds to a rendered prompt, separator excluded.
+    #[inline]
+    pub(crate) fn rendered_len(&self) -> usize {
+        let wrap = self.wrap().map(|w| w.prefix.len() + w.suffix.len()).unwrap_or(0);
+        self.text.len() - self.name_len as usize + wrap
+    }
+    pub(crate) fn render_into(&self, out: &mut String) {
+        match self.wrap() {
+            Some(w) => {
+                out.push_str(&w.prefix);
+                out.push_str(self.content());
+                out.push_str(&w.suffix);
+            }
+            None => out.push_str(self.content()),
+        }
+    }
+
+    /// A copy with the same fields (access count included) and a given id.
+    fn copy_with_id(&self, id: BlockId) -> Block {
+        Block {
+            id,
+            author: self.author,
+            text: Arc::clone(&self.text),
+            extra: self.extra.clone(),
+            priority: self.priority,
+            access: AtomicU64::new(self.access_count()),
+            name_len: self.name_len,
+            token_count: self.token_count,
+            wrap_tokens: self.wrap_tokens,
+            created_at: self.created_at,
+            source: self.source,
+            evictable: self.evictable,
+        }
+    }
+
+    /// Same block under a fresh runtime id (snapshot restore).
+    pub(crate) fn with_new_id(&self) -> Block {
+        self.copy_with_id(BlockId::random())
+    }
+    pub(crate) fn with_priority(&self, priority: f64) -> Block {
+        let mut b = self.copy_with_id(self.id);
+        b.priority = priority;
+        b
+    }
+    pub(crate) fn with_wrap(&self, wrap: Option<Wrap>) -> Block {
+        let mut b = self.copy_with_id(self.id);
+        let mut extra = b.extra.as_deref().cloned().unwrap_or_default();
+        b.wrap_tokens = wrap.as_ref().map(|w| w.tokens).unwrap_or(0);
+        extra.wrap = wrap;
+        b.extra = if extra.is_empty() { None } else { Some(Arc::new(extra)) };
+        b
+    }
+    pub(crate) fn with_content(&self, content: &str, token_count: u32) -> Block {
+        let mut b = self.copy_with_id(self.id);
+        b.text = join_text(self.name(), content);
+        b.token_count = token_count;
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_and_content_split() {
+        let mut nb = NewBlock::new("rules", "Always run the tests.");
+        nb.tags = vec!["a".into()];
+        let b = Block::build(nb, BlockId::random(), 5);
+        assert_eq!(b.name(), "rules");
+        assert_eq!(b.content(), "Always run the tests.");
+        assert_eq!(b.tags().len(), 1);
+        assert!(b.has_tag("a"));
+        assert_eq!(b.rendered_len(), "Always run the tests.".len());
+    }
+
+    #[test]
+    fn ids_are_random_and_round_trip() {
+        let a = BlockId::random();
+        let b = BlockId::random();
+        assert_ne!(a, b);
+        assert_eq!(BlockId::parse(&a.to_hyphenated()), Some(a));
+        assert_eq!(BlockId::parse("not-an-id"), None);
+    }
+
+    #[test]
+    fn wrap_changes_cost_and_rendering() {
+        let b = Block::build(NewBlock::new("n", "body"), BlockId::random(), 3);
+        let w = b.with_wrap(Some(Wrap { prefix: "<c>".into(), suffix: "</c>".into(), tokens: 4 }));
+        assert_eq!(w.cost(), 7);
+        let mut s = String::new();
+        w.render_into(&mut s);
+        assert_eq!(s, "<c>body</c>");
+        assert_eq!(w.rendered_len(), s.len());
+        assert_eq!(w.id, b.id);
+        let unwrapped = w.with_wrap(None);
+        assert_eq!(unwrapped.cost(), 3);
+        assert!(unwrapped.extra.is_none());
+    }
+
+    #[test]
+    fn block_stays_small() {
+        // The per-block memory budget depends on this; see tests/memory.rs.
+        assert!(std::mem::size_of::<Block>() <= 96, "{}", std::mem::size_of::<Block>());
+    }
+}

@@ -1,0 +1,278 @@
+//! Compile stages 1–4 over one immutable view of the registry's order.
+//!
+//! A compile takes an `Arc` of the order (one refcount bump under the read lock)
+//! and then works without any lock, so compiles never wait for each other and
+//! writers wait only for that bump. The budget walk stops at the first block that
+//! does not fit, so its cost follows what is *included*, not the registry size;
+//! the exclusion report is derived lazily from the same view (`exclusions`), which
+//! is why a `Selection` keeps the view alive.
+
+use std::sync::Arc;
+
+use crate::block::Block;
+use crate::error::{CoreError, Result};
+
+pub type Order = Arc<Vec<Arc<Block>>>;
+
+/// Stage-1 relevance gate: one score per block of the view, plus the cut.
+#[derive(Clone, Debug, Default)]
+pub struct Gate {
+    pub scores: Vec<f64>,
+    /// Admit blocks whose score is >= threshold.
+    pub threshold: Option<f64>,
+    /// Admit at most this many blocks, highest scores first, ties in registry order.
+    pub top_k: Option<usize>,
+}
+
+/// Why a block was left out of a compile.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Exclusion {
+    /// The relevance gate rejected it (its score).
+    Gate(f64),
+    /// The budget walk stopped at this block: its cost (with separator) did not
+    /// fit in what remained.
+    OverBudget { cost: u64, remaining: u64 },
+    /// The walk had already stopped at an earlier block (order decides; no skipping ahead).
+    AfterStop { stopped_at: usize },
+}
+
+#[derive(Debug)]
+pub struct Selection {
+    pub order: Order,
+    /// Indices into `order` of the emitted blocks, in compile order.
+    pub included: Vec<u32>,
+    /// Index into `order` of the first admitted block that did not fit.
+    pub stop: Option<usize>,
+    /// Admission by the gate, per index of `order` (`None`: no gate ran).
+    pub admitted: Option<Vec<bool>>,
+    pub scores: Option<Vec<f64>>,
+    pub total_tokens: u64,
+    pub sep_tokens: u32,
+    pub budget: Option<u64>,
+}
+
+fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
+    if gate.scores.len() != order_len {
+        return Err(CoreError::InvalidArgument(format!(
+            "gate returned {} scores for {} blocks",
+            gate.scores.len(),
+            order_len
+        )));
+    }
+    if let Some(i) = gate.scores.iter().position(|s| s.is_nan()) {
+        return Err(CoreError::InvalidArgument(format!("gate score for block #{i} is NaN")));
+    }
+    let mut admitted: Vec<bool> = match gate.threshold {
+        Some(t) => gate.scores.iter().map(|&s| s >= t).collect(),
+        None => vec![true; order_len],
+    };
+    if let Some(k) = gate.top_k {
+        let mut candidates: Vec<u32> =
+            (0..order_len as u32).filter(|&i| admitted[i as usize]).collect();
+        if candidates.len() > k {
+            // Partial selection, O(n): highest score first, ties by registry order.
+            let key = |&i: &u32| (std::cmp::Reverse(OrdF64(gate.scores[i as usize])), i);
+            if k > 0 {
+                candidates.select_nth_unstable_by_key(k - 1, key);
+            }
+            for &i in &candidates[k..] {
+                admitted[i as usize] = false;
+            }
+        }
+    }
+    Ok(admitted)
+}
+
+#[derive(PartialEq, PartialOrd, Clone, Copy)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // NaN is rejected before sorting.
+        self.0.partial_cmp(&other.0).unwrap_or(std::cmp::Ordering::Equal)
+    }
+}
+
+/// Stages 1–3: gate, ordered walk, budget cut. Changes nothing.
+pub fn select(order: Order, budget: Option<u64>, sep_tokens: u32, gate: Option<Gate>) -> Result<Selection> {
+    let (admitted, scores) = match gate {
+        Some(g) => {
+            let a = admit(order.len(), &g)?;
+            (Some(a), Some(g.scores))
+        }
+        None => (None, None),
+    };
+    let mut included = Vec::new();
+    let mut total: u64 = 0;
+    let mut stop = None;
+    for (i, block) in order.iter().enumerate() {
+        if let Some(a) = &admitted {
+            if !a[i] {
+                continue;
+            }
+        }
+        let sep = if included.is_empty() { 0 } else { u64::from(sep_tokens) };
+        let cost = block.cost() + sep;
+        if let Some(b) = budget {
+            if total + cost > b {
+                stop = Some(i);
+                break;
+            }
+        }
+        total += cost;
+        included.push(i as u32);
+    }
+    Ok(Selection { order, included, stop, admitted, scores, total_tokens: total, sep_tokens, budget })
+}
+
+impl Selection {
+    pub fn included_blocks(&self) -> impl Iterator<Item = &Arc<Block>> + '_ {
+        self.included.iter().map(move |&i| &self.order[i as usize])
+    }
+
+    /// Stage 4: count an emission for every included block.
+    pub fn record_access(&self) {
+        for b in self.included_blocks() {
+            b.record_access();
+        }
+    }
+
+    /// The prompt, built in one allocation: lengths are summed first.
+    pub fn render(&self, separator: &str) -> String {
+        let n = self.included.len();
+        if n == 0 {
+            return String::new();
+        }
+        let bytes: usize =
+            self.included_blocks().map(|b| b.rendered_len()).sum::<usize>() + separator.len() * (n - 1);
+        let mut out = String::with_capacity(bytes);
+        for (k, b) in self.included_blocks().enumerate() {
+            if k > 0 {
+                out.push_str(separator);
+            }
+            b.render_into(&mut out);
+        }
+        debug_assert_eq!(out.len(), bytes);
+        out
+    }
+
+    /// Cost each included block added (its separator included), compile order.
+    pub fn included_costs(&self) -> Vec<u64> {
+        self.included_blocks()
+            .enumerate()
+            .map(|(k, b)| b.cost() + if k == 0 { 0 } else { u64::from(self.sep_tokens) })
+            .collect()
+    }
+
+    /// Every excluded block of the view, in registry order, with its reason.
+    pub fn exclusions(&self) -> Vec<(usize, Exclusion)> {
+        let mut out = Vec::with_capacity(self.order.len() - self.included.len());
+        let mut inc = self.included.iter().peekable();
+        let spent = self.total_tokens;
+        for i in 0..self.order.len() {
+            if inc.peek().is_some_and(|&&j| j as usize == i) {
+                inc.next();
+                continue;
+            }
+            if let (Some(a), Some(s)) = (&self.admitted, &self.scores) {
+                if !a[i] {
+                    out.push((i, Exclusion::Gate(s[i])));
+                    continue;
+                }
+            }
+            match self.stop {
+                Some(stop) if i == stop => {
+                    let sep = if self.included.is_empty() { 0 } else { u64::from(self.sep_tokens) };
+                    let remaining = self.budget.unwrap_or(u64::MAX).saturating_sub(spent);
+                    out.push((i, Exclusion::OverBudget { cost: self.order[i].cost() + sep, remaining }));
+                }
+                Some(stop) => out.push((i, Exclusion::AfterStop { stopped_at: stop })),
+                // Unreachable: without a stop every admitted block is included.
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{BlockId, NewBlock};
+
+    fn order(costs: &[u32]) -> Order {
+        let author = BlockId::random();
+        Arc::new(
+            costs
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| Arc::new(Block::build(NewBlock::new(format!("b{i}"), format!("c{i}")), author, c)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn exact_fit_includes_everything() {
+        // 10 + (1+10) + (1+10) = 32
+        let s = select(order(&[10, 10, 10]), Some(32), 1, None).unwrap();
+        assert_eq!(s.included, vec![0, 1, 2]);
+        assert_eq!(s.total_tokens, 32);
+        assert!(s.exclusions().is_empty());
+        let s = select(order(&[10, 10, 10]), Some(31), 1, None).unwrap();
+        assert_eq!(s.included, vec![0, 1], "one token short drops the last block");
+    }
+
+    #[test]
+    fn stops_at_first_block_that_does_not_fit() {
+        // b1 does not fit; b2 would, but order decides.
+        let s = select(order(&[10, 50, 1]), Some(20), 1, None).unwrap();
+        assert_eq!(s.included, vec![0]);
+        assert_eq!(s.stop, Some(1));
+        let ex = s.exclusions();
+        assert_eq!(ex[0], (1, Exclusion::OverBudget { cost: 51, remaining: 10 }));
+        assert_eq!(ex[1], (2, Exclusion::AfterStop { stopped_at: 1 }));
+    }
+
+    #[test]
+    fn first_block_too_big_gives_empty_prompt() {
+        let s = select(order(&[100]), Some(99), 1, None).unwrap();
+        assert!(s.included.is_empty());
+        assert_eq!(s.render("--"), "");
+        assert_eq!(s.total_tokens, 0);
+    }
+
+    #[test]
+    fn render_joins_with_separator() {
+        let s = select(order(&[1, 1, 1]), None, 1, None).unwrap();
+        assert_eq!(s.render("|"), "c0|c1|c2");
+        assert_eq!(s.included_costs(), vec![1, 2, 2]);
+    }
+
+    #[test]
+    fn gate_threshold_and_top_k() {
+        let g = Gate { scores: vec![0.9, 0.1, 0.5, 0.5, 0.7], threshold: Some(0.4), top_k: Some(2) };
+        let s = select(order(&[1; 5]), None, 0, Some(g)).unwrap();
+        assert_eq!(s.included, vec![0, 4]);
+        let g = Gate { scores: vec![0.5, 0.5, 0.5], threshold: None, top_k: Some(2) };
+        let s = select(order(&[1; 3]), None, 0, Some(g)).unwrap();
+        assert_eq!(s.included, vec![0, 1], "ties keep registry order");
+        let g = Gate { scores: vec![0.5], threshold: None, top_k: Some(0) };
+        assert!(select(order(&[1]), None, 0, Some(g)).unwrap().included.is_empty());
+    }
+
+    #[test]
+    fn gate_rejects_bad_scores() {
+        let g = Gate { scores: vec![0.5], threshold: Some(0.1), top_k: None };
+        assert!(select(order(&[1, 1]), None, 0, Some(g)).is_err());
+        let g = Gate { scores: vec![f64::NAN], threshold: Some(0.1), top_k: None };
+        assert!(select(order(&[1]), None, 0, Some(g)).is_err());
+    }
+
+    #[test]
+    fn access_counts_only_for_included() {
+        let s = select(order(&[5, 5]), Some(5), 0, None).unwrap();
+        s.record_access();
+        assert_eq!(s.order[0].access_count(), 1);
+        assert_eq!(s.order[1].access_count(), 0);
+    }
+}

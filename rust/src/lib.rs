@@ -1,0 +1,20 @@
+//! rampart's Rust core: the ordered block registry, the token-budget compile and
+//! the built-in `cl100k_base` token counter.
+//!
+//! Everything here is plain Rust (no pyo3) so `cargo test` and `cargo clippy` run
+//! without Python; `py.rs` is the one file that binds it to the `rampart._core`
+//! extension module.
+
+pub mod block;
+pub mod compile;
+pub mod error;
+pub mod registry;
+pub mod tokens;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use block::{Block, BlockId, NewBlock, Source, Wrap};
+pub use compile::{Exclusion, Gate, Selection};
+pub use error::CoreError;
+pub use registry::{Registry, Snapshot};

@@ -1,0 +1,598 @@
+//! The ordered block registry.
+//!
+//! State is an order (`Arc<Vec<Arc<Block>>>`) plus an id index, behind one
+//! `parking_lot::RwLock`. Readers (compile, snapshot, lookups) hold the read lock
+//! only long enough to clone an `Arc`; writers copy-on-write the order
+//! (`Arc::make_mut`), so a compile result or snapshot that still holds the old
+//! order keeps seeing it unchanged.
+//!
+//! Why a `Vec` and not a linked list or a persistent vector: the hot path is the
+//! ordered walk of compile, which a contiguous array of pointers makes as cheap as
+//! it gets; reordering is a `rotate` (memmove of pointers, ~25 µs at 100 000
+//! blocks). A persistent vector (imbl) would make the first write after a
+//! retained compile O(log n) instead of an O(n) pointer copy, at the price of a
+//! slower walk and a dependency; registries are walked far more often than they
+//! are written while a result is alive.
+//!
+//! Positions are found by pointer comparison (`Arc::ptr_eq`) over the order, so a
+//! lookup by id is O(1) through the index and a position lookup never touches
+//! block memory.
+
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+
+use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap};
+use crate::compile::{select, Gate, Order, Selection};
+use crate::error::{CoreError, Result};
+use crate::tokens::count_cl100k;
+
+/// registry id -> label, for error messages that name another registry (an
+/// author). Entries leave when their registry is dropped.
+fn directory() -> &'static RwLock<IdMap<Arc<str>>> {
+    static DIRECTORY: OnceLock<RwLock<IdMap<Arc<str>>>> = OnceLock::new();
+    DIRECTORY.get_or_init(|| RwLock::new(IdMap::default()))
+}
+
+/// Label of a live registry, or its id when it is gone.
+pub fn label_of(id: BlockId) -> String {
+    match directory().read().get(&id) {
+        Some(l) => l.to_string(),
+        None => id.to_hyphenated(),
+    }
+}
+
+/// Where a written block goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    Back,
+    Front,
+    /// Clamped into `0..=len`.
+    At(i64),
+}
+
+#[derive(Default)]
+struct State {
+    order: Order,
+    index: IdMap<Arc<Block>>,
+}
+
+impl State {
+    fn position(&self, block: &Arc<Block>) -> usize {
+        self.order
+            .iter()
+            .position(|b| Arc::ptr_eq(b, block))
+            .expect("index and order hold the same blocks")
+    }
+}
+
+/// An immutable view of a registry's blocks and order, cheap to take (one `Arc`).
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub registry: BlockId,
+    pub order: Order,
+    pub taken_at: u32,
+}
+
+pub struct Registry {
+    id: BlockId,
+    label: Arc<str>,
+    state: RwLock<State>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        directory().write().remove(&self.id);
+    }
+}
+
+fn clamp(pos: i64, len: usize) -> usize {
+    pos.clamp(0, len as i64) as usize
+}
+
+fn move_index(order: &mut [Arc<Block>], from: usize, to: usize) {
+    if from > to {
+        order[to..=from].rotate_right(1);
+    } else if from < to {
+        order[from..=to].rotate_left(1);
+    }
+}
+
+fn check_priority(p: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(CoreError::InvalidArgument(format!("priority must be a number in [0, 1], got {p}")))
+    }
+}
+
+/// Default eviction score: low priority and rarely emitted blocks go first.
+pub fn default_eviction_score(b: &Block) -> f64 {
+    0.5 * (1.0 - b.priority) + 0.5 / (b.access_count() as f64 + 1.0)
+}
+
+impl Registry {
+    pub fn new(label: &str) -> Registry {
+        let id = BlockId::random();
+        let label: Arc<str> = Arc::from(label);
+        directory().write().insert(id, Arc::clone(&label));
+        Registry { id, label, state: RwLock::new(State::default()) }
+    }
+
+    pub fn id(&self) -> BlockId {
+        self.id
+    }
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+    pub fn len(&self) -> usize {
+        self.state.read().order.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn not_found(&self, ids: &[BlockId]) -> CoreError {
+        CoreError::BlockNotFound {
+            registry: self.label.to_string(),
+            missing: ids.iter().map(|i| i.to_hyphenated()).collect(),
+        }
+    }
+
+    fn describe(b: &Block) -> (String, String) {
+        (b.name().to_string(), b.id.to_hyphenated())
+    }
+
+    /// The current order: an immutable view that later writes do not change.
+    pub fn order(&self) -> Order {
+        Arc::clone(&self.state.read().order)
+    }
+
+    pub fn get(&self, id: BlockId) -> Result<Arc<Block>> {
+        self.state.read().index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))
+    }
+
+    pub fn contains(&self, id: BlockId) -> bool {
+        self.state.read().index.contains_key(&id)
+    }
+
+    pub fn index_of(&self, id: BlockId) -> Result<usize> {
+        let st = self.state.read();
+        let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
+        Ok(st.position(b))
+    }
+
+    fn prepare(&self, nb: NewBlock, author: BlockId) -> Result<Block> {
+        check_priority(nb.priority)?;
+        if nb.name.trim().is_empty() {
+            return Err(CoreError::InvalidArgument("semantic_name must be a non-empty string".into()));
+        }
+        if nb.name.len() + nb.content.len() > u32::MAX as usize {
+            return Err(CoreError::InvalidArgument("block text is larger than 4 GiB".into()));
+        }
+        let tokens = match nb.token_count {
+            Some(t) => t,
+            None => count_cl100k(&nb.content),
+        };
+        Ok(Block::build(nb, author, tokens))
+    }
+
+    /// Insert one block; tokens are counted before the write lock is taken.
+    pub fn insert(&self, nb: NewBlock, author: BlockId, position: Position) -> Result<BlockId> {
+        let block = Arc::new(self.prepare(nb, author)?);
+        let id = block.id;
+        let mut st = self.state.write();
+        let len = st.order.len();
+        let at = match position {
+            Position::Back => len,
+            Position::Front => 0,
+            Position::At(p) => clamp(p, len),
+        };
+        st.index.insert(id, Arc::clone(&block));
+        Arc::make_mut(&mut st.order).insert(at, block);
+        Ok(id)
+    }
+
+    /// Append many blocks at once: all are validated first, so either every block
+    /// goes in or none does.
+    pub fn insert_many(&self, blocks: Vec<NewBlock>, author: BlockId) -> Result<Vec<BlockId>> {
+        let built: Vec<Arc<Block>> =
+            blocks.into_iter().map(|nb| self.prepare(nb, author).map(Arc::new)).collect::<Result<_>>()?;
+        let ids = built.iter().map(|b| b.id).collect();
+        let mut st = self.state.write();
+        st.index.reserve(built.len());
+        for b in &built {
+            st.index.insert(b.id, Arc::clone(b));
+        }
+        Arc::make_mut(&mut st.order).extend(built);
+        Ok(ids)
+    }
+
+    // ---- promote --------------------------------------------------------------
+
+    fn relocate(&self, id: BlockId, target: impl FnOnce(&State, usize) -> Result<usize>) -> Result<usize> {
+        let mut st = self.state.write();
+        let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
+        let from = st.position(b);
+        let to = target(&st, from)?;
+        move_index(Arc::make_mut(&mut st.order).as_mut_slice(), from, to);
+        Ok(to)
+    }
+
+    /// Move to `position` (clamped); returns the new index.
+    pub fn move_to(&self, id: BlockId, position: i64) -> Result<usize> {
+        self.relocate(id, |st, _| Ok(clamp(position, st.order.len() - 1)))
+    }
+
+    /// Move `steps` toward the front (negative: toward the back), clamped.
+    pub fn move_by(&self, id: BlockId, steps: i64) -> Result<usize> {
+        self.relocate(id, |st, from| Ok(clamp(from as i64 - steps, st.order.len() - 1)))
+    }
+
+    /// Move directly before (`after == false`) or after `anchor`.
+    pub fn move_next_to(&self, id: BlockId, anchor: BlockId, after: bool) -> Result<usize> {
+        self.relocate(id, |st, from| {
+            let a = st.index.get(&anchor).ok_or_else(|| self.not_found(&[anchor]))?;
+            let mut at = st.position(a);
+            if at == from {
+                return Ok(from);
+            }
+            // Index of the anchor once `id` has left its place.
+            if from < at {
+                at -= 1;
+            }
+            Ok(if after { at + 1 } else { at })
+        })
+    }
+
+    fn distinct(&self, ids: &[BlockId], st: &State) -> Result<Vec<Arc<Block>>> {
+        let mut seen = IdMap::default();
+        for (k, id) in ids.iter().enumerate() {
+            if let Some(first) = seen.insert(*id, k) {
+                return Err(CoreError::InvalidArgument(format!(
+                    "block {} is listed twice (positions {first} and {k})",
+                    id.to_hyphenated()
+                )));
+            }
+        }
+        let missing: Vec<BlockId> = ids.iter().filter(|i| !st.index.contains_key(i)).copied().collect();
+        if !missing.is_empty() {
+            return Err(self.not_found(&missing));
+        }
+        Ok(ids.iter().map(|i| Arc::clone(&st.index[i])).collect())
+    }
+
+    /// Move `ids` as one contiguous unit, in the given order, to `position`
+    /// (clamped among the blocks that stay). Returns the unit's first index.
+    pub fn promote_group(&self, ids: &[BlockId], position: i64) -> Result<usize> {
+        let mut st = self.state.write();
+        let group = self.distinct(ids, &st)?;
+        let order = Arc::make_mut(&mut st.order);
+        let members: std::collections::HashSet<*const Block> = group.iter().map(Arc::as_ptr).collect();
+        order.retain(|b| !members.contains(&Arc::as_ptr(b)));
+        let at = clamp(position, order.len());
+        order.splice(at..at, group);
+        Ok(at)
+    }
+
+    /// The listed blocks move to the front in the given order; the rest keep
+    /// their relative order.
+    pub fn reorder(&self, ids: &[BlockId]) -> Result<()> {
+        self.promote_group(ids, 0).map(|_| ())
+    }
+
+    // ---- write / change -------------------------------------------------------
+
+    fn replace(&self, st: &mut State, old: &Arc<Block>, new: Block) {
+        let new = Arc::new(new);
+        let at = st.position(old);
+        Arc::make_mut(&mut st.order)[at] = Arc::clone(&new);
+        st.index.insert(new.id, new);
+    }
+
+    pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
+        check_priority(priority)?;
+        let mut st = self.state.write();
+        let old = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        self.replace(&mut st, &old, old.with_priority(priority));
+        Ok(())
+    }
+
+    /// `wrap == None` removes the decoration.
+    pub fn set_wrap(&self, id: BlockId, wrap: Option<Wrap>) -> Result<()> {
+        let mut st = self.state.write();
+        let old = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        self.replace(&mut st, &old, old.with_wrap(wrap));
+        Ok(())
+    }
+
+    /// Replace an agent block's content. `actor` is the registry acting; it must
+    /// be the block's author.
+    pub fn update_content(
+        &self,
+        id: BlockId,
+        content: &str,
+        token_count: Option<u32>,
+        actor: BlockId,
+    ) -> Result<()> {
+        let old = self.get(id)?;
+        self.check_content_change(&old, actor)?;
+        // Count outside the lock; the block is re-checked under it.
+        let tokens = token_count.unwrap_or_else(|| count_cl100k(content));
+        let mut st = self.state.write();
+        let current = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        self.check_content_change(&current, actor)?;
+        self.replace(&mut st, &current, current.with_content(content, tokens));
+        Ok(())
+    }
+
+    fn check_content_change(&self, b: &Block, actor: BlockId) -> Result<()> {
+        let (name, id) = Self::describe(b);
+        let registry = self.label.to_string();
+        match b.source {
+            Source::Seed => Err(CoreError::SeedMutation { registry, name, id }),
+            Source::Orchestrator => Err(CoreError::OrchestratorMutation { registry, name, id }),
+            Source::Agent if b.author != actor => Err(CoreError::Permission(format!(
+                "registry '{}' may not change block '{name}' ({id}) in registry '{registry}': \
+                 it was written by registry '{}'",
+                label_of(actor),
+                label_of(b.author)
+            ))),
+            Source::Agent => Ok(()),
+        }
+    }
+
+    // ---- evict ----------------------------------------------------------------
+
+    fn check_evict(&self, b: &Block, force: bool, actor: BlockId) -> Result<()> {
+        if b.evictable {
+            return Ok(());
+        }
+        let (name, id) = Self::describe(b);
+        if !force {
+            return Err(CoreError::Eviction {
+                registry: self.label.to_string(),
+                name,
+                id,
+                author: label_of(b.author),
+            });
+        }
+        if actor != b.author {
+            return Err(CoreError::Permission(format!(
+                "registry '{}' may not force-evict block '{name}' ({id}) from registry '{}': \
+                 only its author, registry '{}', may",
+                label_of(actor),
+                self.label,
+                label_of(b.author)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Remove one block under the permission model; returns it.
+    pub fn evict(&self, id: BlockId, force: bool, actor: BlockId) -> Result<Arc<Block>> {
+        let mut st = self.state.write();
+        let b = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        self.check_evict(&b, force, actor)?;
+        let at = st.position(&b);
+        Arc::make_mut(&mut st.order).remove(at);
+        st.index.remove(&id);
+        Ok(b)
+    }
+
+    fn remove_where(st: &mut State, doomed: &std::collections::HashSet<*const Block>) {
+        if doomed.is_empty() {
+            return;
+        }
+        Arc::make_mut(&mut st.order).retain(|b| !doomed.contains(&Arc::as_ptr(b)));
+        st.index.retain(|_, b| !doomed.contains(&Arc::as_ptr(b)));
+    }
+
+    /// Remove the listed evictable blocks (a caller's own eviction policy). All
+    /// are checked first; on any error nothing is removed.
+    pub fn evict_many(&self, ids: &[BlockId], actor: BlockId) -> Result<usize> {
+        let mut st = self.state.write();
+        let blocks = self.distinct(ids, &st)?;
+        for b in &blocks {
+            self.check_evict(b, false, actor)?;
+        }
+        let doomed = blocks.iter().map(Arc::as_ptr).collect();
+        Self::remove_where(&mut st, &doomed);
+        Ok(blocks.len())
+    }
+
+    /// Rank evictable blocks by the default policy (highest score first, ties in
+    /// registry order) and remove the first `limit` of them (all when `None`)
+    /// whose score is at least `threshold`. Returns the removed ids, ranked.
+    pub fn evict_by_policy(&self, limit: Option<usize>, threshold: Option<f64>) -> Vec<BlockId> {
+        let mut st = self.state.write();
+        let mut ranked: Vec<(f64, usize, Arc<Block>)> = st
+            .order
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.evictable)
+            .map(|(i, b)| (default_eviction_score(b), i, Arc::clone(b)))
+            .filter(|(s, _, _)| threshold.is_none_or(|t| *s >= t))
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.truncate(limit.unwrap_or(usize::MAX));
+        let doomed = ranked.iter().map(|(_, _, b)| Arc::as_ptr(b)).collect();
+        Self::remove_where(&mut st, &doomed);
+        ranked.into_iter().map(|(_, _, b)| b.id).collect()
+    }
+
+    // ---- rollback -------------------------------------------------------------
+
+    /// Remove the agent blocks of one run that `actor` wrote (an author
+    /// retracting its own writes, so `evictable` does not protect them). Seed
+    /// and orchestrator blocks, and blocks written by other registries, stay.
+    pub fn rollback_trajectory(&self, trajectory: &str, actor: BlockId) -> usize {
+        let mut st = self.state.write();
+        let doomed: std::collections::HashSet<*const Block> = st
+            .order
+            .iter()
+            .filter(|b| b.source == Source::Agent && b.author == actor && b.trajectory() == Some(trajectory))
+            .map(Arc::as_ptr)
+            .collect();
+        let n = doomed.len();
+        Self::remove_where(&mut st, &doomed);
+        n
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot { registry: self.id, order: self.order(), taken_at: now_unix() }
+    }
+
+    /// Put back the blocks, order and metadata of `snap`, each under a **new**
+    /// runtime id (authors are kept, so ownership survives). Access counts are
+    /// those the blocks have now: usage is history, not state.
+    pub fn restore(&self, snap: &Snapshot) -> Result<()> {
+        if snap.registry != self.id {
+            return Err(CoreError::InvalidArgument(format!(
+                "snapshot was taken of registry '{}', not of registry '{}'",
+                label_of(snap.registry),
+                self.label
+            )));
+        }
+        let order: Vec<Arc<Block>> = snap.order.iter().map(|b| Arc::new(b.with_new_id())).collect();
+        let mut index = IdMap::default();
+        index.reserve(order.len());
+        for b in &order {
+            index.insert(b.id, Arc::clone(b));
+        }
+        *self.state.write() = State { order: Arc::new(order), index };
+        Ok(())
+    }
+
+    // ---- compile --------------------------------------------------------------
+
+    /// Stages 1–3 over the current order (or over `view`, the order a gate scored).
+    pub fn select(
+        &self,
+        view: Option<Order>,
+        budget: Option<u64>,
+        sep_tokens: u32,
+        gate: Option<Gate>,
+    ) -> Result<Selection> {
+        let order = view.unwrap_or_else(|| self.order());
+        select(order, budget, sep_tokens, gate)
+    }
+
+    /// All four stages: the prompt and the selection it came from.
+    pub fn compile(
+        &self,
+        view: Option<Order>,
+        budget: Option<u64>,
+        separator: &str,
+        sep_tokens: u32,
+        gate: Option<Gate>,
+    ) -> Result<(String, Selection)> {
+        let sel = self.select(view, budget, sep_tokens, gate)?;
+        let prompt = sel.render(separator);
+        sel.record_access();
+        Ok((prompt, sel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg_with(n: usize) -> (Registry, Vec<BlockId>) {
+        let r = Registry::new("test");
+        let ids = (0..n)
+            .map(|i| {
+                let mut nb = NewBlock::new(format!("b{i}"), format!("content {i}"));
+                nb.token_count = Some(10);
+                r.insert(nb, r.id(), Position::Back).unwrap()
+            })
+            .collect();
+        (r, ids)
+    }
+
+    fn names(r: &Registry) -> Vec<String> {
+        r.order().iter().map(|b| b.name().to_string()).collect()
+    }
+
+    #[test]
+    fn ordering_directives_clamp() {
+        let (r, ids) = reg_with(4);
+        assert_eq!(r.move_to(ids[3], 0).unwrap(), 0);
+        assert_eq!(names(&r), ["b3", "b0", "b1", "b2"]);
+        assert_eq!(r.move_to(ids[3], 99).unwrap(), 3);
+        assert_eq!(r.move_by(ids[3], 2).unwrap(), 1);
+        assert_eq!(r.move_by(ids[3], -10).unwrap(), 3);
+        assert_eq!(r.move_by(ids[3], 100).unwrap(), 0);
+        assert_eq!(r.move_next_to(ids[0], ids[2], true).unwrap(), 3);
+        assert_eq!(names(&r), ["b3", "b1", "b2", "b0"]);
+        assert_eq!(r.move_next_to(ids[0], ids[1], false).unwrap(), 1);
+        assert_eq!(names(&r), ["b3", "b0", "b1", "b2"]);
+    }
+
+    #[test]
+    fn group_promote_keeps_given_order() {
+        let (r, ids) = reg_with(6);
+        assert_eq!(r.promote_group(&[ids[4], ids[1], ids[5]], 1).unwrap(), 1);
+        assert_eq!(names(&r), ["b0", "b4", "b1", "b5", "b2", "b3"]);
+        assert!(r.promote_group(&[ids[0], ids[0]], 0).is_err());
+        assert_eq!(names(&r), ["b0", "b4", "b1", "b5", "b2", "b3"], "failed op changes nothing");
+        r.reorder(&[ids[3], ids[2]]).unwrap();
+        assert_eq!(names(&r), ["b3", "b2", "b0", "b4", "b1", "b5"]);
+    }
+
+    #[test]
+    fn permission_matrix() {
+        let (r, _) = reg_with(0);
+        let other = Registry::new("orchestrator");
+        let mut nb = NewBlock::new("plan", "do x");
+        nb.source = Source::Orchestrator;
+        nb.evictable = false;
+        let id = r.insert(nb, other.id(), Position::Front).unwrap();
+        assert!(matches!(r.evict(id, false, r.id()), Err(CoreError::Eviction { .. })));
+        assert!(matches!(r.evict(id, true, r.id()), Err(CoreError::Permission(_))));
+        assert!(matches!(
+            r.update_content(id, "y", None, other.id()),
+            Err(CoreError::OrchestratorMutation { .. })
+        ));
+        assert_eq!(r.len(), 1);
+        r.evict(id, true, other.id()).unwrap();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn snapshot_restore_gives_new_ids() {
+        let (r, ids) = reg_with(3);
+        let snap = r.snapshot();
+        r.evict(ids[0], false, r.id()).unwrap();
+        r.restore(&snap).unwrap();
+        assert_eq!(names(&r), ["b0", "b1", "b2"]);
+        for id in &ids {
+            assert!(!r.contains(*id));
+        }
+        let other = Registry::new("other");
+        assert!(other.restore(&snap).is_err());
+    }
+
+    #[test]
+    fn evict_by_policy_ranks_low_priority_first() {
+        let r = Registry::new("p");
+        for (i, p) in [0.9, 0.1, 0.5].iter().enumerate() {
+            let mut nb = NewBlock::new(format!("b{i}"), "x");
+            nb.priority = *p;
+            r.insert(nb, r.id(), Position::Back).unwrap();
+        }
+        let removed = r.evict_by_policy(Some(2), None);
+        assert_eq!(removed.len(), 2);
+        assert_eq!(names(&r), ["b0"]);
+    }
+
+    #[test]
+    fn compile_keeps_order_view() {
+        let (r, ids) = reg_with(3);
+        let (prompt, sel) = r.compile(None, Some(21), "|", 1, None).unwrap();
+        assert_eq!(prompt, "content 0|content 1");
+        r.evict(ids[0], false, r.id()).unwrap();
+        assert_eq!(sel.order.len(), 3, "a result keeps the order it was compiled from");
+        assert_eq!(r.get(ids[1]).unwrap().access_count(), 1);
+    }
+}
