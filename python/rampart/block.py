@@ -1,0 +1,267 @@
+"""Read-only views of blocks and of compile results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rampart import _core
+
+__all__ = ["BlockReport", "CompileResult", "DryRunResult", "InstructionBlock", "Snapshot"]
+
+
+class InstructionBlock:
+    """One instruction block as it was when fetched (``access_count`` is live).
+
+    Blocks change by replacement (a new priority or wrap makes a new version under
+    the same ``runtime_id``), so a view never changes under your feet; fetch it
+    again with ``registry.get_by_id`` to see later changes.
+    """
+
+    __slots__ = ("_b",)
+
+    def __init__(self, native: _core.Block) -> None:
+        self._b = native
+
+    @property
+    def runtime_id(self) -> str:
+        return self._b.runtime_id
+
+    @property
+    def semantic_name(self) -> str:
+        return self._b.semantic_name
+
+    @property
+    def content(self) -> str:
+        return self._b.content
+
+    @property
+    def priority(self) -> float:
+        return self._b.priority
+
+    @property
+    def source(self) -> str:
+        return self._b.source
+
+    @property
+    def author_id(self) -> str:
+        return self._b.author_id
+
+    @property
+    def evictable(self) -> bool:
+        return self._b.evictable
+
+    @property
+    def trajectory_id(self) -> str | None:
+        return self._b.trajectory_id
+
+    @property
+    def created_at(self) -> int:
+        return self._b.created_at
+
+    @property
+    def access_count(self) -> int:
+        return self._b.access_count
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(self._b.tags)
+
+    @property
+    def token_count(self) -> int:
+        return self._b.token_count
+
+    @property
+    def wrap_prefix(self) -> str:
+        return self._b.wrap_prefix
+
+    @property
+    def wrap_suffix(self) -> str:
+        return self._b.wrap_suffix
+
+    @property
+    def cost(self) -> int:
+        """Tokens this block costs in a prompt: content plus wrap (separator excluded)."""
+        return self._b.token_count + self._b.wrap_tokens
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Front-matter keys other than name, priority and tags (e.g. ``description``)."""
+        raw = self._b.metadata_json
+        return {} if raw is None else dict(json.loads(raw))
+
+    @property
+    def description(self) -> str | None:
+        d = self.metadata.get("description")
+        return d if isinstance(d, str) else None
+
+    @property
+    def gate_text(self) -> str:
+        """What a relevance gate should judge: the description (skills) and the content."""
+        d = self.description
+        return f"{d}\n\n{self.content}" if d else self.content
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InstructionBlock):
+            return NotImplemented
+        return self.runtime_id == other.runtime_id
+
+    def __hash__(self) -> int:
+        return hash(self.runtime_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"<InstructionBlock {self.semantic_name!r} {self.source} "
+            f"priority={self.priority:g} tokens={self.token_count} id={self.runtime_id}>"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BlockReport:
+    """Why one block is in or out of a compiled prompt."""
+
+    index: int  # position in the registry when compiled
+    name: str
+    runtime_id: str
+    included: bool
+    cost: int  # tokens it cost (included) or would have cost (excluded), separator included
+    reason: str | None  # None when included; "gate" or "budget"
+    score: float | None  # relevance score when a gate ran
+    detail: str
+
+
+def _reports(sel: _core.Selection) -> list[BlockReport]:
+    return [
+        BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail)
+        for (i, b, inc, cost, reason, score, detail) in sel.report()
+    ]
+
+
+class CompileResult:
+    """The compiled context and a report of what was left out and why.
+
+    ``prompt`` and ``total_tokens`` are ready at once; ``included``, ``excluded``
+    and ``report`` are built on first access from the registry order the compile
+    saw, so a compile costs what it includes, not the size of the registry.
+    """
+
+    __slots__ = ("_excluded", "_included", "_report", "_sel", "max_tokens", "prompt")
+
+    def __init__(self, prompt: str, sel: _core.Selection, max_tokens: int | None) -> None:
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self._sel = sel
+        self._included: list[str] | None = None
+        self._excluded: list[str] | None = None
+        self._report: list[BlockReport] | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self._sel.total_tokens
+
+    @property
+    def included(self) -> list[str]:
+        """Names of the emitted blocks, in compile order."""
+        if self._included is None:
+            self._included = self._sel.included_names()
+        return self._included
+
+    @property
+    def excluded(self) -> list[str]:
+        """Names of the blocks left out (gated out or over budget), registry order."""
+        if self._excluded is None:
+            self._excluded = self._sel.excluded_names()
+        return self._excluded
+
+    @property
+    def included_ids(self) -> list[str]:
+        return self._sel.included_ids()
+
+    @property
+    def included_blocks(self) -> list[InstructionBlock]:
+        return [InstructionBlock(b) for b in self._sel.included_blocks()]
+
+    @property
+    def costs(self) -> list[int]:
+        """Tokens each included block added (separator included), compile order."""
+        return self._sel.included_costs()
+
+    @property
+    def report(self) -> list[BlockReport]:
+        """One row per block the compile saw, in registry order."""
+        if self._report is None:
+            self._report = _reports(self._sel)
+        return self._report
+
+    def __len__(self) -> int:
+        return self._sel.included_count()
+
+    def __str__(self) -> str:
+        return self.prompt
+
+    def __repr__(self) -> str:
+        return (
+            f"<CompileResult {self._sel.included_count()}/{self._sel.registry_size} blocks, "
+            f"{self.total_tokens} tokens>"
+        )
+
+
+class DryRunResult:
+    """The selection a compile would make, with no prompt built and nothing changed."""
+
+    __slots__ = ("_sel", "max_tokens")
+
+    def __init__(self, sel: _core.Selection, max_tokens: int | None) -> None:
+        self._sel = sel
+        self.max_tokens = max_tokens
+
+    @property
+    def included(self) -> list[tuple[str, int]]:
+        """``(name, cost)`` pairs in compile order (cost includes the separator)."""
+        return list(zip(self._sel.included_names(), self._sel.included_costs()))
+
+    @property
+    def excluded(self) -> list[str]:
+        return self._sel.excluded_names()
+
+    @property
+    def total_tokens(self) -> int:
+        return self._sel.total_tokens
+
+    @property
+    def report(self) -> list[BlockReport]:
+        return _reports(self._sel)
+
+    def __repr__(self) -> str:
+        return (
+            f"<DryRunResult {self._sel.included_count()}/{self._sel.registry_size} blocks, "
+            f"{self.total_tokens} tokens>"
+        )
+
+
+class Snapshot:
+    """An immutable picture of a registry (blocks, order, metadata); cheap to take."""
+
+    __slots__ = ("_snap", "label")
+
+    def __init__(self, native: _core.Snapshot, label: str) -> None:
+        self._snap = native
+        self.label = label
+
+    @property
+    def taken_at(self) -> int:
+        return self._snap.taken_at
+
+    @property
+    def registry_id(self) -> str:
+        return self._snap.registry_id
+
+    def blocks(self) -> list[InstructionBlock]:
+        return [InstructionBlock(b) for b in self._snap.blocks()]
+
+    def __len__(self) -> int:
+        return len(self._snap)
+
+    def __repr__(self) -> str:
+        return f"<Snapshot of {self.label!r}: {len(self)} blocks at {self.taken_at}>"

@@ -1,0 +1,69 @@
+"""The rampart exception hierarchy (SPEC §6).
+
+Every error derives from :class:`RampartError` *and* from the builtin an ordinary
+``except`` clause would name, so ``except KeyError`` catches an unknown block and
+``except ValueError`` a bad seed file. The Rust core raises these classes directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "BlockNotFoundError",
+    "BlockPermissionError",
+    "EvictionError",
+    "InvalidArgumentError",
+    "OrchestratorMutationError",
+    "ParseError",
+    "RampartError",
+    "SeedMutationError",
+    "UnsupportedFormatError",
+]
+
+
+class RampartError(Exception):
+    """Base class of every rampart error."""
+
+
+class ParseError(RampartError, ValueError):
+    """A seed or skill file could not be read; names the file and line."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None):
+        self.path = None if path is None else str(path)
+        self.line = line
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
+        super().__init__(where + message)
+
+
+class UnsupportedFormatError(RampartError, ValueError):
+    """No parser is registered for a file's extension."""
+
+
+class InvalidArgumentError(RampartError, ValueError):
+    """An argument outside its domain (priority out of [0, 1], duplicate ids, …)."""
+
+
+class BlockNotFoundError(RampartError, KeyError):
+    """A runtime id or name the registry does not hold."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class BlockPermissionError(RampartError, PermissionError):
+    """The acting registry is not the author the operation requires."""
+
+
+class SeedMutationError(RampartError):
+    """Content replacement attempted on a seed block."""
+
+
+class OrchestratorMutationError(RampartError):
+    """Content replacement attempted on an orchestrator block."""
+
+
+class EvictionError(RampartError):
+    """Eviction of a non-evictable block without ``force=True``."""

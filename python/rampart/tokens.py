@@ -1,0 +1,138 @@
+"""Token counting: what a block costs against a compile budget.
+
+The default is exact OpenAI ``cl100k_base``, counted in Rust from tables compiled
+into the extension (offline from the first call). A registry also accepts any
+``Callable[[str], int]`` or a Hugging Face ``tokenizer.json`` (needs the
+``tokenizers`` package: ``pip install rampart-registry[hf]``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Union
+
+from rampart import _core
+from rampart.errors import InvalidArgumentError
+
+__all__ = [
+    "CallableTokeniser",
+    "Cl100kTokeniser",
+    "HuggingFaceTokeniser",
+    "Tokeniser",
+    "TokeniserLike",
+    "count_tokens",
+    "resolve_tokeniser",
+]
+
+count_tokens = _core.count_tokens
+
+
+class Tokeniser:
+    """Counts tokens. ``builtin`` tokenisers are counted inside the Rust core."""
+
+    builtin: bool = False
+    name: str = "tokeniser"
+
+    def count(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class Cl100kTokeniser(Tokeniser):
+    """Exact ``cl100k_base`` (GPT-4 / GPT-3.5) counts, in Rust."""
+
+    builtin = True
+    name = "cl100k_base"
+
+    def count(self, text: str) -> int:
+        return _core.count_tokens(text)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return _core.count_tokens_many(texts)
+
+
+class CallableTokeniser(Tokeniser):
+    """Wraps any ``Callable[[str], int]``; results are checked to be ints >= 0."""
+
+    def __init__(self, fn: Callable[[str], int]):
+        self._fn = fn
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+
+    def count(self, text: str) -> int:
+        n = self._fn(text)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n >= 2**32:
+            raise InvalidArgumentError(
+                f"tokeniser {self.name!r} returned {n!r} for a text; expected an int in [0, 2**32)"
+            )
+        return n
+
+
+class HuggingFaceTokeniser(Tokeniser):
+    """Counts with a Hugging Face ``tokenizer.json`` (no special tokens, no truncation)."""
+
+    def __init__(self, source: str | os.PathLike[str] | Any):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "a tokenizer.json tokeniser needs the 'tokenizers' package: "
+                "pip install 'rampart-registry[hf]'"
+            ) from exc
+        if isinstance(source, Tokenizer):
+            tok = source
+            self.name = "tokenizers.Tokenizer"
+        else:
+            path = Path(source)
+            if path.is_dir():
+                path = path / "tokenizer.json"
+            if not path.is_file():
+                raise FileNotFoundError(f"no tokenizer.json at {path}")
+            tok = Tokenizer.from_file(str(path))
+            self.name = str(path)
+        # Counting must see the whole text: padding or truncation baked into a
+        # tokenizer.json (MiniLM's pads and cuts at 128) would make costs wrong.
+        tok.no_truncation()
+        tok.no_padding()
+        self._tok = tok
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        encs = self._tok.encode_batch(texts, add_special_tokens=False)
+        return [len(e.ids) for e in encs]
+
+
+TokeniserLike = Union[Tokeniser, Callable[[str], int], str, "os.PathLike[str]", None]
+
+
+def resolve_tokeniser(spec: Any) -> Tokeniser:
+    """Turn a registry's ``tokeniser=`` argument into a :class:`Tokeniser`.
+
+    ``None`` or ``"cl100k_base"``: the built-in counter. A path to a
+    ``tokenizer.json`` (or a folder holding one), or a ``tokenizers.Tokenizer``:
+    Hugging Face. Any other callable: called with the text, must return an int.
+    """
+    if spec is None or spec == "cl100k_base":
+        return _CL100K
+    if isinstance(spec, Tokeniser):
+        return spec
+    if isinstance(spec, (str, os.PathLike)):
+        return HuggingFaceTokeniser(spec)
+    if type(spec).__module__.startswith("tokenizers"):
+        return HuggingFaceTokeniser(spec)
+    if callable(spec):
+        return CallableTokeniser(spec)
+    raise InvalidArgumentError(
+        f"tokeniser must be None, 'cl100k_base', a tokenizer.json path or a callable, got {spec!r}"
+    )
+
+
+_CL100K = Cl100kTokeniser()

@@ -1,0 +1,541 @@
+//! The one binding file: every `#[pyclass]`/`#[pyfunction]` of `rampart._core` and
+//! the mapping of `CoreError` onto `rampart.errors`.
+//!
+//! Signatures stay primitive (ids as `str`, scores as `list[float]`); defaults,
+//! argument checking and docs live in the Python façade. Every class is `frozen`
+//! with the lock inside the core registry, so no "Already borrowed" under
+//! threads. We never call into Python while a core lock is held (the core never
+//! calls back), which is what keeps GIL + RwLock free of deadlock.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyString, PyType};
+
+use crate::block::{Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
+use crate::compile::{Exclusion, Gate, Order, Selection as CoreSelection};
+use crate::error::CoreError;
+use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
+use crate::tokens::count_cl100k;
+
+/// Registries above this size release the GIL for O(n) work; below it the
+/// save/restore of the thread state (~100 ns) costs more than it frees.
+const DETACH_ABOVE: usize = 2048;
+
+fn detach_if<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> T + Send) -> T {
+    if heavy {
+        py.detach(f)
+    } else {
+        f()
+    }
+}
+
+fn error_class<'py>(py: Python<'py>, cell: &'static PyOnceLock<Py<PyType>>, name: &str) -> Bound<'py, PyType> {
+    cell.import(py, "rampart.errors", name)
+        .expect("rampart.errors defines every error class")
+        .clone()
+}
+
+fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
+    static NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static INVALID: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static SEED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static ORCH: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static EVICT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static PERM: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let msg = err.to_string();
+    let cls = match err {
+        CoreError::BlockNotFound { .. } => error_class(py, &NOT_FOUND, "BlockNotFoundError"),
+        CoreError::InvalidArgument(_) => error_class(py, &INVALID, "InvalidArgumentError"),
+        CoreError::SeedMutation { .. } => error_class(py, &SEED, "SeedMutationError"),
+        CoreError::OrchestratorMutation { .. } => error_class(py, &ORCH, "OrchestratorMutationError"),
+        CoreError::Eviction { .. } => error_class(py, &EVICT, "EvictionError"),
+        CoreError::Permission(_) => error_class(py, &PERM, "BlockPermissionError"),
+    };
+    PyErr::from_type(cls, msg)
+}
+
+trait IntoPy<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, CoreError> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_pyerr(py, e))
+    }
+}
+
+/// A runtime id string that is not a UUID names no block: `BlockNotFoundError`.
+fn parse_id(py: Python<'_>, reg: &CoreRegistry, id: &str) -> PyResult<BlockId> {
+    BlockId::parse(id).ok_or_else(|| {
+        to_pyerr(py, CoreError::BlockNotFound { registry: reg.label().to_string(), missing: vec![id.to_string()] })
+    })
+}
+
+fn parse_ids(py: Python<'_>, reg: &CoreRegistry, ids: Vec<String>) -> PyResult<Vec<BlockId>> {
+    ids.iter().map(|i| parse_id(py, reg, i)).collect()
+}
+
+fn parse_source(s: &str) -> PyResult<Source> {
+    Source::parse(s).ok_or_else(|| {
+        PyValueError::new_err(format!("source must be 'seed', 'agent' or 'orchestrator', got {s:?}"))
+    })
+}
+
+// ---- Block ---------------------------------------------------------------------
+
+/// Read-only view of one block as it was when fetched (access_count is live).
+#[pyclass(frozen, module = "rampart._core", name = "Block")]
+pub struct PyBlock(Arc<CoreBlock>);
+
+#[pymethods]
+impl PyBlock {
+    #[getter]
+    fn runtime_id(&self) -> String {
+        self.0.id.to_hyphenated()
+    }
+    #[getter]
+    fn semantic_name(&self) -> &str {
+        self.0.name()
+    }
+    #[getter]
+    fn content(&self) -> &str {
+        self.0.content()
+    }
+    #[getter]
+    fn priority(&self) -> f64 {
+        self.0.priority
+    }
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.0.source.as_str()
+    }
+    #[getter]
+    fn author_id(&self) -> String {
+        self.0.author.to_hyphenated()
+    }
+    #[getter]
+    fn evictable(&self) -> bool {
+        self.0.evictable
+    }
+    #[getter]
+    fn trajectory_id(&self) -> Option<&str> {
+        self.0.trajectory()
+    }
+    #[getter]
+    fn created_at(&self) -> u32 {
+        self.0.created_at
+    }
+    #[getter]
+    fn access_count(&self) -> u64 {
+        self.0.access_count()
+    }
+    #[getter]
+    fn tags(&self) -> Vec<&str> {
+        self.0.tags().iter().map(|t| &**t).collect()
+    }
+    #[getter]
+    fn token_count(&self) -> u32 {
+        self.0.token_count
+    }
+    #[getter]
+    fn wrap_tokens(&self) -> u32 {
+        self.0.wrap_tokens
+    }
+    #[getter]
+    fn wrap_prefix(&self) -> &str {
+        self.0.wrap().map(|w| &*w.prefix).unwrap_or("")
+    }
+    #[getter]
+    fn wrap_suffix(&self) -> &str {
+        self.0.wrap().map(|w| &*w.suffix).unwrap_or("")
+    }
+    #[getter]
+    fn metadata_json(&self) -> Option<&str> {
+        self.0.meta()
+    }
+    fn same_block(&self, other: &Bound<'_, PyBlock>) -> bool {
+        self.0.id == other.get().0.id
+    }
+}
+
+fn views(py: Python<'_>, blocks: impl Iterator<Item = Arc<CoreBlock>>) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(py, blocks.map(PyBlock))
+}
+
+// ---- Order view ----------------------------------------------------------------
+
+/// The registry's order at one instant: a gate scores it and compile walks the
+/// very same blocks, whatever other threads do in between.
+#[pyclass(frozen, module = "rampart._core", name = "OrderView")]
+pub struct PyOrderView(Order);
+
+#[pymethods]
+impl PyOrderView {
+    fn __len__(&self) -> usize {
+        self.0.len()
+    }
+    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.iter().cloned())
+    }
+}
+
+// ---- Selection -----------------------------------------------------------------
+
+/// What a compile chose. Names and the exclusion report are built on demand, so
+/// a compile costs what it includes, not what it leaves out.
+#[pyclass(frozen, module = "rampart._core", name = "Selection")]
+pub struct PySelection(CoreSelection);
+
+#[pymethods]
+impl PySelection {
+    #[getter]
+    fn total_tokens(&self) -> u64 {
+        self.0.total_tokens
+    }
+    #[getter]
+    fn registry_size(&self) -> usize {
+        self.0.order.len()
+    }
+    fn included_count(&self) -> usize {
+        self.0.included.len()
+    }
+    fn included_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.0.included_blocks().map(|b| PyString::new(py, b.name())))
+    }
+    fn included_ids(&self) -> Vec<String> {
+        self.0.included_blocks().map(|b| b.id.to_hyphenated()).collect()
+    }
+    fn included_costs(&self) -> Vec<u64> {
+        self.0.included_costs()
+    }
+    fn included_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.included_blocks().cloned())
+    }
+    fn excluded_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let ex = py.detach(|| self.0.exclusions());
+        PyList::new(py, ex.iter().map(|(i, _)| PyString::new(py, self.0.order[*i].name())))
+    }
+    /// One row per block of the compiled view, registry order:
+    /// (index, block, included, cost, reason, score, detail).
+    #[allow(clippy::type_complexity)]
+    fn report(&self, py: Python<'_>) -> Vec<(usize, PyBlock, bool, u64, Option<&'static str>, Option<f64>, String)> {
+        let sel = &self.0;
+        let ex = py.detach(|| sel.exclusions());
+        let score = |i: usize| sel.scores.as_ref().map(|s| s[i]);
+        let costs = sel.included_costs();
+        let mut rows = Vec::with_capacity(sel.order.len());
+        for (k, &i) in sel.included.iter().enumerate() {
+            let i = i as usize;
+            rows.push((i, PyBlock(Arc::clone(&sel.order[i])), true, costs[k], None, score(i), String::new()));
+        }
+        for (i, why) in ex {
+            let b = &sel.order[i];
+            let (reason, cost, detail) = match why {
+                Exclusion::Gate(s) => ("gate", b.cost(), format!("relevance score {s:.4} did not pass the gate")),
+                Exclusion::OverBudget { cost, remaining } => (
+                    "budget",
+                    cost,
+                    format!("cost {cost} tokens exceeds the {remaining} left of the budget"),
+                ),
+                Exclusion::AfterStop { stopped_at } => (
+                    "budget",
+                    b.cost() + u64::from(sel.sep_tokens),
+                    format!("budget walk stopped at block '{}' (order decides)", sel.order[stopped_at].name()),
+                ),
+            };
+            rows.push((i, PyBlock(Arc::clone(b)), false, cost, Some(reason), score(i), detail));
+        }
+        rows.sort_by_key(|r| r.0);
+        rows
+    }
+}
+
+// ---- Snapshot ------------------------------------------------------------------
+
+#[pyclass(frozen, module = "rampart._core", name = "Snapshot")]
+pub struct PySnapshot(CoreSnapshot);
+
+#[pymethods]
+impl PySnapshot {
+    fn __len__(&self) -> usize {
+        self.0.order.len()
+    }
+    #[getter]
+    fn taken_at(&self) -> u32 {
+        self.0.taken_at
+    }
+    #[getter]
+    fn registry_id(&self) -> String {
+        self.0.registry.to_hyphenated()
+    }
+    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.order.iter().cloned())
+    }
+}
+
+// ---- Registry ------------------------------------------------------------------
+
+type SeedRow = (String, String, f64, Vec<String>, Option<String>, Option<u32>);
+
+#[pyclass(frozen, module = "rampart._core", name = "Registry")]
+pub struct PyRegistry(CoreRegistry);
+
+impl PyRegistry {
+    fn heavy(&self) -> bool {
+        self.0.len() > DETACH_ABOVE
+    }
+    fn actor(&self, by: Option<&Bound<'_, PyRegistry>>) -> BlockId {
+        by.map(|r| r.get().0.id()).unwrap_or_else(|| self.0.id())
+    }
+}
+
+#[pymethods]
+impl PyRegistry {
+    #[new]
+    fn new(label: &str) -> Self {
+        PyRegistry(CoreRegistry::new(label))
+    }
+    #[getter]
+    fn registry_id(&self) -> String {
+        self.0.id().to_hyphenated()
+    }
+    #[getter]
+    fn label(&self) -> &str {
+        self.0.label()
+    }
+    fn __len__(&self) -> usize {
+        self.0.len()
+    }
+    fn contains(&self, id: &str) -> bool {
+        BlockId::parse(id).is_some_and(|i| self.0.contains(i))
+    }
+
+    #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author))]
+    #[allow(clippy::too_many_arguments)]
+    fn insert(
+        &self,
+        py: Python<'_>,
+        name: String,
+        content: String,
+        priority: f64,
+        source: &str,
+        evictable: bool,
+        trajectory: Option<String>,
+        tags: Vec<String>,
+        meta: Option<String>,
+        token_count: Option<u32>,
+        position: Option<i64>,
+        front: bool,
+        author: Option<&Bound<'_, PyRegistry>>,
+    ) -> PyResult<String> {
+        let nb = NewBlock {
+            name,
+            content,
+            priority,
+            source: parse_source(source)?,
+            evictable,
+            trajectory,
+            tags,
+            meta,
+            token_count,
+        };
+        let pos = match (position, front) {
+            (Some(p), _) => Position::At(p),
+            (None, true) => Position::Front,
+            (None, false) => Position::Back,
+        };
+        let author = self.actor(author);
+        let big = nb.token_count.is_none() && nb.content.len() > 1 << 16;
+        let id = detach_if(py, big, || self.0.insert(nb, author, pos)).py_err(py)?;
+        Ok(id.to_hyphenated())
+    }
+
+    /// Append seed-like blocks, all or nothing; `token_count=None` rows are
+    /// counted with cl100k_base with the GIL released.
+    fn insert_many(&self, py: Python<'_>, rows: Vec<SeedRow>, source: &str, evictable: bool) -> PyResult<Vec<String>> {
+        let source = parse_source(source)?;
+        let blocks: Vec<NewBlock> = rows
+            .into_iter()
+            .map(|(name, content, priority, tags, meta, token_count)| NewBlock {
+                name,
+                content,
+                priority,
+                source,
+                evictable,
+                trajectory: None,
+                tags,
+                meta,
+                token_count,
+            })
+            .collect();
+        let author = self.0.id();
+        let ids = py.detach(|| self.0.insert_many(blocks, author)).py_err(py)?;
+        Ok(ids.into_iter().map(BlockId::to_hyphenated).collect())
+    }
+
+    fn get(&self, py: Python<'_>, id: &str) -> PyResult<PyBlock> {
+        let id = parse_id(py, &self.0, id)?;
+        self.0.get(id).map(PyBlock).py_err(py)
+    }
+    fn index_of(&self, py: Python<'_>, id: &str) -> PyResult<usize> {
+        let id = parse_id(py, &self.0, id)?;
+        self.0.index_of(id).py_err(py)
+    }
+    fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.order().iter().cloned())
+    }
+    fn runtime_ids(&self) -> Vec<String> {
+        self.0.order().iter().map(|b| b.id.to_hyphenated()).collect()
+    }
+    fn find_by_name<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.order().iter().filter(|b| b.name() == name).cloned())
+    }
+    fn find_by_tags<'py>(&self, py: Python<'py>, tags: Vec<String>, match_all: bool) -> PyResult<Bound<'py, PyList>> {
+        let hit = |b: &&Arc<CoreBlock>| {
+            if match_all {
+                tags.iter().all(|t| b.has_tag(t))
+            } else {
+                tags.iter().any(|t| b.has_tag(t))
+            }
+        };
+        views(py, self.0.order().iter().filter(hit).cloned())
+    }
+    fn view(&self) -> PyOrderView {
+        PyOrderView(self.0.order())
+    }
+
+    fn move_to(&self, py: Python<'_>, id: &str, position: i64) -> PyResult<usize> {
+        let id = parse_id(py, &self.0, id)?;
+        self.0.move_to(id, position).py_err(py)
+    }
+    fn move_by(&self, py: Python<'_>, id: &str, steps: i64) -> PyResult<usize> {
+        let id = parse_id(py, &self.0, id)?;
+        self.0.move_by(id, steps).py_err(py)
+    }
+    fn move_next_to(&self, py: Python<'_>, id: &str, anchor: &str, after: bool) -> PyResult<usize> {
+        let id = parse_id(py, &self.0, id)?;
+        let anchor = parse_id(py, &self.0, anchor)?;
+        self.0.move_next_to(id, anchor, after).py_err(py)
+    }
+    fn promote_group(&self, py: Python<'_>, ids: Vec<String>, position: i64) -> PyResult<usize> {
+        let ids = parse_ids(py, &self.0, ids)?;
+        detach_if(py, self.heavy(), || self.0.promote_group(&ids, position)).py_err(py)
+    }
+
+    fn update_priority(&self, py: Python<'_>, id: &str, priority: f64) -> PyResult<()> {
+        let id = parse_id(py, &self.0, id)?;
+        self.0.update_priority(id, priority).py_err(py)
+    }
+    #[pyo3(signature = (id, prefix, suffix, tokens))]
+    fn set_wrap(&self, py: Python<'_>, id: &str, prefix: &str, suffix: &str, tokens: Option<u32>) -> PyResult<()> {
+        let id = parse_id(py, &self.0, id)?;
+        let wrap = if prefix.is_empty() && suffix.is_empty() {
+            None
+        } else {
+            let tokens = tokens.unwrap_or_else(|| count_cl100k(prefix) + count_cl100k(suffix));
+            Some(Wrap { prefix: prefix.into(), suffix: suffix.into(), tokens })
+        };
+        self.0.set_wrap(id, wrap).py_err(py)
+    }
+    #[pyo3(signature = (id, content, token_count, by))]
+    fn update_content(
+        &self,
+        py: Python<'_>,
+        id: &str,
+        content: &str,
+        token_count: Option<u32>,
+        by: Option<&Bound<'_, PyRegistry>>,
+    ) -> PyResult<()> {
+        let id = parse_id(py, &self.0, id)?;
+        let actor = self.actor(by);
+        self.0.update_content(id, content, token_count, actor).py_err(py)
+    }
+
+    #[pyo3(signature = (id, force, by))]
+    fn evict(&self, py: Python<'_>, id: &str, force: bool, by: Option<&Bound<'_, PyRegistry>>) -> PyResult<PyBlock> {
+        let id = parse_id(py, &self.0, id)?;
+        let actor = self.actor(by);
+        detach_if(py, self.heavy(), || self.0.evict(id, force, actor)).map(PyBlock).py_err(py)
+    }
+    fn evict_many(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<usize> {
+        let ids = parse_ids(py, &self.0, ids)?;
+        let actor = self.0.id();
+        detach_if(py, self.heavy(), || self.0.evict_many(&ids, actor)).py_err(py)
+    }
+    #[pyo3(signature = (limit, threshold))]
+    fn evict_by_policy(&self, py: Python<'_>, limit: Option<usize>, threshold: Option<f64>) -> Vec<String> {
+        let ids = detach_if(py, self.heavy(), || self.0.evict_by_policy(limit, threshold));
+        ids.into_iter().map(BlockId::to_hyphenated).collect()
+    }
+    #[pyo3(signature = (trajectory, by))]
+    fn rollback_trajectory(&self, py: Python<'_>, trajectory: &str, by: Option<&Bound<'_, PyRegistry>>) -> usize {
+        let actor = self.actor(by);
+        detach_if(py, self.heavy(), || self.0.rollback_trajectory(trajectory, actor))
+    }
+    fn snapshot(&self) -> PySnapshot {
+        PySnapshot(self.0.snapshot())
+    }
+    fn restore(&self, py: Python<'_>, snapshot: &Bound<'_, PySnapshot>) -> PyResult<()> {
+        let snap = &snapshot.get().0;
+        detach_if(py, snap.order.len() > DETACH_ABOVE, || self.0.restore(snap)).py_err(py)
+    }
+
+    /// Stages 1–4. Returns `(prompt, selection)`; `prompt` is `None` for a dry run,
+    /// which also leaves access counts alone.
+    #[pyo3(signature = (budget, separator, sep_tokens, view=None, scores=None, threshold=None, top_k=None, dry_run=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn compile<'py>(
+        &self,
+        py: Python<'py>,
+        budget: Option<u64>,
+        separator: &str,
+        sep_tokens: u32,
+        view: Option<&Bound<'_, PyOrderView>>,
+        scores: Option<Vec<f64>>,
+        threshold: Option<f64>,
+        top_k: Option<usize>,
+        dry_run: bool,
+    ) -> PyResult<(Option<Bound<'py, PyString>>, PySelection)> {
+        let view = view.map(|v| Arc::clone(&v.get().0));
+        let gate = scores.map(|scores| Gate { scores, threshold, top_k });
+        let heavy = view.as_ref().map_or_else(|| self.heavy(), |v| v.len() > DETACH_ABOVE);
+        let work = || -> Result<(Option<String>, CoreSelection), CoreError> {
+            if dry_run {
+                Ok((None, self.0.select(view, budget, sep_tokens, gate)?))
+            } else {
+                let (p, s) = self.0.compile(view, budget, separator, sep_tokens, gate)?;
+                Ok((Some(p), s))
+            }
+        };
+        let (prompt, sel) = detach_if(py, heavy, work).py_err(py)?;
+        Ok((prompt.map(|p| PyString::new(py, &p)), PySelection(sel)))
+    }
+}
+
+/// Tokens of `text` under cl100k_base (exact, offline).
+#[pyfunction]
+fn count_tokens(py: Python<'_>, text: &str) -> u32 {
+    detach_if(py, text.len() > 1 << 16, || count_cl100k(text))
+}
+
+/// Tokens of each text under cl100k_base, with the GIL released.
+#[pyfunction]
+fn count_tokens_many(py: Python<'_>, texts: Vec<String>) -> Vec<u32> {
+    py.detach(|| texts.iter().map(|t| count_cl100k(t)).collect())
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<PyRegistry>()?;
+    m.add_class::<PyBlock>()?;
+    m.add_class::<PySelection>()?;
+    m.add_class::<PyOrderView>()?;
+    m.add_class::<PySnapshot>()?;
+    m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(count_tokens_many, m)?)?;
+    Ok(())
+}
