@@ -348,8 +348,12 @@ class BlockRegistry:
         """Move a block by exactly one directive; positions clamp. Returns the new index."""
         given = [
             name
-            for name, v in (("steps", steps), ("to_position", to_position), ("before", before),
-                            ("after", after))
+            for name, v in (
+                ("steps", steps),
+                ("to_position", to_position),
+                ("before", before),
+                ("after", after),
+            )
             if v is not None
         ] + [name for name, v in (("to_front", to_front), ("to_back", to_back)) if v]
         if len(given) != 1:
@@ -418,8 +422,9 @@ class BlockRegistry:
         Returns the removed ids, highest score first. Nothing is evicted automatically."""
         if n is not None:
             _int(n, "n", minimum=0)
-        if threshold is not None and (isinstance(threshold, bool) or
-                                      not isinstance(threshold, (int, float))):
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+        ):
             raise InvalidArgumentError(f"threshold must be a number, got {threshold!r}")
         if self._policy is None:
             return self._core.evict_by_policy(n, threshold)
@@ -500,7 +505,9 @@ class BlockRegistry:
         out = []
         for b, s in zip(blocks, scores):
             if isinstance(s, bool) or not isinstance(s, (int, float)) or math.isnan(s):
-                raise InvalidArgumentError(f"gate returned {s!r} for block {b!r}; expected a number")
+                raise InvalidArgumentError(
+                    f"gate returned {s!r} for block {b!r}; expected a number"
+                )
             out.append(float(s))
         return out
 
@@ -538,8 +545,9 @@ class BlockRegistry:
         dry_run: bool,
     ) -> tuple[str | None, _core.Selection, int | None]:
         budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
-                                   or budget < 0):
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
+        ):
             raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
         sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
         if relevance_threshold is None and top_k is None:
@@ -588,7 +596,13 @@ class BlockRegistry:
         budget, stopping at the first block that does not fit; (4) count an access
         for each emitted block. Never reorders the registry."""
         prompt, sel, budget = self._select(
-            max_tokens, task_text, relevance_threshold, top_k, separator, task_embedding, gate,
+            max_tokens,
+            task_text,
+            relevance_threshold,
+            top_k,
+            separator,
+            task_embedding,
+            gate,
             False,
         )
         return CompileResult(prompt or "", sel, budget)
@@ -606,7 +620,13 @@ class BlockRegistry:
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
         _, sel, budget = self._select(
-            max_tokens, task_text, relevance_threshold, top_k, separator, task_embedding, gate,
+            max_tokens,
+            task_text,
+            relevance_threshold,
+            top_k,
+            separator,
+            task_embedding,
+            gate,
             True,
         )
         return DryRunResult(sel, budget)

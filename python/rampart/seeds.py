@@ -116,7 +116,7 @@ def _find_close(lines: list[str], start: int) -> int | None:
 
 def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
     try:
-        return yaml.load("\n".join(lines), Loader=_Loader)  # noqa: S506 - a safe loader
+        return yaml.load("\n".join(lines), Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = first_line + (mark.line if mark is not None else 0)
@@ -212,7 +212,9 @@ def _sections(text: str, path: Path) -> list[_Section]:
 
 def _check_priority(value: Any, path: Path, line: int) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ParseError(f"priority must be a number in [0, 1], got {value!r}", path=path, line=line)
+        raise ParseError(
+            f"priority must be a number in [0, 1], got {value!r}", path=path, line=line
+        )
     p = float(value)
     if not math.isfinite(p) or not 0.0 <= p <= 1.0:
         raise ParseError(f"priority must be in [0, 1], got {value!r}", path=path, line=line)
@@ -302,7 +304,7 @@ def _from_custom(parser: ParserFn, path: Path) -> list[SeedBlock]:
         raise
     except Exception as exc:
         raise ParseError(f"parser {parser!r} failed: {exc}", path=path) from exc
-    out = []
+    out: list[SeedBlock] = []
     for k, row in enumerate(rows):
         if isinstance(row, SeedBlock):
             out.append(row)
@@ -459,7 +461,8 @@ def _split_headers(text: str, path: Path, default_priority: float) -> list[SeedB
     for j, (k, h) in enumerate(heads):
         end = heads[j + 1][0] if j + 1 < len(heads) else len(lines)
         title = h.group(2)
-        priority, tags = None, ()
+        priority: float | None = None
+        tags: tuple[str, ...] = ()
         hm = _HINT.search(title)
         if hm:
             priority, tags = _parse_hint(hm.group(1), path, k + 1)
@@ -559,7 +562,7 @@ class SeedRegistry:
     @classmethod
     def from_files(cls, paths: Iterable[PathLike | BlockSource] | PathLike) -> SeedRegistry:
         """Load seed files (directories expand to their seed files); all or nothing."""
-        pairs = []
+        pairs: list[tuple[str, SeedBlock]] = []
         for src in expand_paths(paths):  # type: ignore[arg-type]
             p = Path(src.path)
             ns = _namespace(p, None)

@@ -1,0 +1,5 @@
+import sys
+
+from rampart.cli import main
+
+sys.exit(main())

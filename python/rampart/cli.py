@@ -1,0 +1,170 @@
+"""``rampart`` command line: compile seed files into a prompt, or list their blocks.
+
+rampart compile seeds/ --max-tokens 2048
+rampart compile seeds/ --task "fix the failing test" --top-k 8 --json
+rampart inspect seeds/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rampart import __version__
+from rampart.block import CompileResult
+from rampart.errors import RampartError
+from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+
+
+def _load(paths: Sequence[str], tokeniser: str | None) -> tuple[BlockRegistry, float]:
+    t0 = time.perf_counter()
+    reg = BlockRegistry.from_files(list(paths), tokeniser=tokeniser, default_max_tokens=None)
+    return reg, time.perf_counter() - t0
+
+
+def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": r.index,
+            "name": r.name,
+            "runtime_id": r.runtime_id,
+            "included": r.included,
+            "cost": r.cost,
+            "reason": r.reason,
+            "score": r.score,
+            "detail": r.detail,
+        }
+        for r in result.report
+    ]
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    reg, load_s = _load(args.paths, args.tokeniser)
+    separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
+    t0 = time.perf_counter()
+    result = reg.compile(
+        max_tokens=args.max_tokens,
+        task_text=args.task,
+        relevance_threshold=args.threshold,
+        top_k=args.top_k,
+        separator=separator,
+    )
+    compile_s = time.perf_counter() - t0
+    rows = _report_rows(result)
+    if args.json:
+        out = {
+            "prompt": result.prompt,
+            "total_tokens": result.total_tokens,
+            "max_tokens": result.max_tokens,
+            "task": args.task,
+            "included": [r for r in rows if r["included"]],
+            "excluded": [r for r in rows if not r["included"]],
+            "timing_s": {"load": load_s, "compile": compile_s},
+        }
+        json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    if not args.no_prompt:
+        sys.stdout.write(result.prompt + "\n")
+        sys.stdout.write("\n" + "=" * 72 + "\n")
+    budget = "unlimited" if result.max_tokens is None else str(result.max_tokens)
+    print(
+        f"included {len(result)} of {len(reg)} blocks, {result.total_tokens} tokens "
+        f"(budget {budget})"
+    )
+    if args.task:
+        print(f"task: {args.task}")
+    width = max((len(r["name"]) for r in rows), default=4)
+    for r in rows:
+        mark = "+" if r["included"] else "-"
+        score = "" if r["score"] is None else f" score={r['score']:.3f}"
+        why = "" if r["included"] else f"  [{r['reason']}] {r['detail']}"
+        print(f" {mark} {r['index']:>4}  {r['name']:<{width}}  {r['cost']:>6} tok{score}{why}")
+    print(
+        f"loaded {len(reg)} blocks in {load_s * 1e3:.2f} ms; compiled in {compile_s * 1e6:.1f} µs"
+    )
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    reg, load_s = _load(args.paths, args.tokeniser)
+    blocks = reg.list_blocks()
+    if args.json:
+        json.dump(
+            [
+                {
+                    "index": i,
+                    "name": b.semantic_name,
+                    "runtime_id": b.runtime_id,
+                    "priority": b.priority,
+                    "tokens": b.token_count,
+                    "tags": list(b.tags),
+                    "source": b.source,
+                    "metadata": b.metadata,
+                }
+                for i, b in enumerate(blocks)
+            ],
+            sys.stdout,
+            indent=2,
+            ensure_ascii=False,
+        )
+        sys.stdout.write("\n")
+        return 0
+    width = max((len(b.semantic_name) for b in blocks), default=4)
+    print(f"{'#':>4}  {'name':<{width}}  prio  tokens  tags")
+    for i, b in enumerate(blocks):
+        print(
+            f"{i:>4}  {b.semantic_name:<{width}}  {b.priority:4.2f}  {b.token_count:>6}  "
+            f"{', '.join(b.tags)}"
+        )
+    total = sum(b.token_count for b in blocks)
+    print(f"{len(blocks)} blocks, {total} tokens, loaded in {load_s * 1e3:.2f} ms")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rampart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--version", action="version", version=f"rampart {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("paths", nargs="+", help="seed files or directories of them")
+    common.add_argument(
+        "--tokeniser", default=None, help="tokenizer.json path (default: cl100k_base)"
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    c = sub.add_parser("compile", parents=[common], help="compile seed files into a prompt")
+    c.add_argument("--task", default=None, help="task text for the relevance gate")
+    c.add_argument("--max-tokens", type=int, default=None, help="token budget (default: none)")
+    c.add_argument("--top-k", type=int, default=None, help="gate: keep the k most relevant")
+    c.add_argument("--threshold", type=float, default=None, help="gate: minimum cosine score")
+    c.add_argument("--separator", default=None, help="text between blocks")
+    c.add_argument("--no-prompt", action="store_true", help="print only the report")
+    c.set_defaults(func=_cmd_compile)
+
+    i = sub.add_parser("inspect", parents=[common], help="list the blocks of seed files")
+    i.set_defaults(func=_cmd_inspect)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (RampartError, FileNotFoundError, ImportError) as exc:
+        print(f"rampart: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `rampart inspect … | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
