@@ -2,6 +2,7 @@
 from typing import final
 
 __all__ = [
+    "__version__",
     "Block",
     "OrderView",
     "Registry",

@@ -27,7 +27,9 @@ impl BlockId {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        uuid::Uuid::try_parse(s).ok().map(|u| BlockId(*u.as_bytes()))
+        uuid::Uuid::try_parse(s)
+            .ok()
+            .map(|u| BlockId(*u.as_bytes()))
     }
 
     pub fn to_hyphenated(self) -> String {
@@ -106,17 +108,19 @@ pub struct Wrap {
 #[derive(Clone, Debug, Default)]
 struct Extra {
     trajectory: Option<Box<str>>,
-    tags: Box<[Box<str>]>,
     /// Extra front-matter keys as JSON text: opaque to the core.
     meta: Option<Box<str>>,
-    wrap: Option<Wrap>,
+    wrap: Option<Box<Wrap>>,
 }
 
 impl Extra {
     fn is_empty(&self) -> bool {
-        self.trajectory.is_none() && self.tags.is_empty() && self.meta.is_none() && self.wrap.is_none()
+        self.trajectory.is_none() && self.meta.is_none() && self.wrap.is_none()
     }
 }
+
+/// Separates tags inside a block's text allocation (never valid in a tag).
+const TAG_SEP: char = '\u{1f}';
 
 /// Everything the caller decides about a block before it enters a registry.
 #[derive(Clone, Debug)]
@@ -153,12 +157,15 @@ impl NewBlock {
 pub struct Block {
     pub id: BlockId,
     pub author: BlockId,
-    /// `name` followed by `content` in one allocation; `name_len` splits them.
+    /// `name`, the tags (joined by `TAG_SEP`) and `content` in one allocation;
+    /// `name_len` and `tags_len` split them. Tags nearly every seed block has
+    /// would otherwise cost two more allocations per block.
     text: Arc<str>,
     extra: Option<Arc<Extra>>,
     pub priority: f64,
     access: AtomicU64,
     name_len: u32,
+    tags_len: u32,
     pub token_count: u32,
     /// Tokens of the wrap text, copied out of `extra` so the budget walk never
     /// follows a second pointer.
@@ -175,11 +182,17 @@ pub(crate) fn now_unix() -> u32 {
         .unwrap_or(0)
 }
 
-fn join_text(name: &str, content: &str) -> Arc<str> {
-    let mut s = String::with_capacity(name.len() + content.len());
+fn join_text(name: &str, tags: &str, content: &str) -> Arc<str> {
+    let mut s = String::with_capacity(name.len() + tags.len() + content.len());
     s.push_str(name);
+    s.push_str(tags);
     s.push_str(content);
     Arc::from(s)
+}
+
+/// Whether `tag` can be stored (non-empty, no separator character).
+pub fn valid_tag(tag: &str) -> bool {
+    !tag.is_empty() && !tag.contains(TAG_SEP)
 }
 
 impl Block {
@@ -187,16 +200,21 @@ impl Block {
     pub(crate) fn build(nb: NewBlock, author: BlockId, token_count: u32) -> Block {
         let extra = Extra {
             trajectory: nb.trajectory.map(String::into_boxed_str),
-            tags: nb.tags.into_iter().map(String::into_boxed_str).collect(),
             meta: nb.meta.map(String::into_boxed_str),
             wrap: None,
         };
+        let tags = nb.tags.join(&TAG_SEP.to_string());
         Block {
             id: BlockId::random(),
             author,
             name_len: nb.name.len() as u32,
-            text: join_text(&nb.name, &nb.content),
-            extra: if extra.is_empty() { None } else { Some(Arc::new(extra)) },
+            tags_len: tags.len() as u32,
+            text: join_text(&nb.name, &tags, &nb.content),
+            extra: if extra.is_empty() {
+                None
+            } else {
+                Some(Arc::new(extra))
+            },
             priority: nb.priority,
             access: AtomicU64::new(0),
             token_count,
@@ -210,23 +228,28 @@ impl Block {
     pub fn name(&self) -> &str {
         &self.text[..self.name_len as usize]
     }
+    fn tags_str(&self) -> &str {
+        let start = self.name_len as usize;
+        &self.text[start..start + self.tags_len as usize]
+    }
     pub fn content(&self) -> &str {
-        &self.text[self.name_len as usize..]
+        &self.text[(self.name_len + self.tags_len) as usize..]
     }
     pub fn trajectory(&self) -> Option<&str> {
         self.extra.as_ref().and_then(|e| e.trajectory.as_deref())
     }
-    pub fn tags(&self) -> &[Box<str>] {
-        self.extra.as_ref().map(|e| &e.tags[..]).unwrap_or(&[])
+    pub fn tags(&self) -> impl Iterator<Item = &str> + '_ {
+        let s = self.tags_str();
+        s.split(TAG_SEP).filter(move |_| !s.is_empty())
     }
     pub fn has_tag(&self, tag: &str) -> bool {
-        self.tags().iter().any(|t| &**t == tag)
+        self.tags().any(|t| t == tag)
     }
     pub fn meta(&self) -> Option<&str> {
         self.extra.as_ref().and_then(|e| e.meta.as_deref())
     }
     pub fn wrap(&self) -> Option<&Wrap> {
-        self.extra.as_ref().and_then(|e| e.wrap.as_ref())
+        self.extra.as_ref().and_then(|e| e.wrap.as_deref())
     }
     pub fn access_count(&self) -> u64 {
         self.access.load(Ordering::Relaxed)
@@ -242,8 +265,11 @@ impl Block {
     /// Bytes this block adds to a rendered prompt, separator excluded.
     #[inline]
     pub(crate) fn rendered_len(&self) -> usize {
-        let wrap = self.wrap().map(|w| w.prefix.len() + w.suffix.len()).unwrap_or(0);
-        self.text.len() - self.name_len as usize + wrap
+        let wrap = self
+            .wrap()
+            .map(|w| w.prefix.len() + w.suffix.len())
+            .unwrap_or(0);
+        self.text.len() - (self.name_len + self.tags_len) as usize + wrap
     }
     pub(crate) fn render_into(&self, out: &mut String) {
         match self.wrap() {
@@ -266,6 +292,7 @@ impl Block {
             priority: self.priority,
             access: AtomicU64::new(self.access_count()),
             name_len: self.name_len,
+            tags_len: self.tags_len,
             token_count: self.token_count,
             wrap_tokens: self.wrap_tokens,
             created_at: self.created_at,
@@ -287,13 +314,17 @@ impl Block {
         let mut b = self.copy_with_id(self.id);
         let mut extra = b.extra.as_deref().cloned().unwrap_or_default();
         b.wrap_tokens = wrap.as_ref().map(|w| w.tokens).unwrap_or(0);
-        extra.wrap = wrap;
-        b.extra = if extra.is_empty() { None } else { Some(Arc::new(extra)) };
+        extra.wrap = wrap.map(Box::new);
+        b.extra = if extra.is_empty() {
+            None
+        } else {
+            Some(Arc::new(extra))
+        };
         b
     }
     pub(crate) fn with_content(&self, content: &str, token_count: u32) -> Block {
         let mut b = self.copy_with_id(self.id);
-        b.text = join_text(self.name(), content);
+        b.text = join_text(self.name(), self.tags_str(), content);
         b.token_count = token_count;
         b
     }
@@ -306,12 +337,17 @@ mod tests {
     #[test]
     fn name_and_content_split() {
         let mut nb = NewBlock::new("rules", "Always run the tests.");
-        nb.tags = vec!["a".into()];
+        nb.tags = vec!["a".into(), "bc".into()];
         let b = Block::build(nb, BlockId::random(), 5);
         assert_eq!(b.name(), "rules");
         assert_eq!(b.content(), "Always run the tests.");
-        assert_eq!(b.tags().len(), 1);
-        assert!(b.has_tag("a"));
+        assert_eq!(b.tags().collect::<Vec<_>>(), ["a", "bc"]);
+        assert!(b.has_tag("a") && b.has_tag("bc") && !b.has_tag("b"));
+        let c = b.with_content("New text.", 2);
+        assert_eq!((c.name(), c.content()), ("rules", "New text."));
+        assert_eq!(c.tags().count(), 2);
+        let untagged = Block::build(NewBlock::new("n", "x"), BlockId::random(), 1);
+        assert_eq!(untagged.tags().count(), 0);
         assert_eq!(b.rendered_len(), "Always run the tests.".len());
     }
 
@@ -327,7 +363,11 @@ mod tests {
     #[test]
     fn wrap_changes_cost_and_rendering() {
         let b = Block::build(NewBlock::new("n", "body"), BlockId::random(), 3);
-        let w = b.with_wrap(Some(Wrap { prefix: "<c>".into(), suffix: "</c>".into(), tokens: 4 }));
+        let w = b.with_wrap(Some(Wrap {
+            prefix: "<c>".into(),
+            suffix: "</c>".into(),
+            tokens: 4,
+        }));
         assert_eq!(w.cost(), 7);
         let mut s = String::new();
         w.render_into(&mut s);
@@ -342,6 +382,10 @@ mod tests {
     #[test]
     fn block_stays_small() {
         // The per-block memory budget depends on this; see tests/memory.rs.
-        assert!(std::mem::size_of::<Block>() <= 96, "{}", std::mem::size_of::<Block>());
+        assert!(
+            std::mem::size_of::<Block>() <= 96,
+            "{}",
+            std::mem::size_of::<Block>()
+        );
     }
 }

@@ -60,20 +60,26 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
         )));
     }
     if let Some(i) = gate.scores.iter().position(|s| s.is_nan()) {
-        return Err(CoreError::InvalidArgument(format!("gate score for block #{i} is NaN")));
+        return Err(CoreError::InvalidArgument(format!(
+            "gate score for block #{i} is NaN"
+        )));
     }
     let mut admitted: Vec<bool> = match gate.threshold {
         Some(t) => gate.scores.iter().map(|&s| s >= t).collect(),
         None => vec![true; order_len],
     };
     if let Some(k) = gate.top_k {
-        let mut candidates: Vec<u32> =
-            (0..order_len as u32).filter(|&i| admitted[i as usize]).collect();
+        let mut candidates: Vec<u32> = (0..order_len as u32)
+            .filter(|&i| admitted[i as usize])
+            .collect();
         if candidates.len() > k {
             // Partial selection, O(n): highest score first, ties by registry order.
-            let key = |&i: &u32| (std::cmp::Reverse(OrdF64(gate.scores[i as usize])), i);
+            // (NaN was rejected above, so total_cmp is the numeric order.)
+            let s = &gate.scores;
             if k > 0 {
-                candidates.select_nth_unstable_by_key(k - 1, key);
+                candidates.select_nth_unstable_by(k - 1, |&a, &b| {
+                    s[b as usize].total_cmp(&s[a as usize]).then(a.cmp(&b))
+                });
             }
             for &i in &candidates[k..] {
                 admitted[i as usize] = false;
@@ -83,18 +89,13 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
     Ok(admitted)
 }
 
-#[derive(PartialEq, PartialOrd, Clone, Copy)]
-struct OrdF64(f64);
-impl Eq for OrdF64 {}
-impl Ord for OrdF64 {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // NaN is rejected before sorting.
-        self.0.partial_cmp(&other.0).unwrap_or(std::cmp::Ordering::Equal)
-    }
-}
-
 /// Stages 1–3: gate, ordered walk, budget cut. Changes nothing.
-pub fn select(order: Order, budget: Option<u64>, sep_tokens: u32, gate: Option<Gate>) -> Result<Selection> {
+pub fn select(
+    order: Order,
+    budget: Option<u64>,
+    sep_tokens: u32,
+    gate: Option<Gate>,
+) -> Result<Selection> {
     let (admitted, scores) = match gate {
         Some(g) => {
             let a = admit(order.len(), &g)?;
@@ -111,7 +112,11 @@ pub fn select(order: Order, budget: Option<u64>, sep_tokens: u32, gate: Option<G
                 continue;
             }
         }
-        let sep = if included.is_empty() { 0 } else { u64::from(sep_tokens) };
+        let sep = if included.is_empty() {
+            0
+        } else {
+            u64::from(sep_tokens)
+        };
         let cost = block.cost() + sep;
         if let Some(b) = budget {
             if total + cost > b {
@@ -122,7 +127,16 @@ pub fn select(order: Order, budget: Option<u64>, sep_tokens: u32, gate: Option<G
         total += cost;
         included.push(i as u32);
     }
-    Ok(Selection { order, included, stop, admitted, scores, total_tokens: total, sep_tokens, budget })
+    Ok(Selection {
+        order,
+        included,
+        stop,
+        admitted,
+        scores,
+        total_tokens: total,
+        sep_tokens,
+        budget,
+    })
 }
 
 impl Selection {
@@ -143,8 +157,11 @@ impl Selection {
         if n == 0 {
             return String::new();
         }
-        let bytes: usize =
-            self.included_blocks().map(|b| b.rendered_len()).sum::<usize>() + separator.len() * (n - 1);
+        let bytes: usize = self
+            .included_blocks()
+            .map(|b| b.rendered_len())
+            .sum::<usize>()
+            + separator.len() * (n - 1);
         let mut out = String::with_capacity(bytes);
         for (k, b) in self.included_blocks().enumerate() {
             if k > 0 {
@@ -160,7 +177,14 @@ impl Selection {
     pub fn included_costs(&self) -> Vec<u64> {
         self.included_blocks()
             .enumerate()
-            .map(|(k, b)| b.cost() + if k == 0 { 0 } else { u64::from(self.sep_tokens) })
+            .map(|(k, b)| {
+                b.cost()
+                    + if k == 0 {
+                        0
+                    } else {
+                        u64::from(self.sep_tokens)
+                    }
+            })
             .collect()
     }
 
@@ -182,9 +206,19 @@ impl Selection {
             }
             match self.stop {
                 Some(stop) if i == stop => {
-                    let sep = if self.included.is_empty() { 0 } else { u64::from(self.sep_tokens) };
+                    let sep = if self.included.is_empty() {
+                        0
+                    } else {
+                        u64::from(self.sep_tokens)
+                    };
                     let remaining = self.budget.unwrap_or(u64::MAX).saturating_sub(spent);
-                    out.push((i, Exclusion::OverBudget { cost: self.order[i].cost() + sep, remaining }));
+                    out.push((
+                        i,
+                        Exclusion::OverBudget {
+                            cost: self.order[i].cost() + sep,
+                            remaining,
+                        },
+                    ));
                 }
                 Some(stop) => out.push((i, Exclusion::AfterStop { stopped_at: stop })),
                 // Unreachable: without a stop every admitted block is included.
@@ -206,7 +240,13 @@ mod tests {
             costs
                 .iter()
                 .enumerate()
-                .map(|(i, &c)| Arc::new(Block::build(NewBlock::new(format!("b{i}"), format!("c{i}")), author, c)))
+                .map(|(i, &c)| {
+                    Arc::new(Block::build(
+                        NewBlock::new(format!("b{i}"), format!("c{i}")),
+                        author,
+                        c,
+                    ))
+                })
                 .collect(),
         )
     }
@@ -219,7 +259,11 @@ mod tests {
         assert_eq!(s.total_tokens, 32);
         assert!(s.exclusions().is_empty());
         let s = select(order(&[10, 10, 10]), Some(31), 1, None).unwrap();
-        assert_eq!(s.included, vec![0, 1], "one token short drops the last block");
+        assert_eq!(
+            s.included,
+            vec![0, 1],
+            "one token short drops the last block"
+        );
     }
 
     #[test]
@@ -229,7 +273,16 @@ mod tests {
         assert_eq!(s.included, vec![0]);
         assert_eq!(s.stop, Some(1));
         let ex = s.exclusions();
-        assert_eq!(ex[0], (1, Exclusion::OverBudget { cost: 51, remaining: 10 }));
+        assert_eq!(
+            ex[0],
+            (
+                1,
+                Exclusion::OverBudget {
+                    cost: 51,
+                    remaining: 10
+                }
+            )
+        );
         assert_eq!(ex[1], (2, Exclusion::AfterStop { stopped_at: 1 }));
     }
 
@@ -250,21 +303,44 @@ mod tests {
 
     #[test]
     fn gate_threshold_and_top_k() {
-        let g = Gate { scores: vec![0.9, 0.1, 0.5, 0.5, 0.7], threshold: Some(0.4), top_k: Some(2) };
+        let g = Gate {
+            scores: vec![0.9, 0.1, 0.5, 0.5, 0.7],
+            threshold: Some(0.4),
+            top_k: Some(2),
+        };
         let s = select(order(&[1; 5]), None, 0, Some(g)).unwrap();
         assert_eq!(s.included, vec![0, 4]);
-        let g = Gate { scores: vec![0.5, 0.5, 0.5], threshold: None, top_k: Some(2) };
+        let g = Gate {
+            scores: vec![0.5, 0.5, 0.5],
+            threshold: None,
+            top_k: Some(2),
+        };
         let s = select(order(&[1; 3]), None, 0, Some(g)).unwrap();
         assert_eq!(s.included, vec![0, 1], "ties keep registry order");
-        let g = Gate { scores: vec![0.5], threshold: None, top_k: Some(0) };
-        assert!(select(order(&[1]), None, 0, Some(g)).unwrap().included.is_empty());
+        let g = Gate {
+            scores: vec![0.5],
+            threshold: None,
+            top_k: Some(0),
+        };
+        assert!(select(order(&[1]), None, 0, Some(g))
+            .unwrap()
+            .included
+            .is_empty());
     }
 
     #[test]
     fn gate_rejects_bad_scores() {
-        let g = Gate { scores: vec![0.5], threshold: Some(0.1), top_k: None };
+        let g = Gate {
+            scores: vec![0.5],
+            threshold: Some(0.1),
+            top_k: None,
+        };
         assert!(select(order(&[1, 1]), None, 0, Some(g)).is_err());
-        let g = Gate { scores: vec![f64::NAN], threshold: Some(0.1), top_k: None };
+        let g = Gate {
+            scores: vec![f64::NAN],
+            threshold: Some(0.1),
+            top_k: None,
+        };
         assert!(select(order(&[1]), None, 0, Some(g)).is_err());
     }
 

@@ -7,15 +7,31 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
     /// One or more runtime ids (or names) that the registry does not hold.
-    BlockNotFound { registry: String, missing: Vec<String> },
+    BlockNotFound {
+        registry: String,
+        missing: Vec<String>,
+    },
     /// A caller argument outside its domain (priority out of [0, 1], duplicates…).
     InvalidArgument(String),
     /// Content replacement attempted on a seed block.
-    SeedMutation { registry: String, name: String, id: String },
+    SeedMutation {
+        registry: String,
+        name: String,
+        id: String,
+    },
     /// Content replacement attempted on an orchestrator block.
-    OrchestratorMutation { registry: String, name: String, id: String },
+    OrchestratorMutation {
+        registry: String,
+        name: String,
+        id: String,
+    },
     /// Eviction of a non-evictable block without `force`.
-    Eviction { registry: String, name: String, id: String, author: String },
+    Eviction {
+        registry: String,
+        name: String,
+        id: String,
+        author: String,
+    },
     /// The acting registry is not the block's author.
     Permission(String),
 }
@@ -27,7 +43,11 @@ impl fmt::Display for CoreError {
                 if missing.len() == 1 {
                     write!(f, "registry '{registry}' has no block {}", missing[0])
                 } else {
-                    write!(f, "registry '{registry}' has no blocks {}", missing.join(", "))
+                    write!(
+                        f,
+                        "registry '{registry}' has no blocks {}",
+                        missing.join(", ")
+                    )
                 }
             }
             CoreError::InvalidArgument(msg) => f.write_str(msg),
@@ -41,7 +61,12 @@ impl fmt::Display for CoreError {
                 "block '{name}' ({id}) in registry '{registry}' is an orchestrator block: its \
                  content is immutable (priority and wrap may change)"
             ),
-            CoreError::Eviction { registry, name, id, author } => write!(
+            CoreError::Eviction {
+                registry,
+                name,
+                id,
+                author,
+            } => write!(
                 f,
                 "block '{name}' ({id}) in registry '{registry}' is not evictable; only its \
                  author, registry '{author}', may remove it with force=True"

@@ -32,7 +32,11 @@ fn detach_if<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> T + Send)
     }
 }
 
-fn error_class<'py>(py: Python<'py>, cell: &'static PyOnceLock<Py<PyType>>, name: &str) -> Bound<'py, PyType> {
+fn error_class<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> Bound<'py, PyType> {
     cell.import(py, "rampart.errors", name)
         .expect("rampart.errors defines every error class")
         .clone()
@@ -50,7 +54,9 @@ fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
         CoreError::BlockNotFound { .. } => error_class(py, &NOT_FOUND, "BlockNotFoundError"),
         CoreError::InvalidArgument(_) => error_class(py, &INVALID, "InvalidArgumentError"),
         CoreError::SeedMutation { .. } => error_class(py, &SEED, "SeedMutationError"),
-        CoreError::OrchestratorMutation { .. } => error_class(py, &ORCH, "OrchestratorMutationError"),
+        CoreError::OrchestratorMutation { .. } => {
+            error_class(py, &ORCH, "OrchestratorMutationError")
+        }
         CoreError::Eviction { .. } => error_class(py, &EVICT, "EvictionError"),
         CoreError::Permission(_) => error_class(py, &PERM, "BlockPermissionError"),
     };
@@ -70,7 +76,13 @@ impl<T> IntoPy<T> for Result<T, CoreError> {
 /// A runtime id string that is not a UUID names no block: `BlockNotFoundError`.
 fn parse_id(py: Python<'_>, reg: &CoreRegistry, id: &str) -> PyResult<BlockId> {
     BlockId::parse(id).ok_or_else(|| {
-        to_pyerr(py, CoreError::BlockNotFound { registry: reg.label().to_string(), missing: vec![id.to_string()] })
+        to_pyerr(
+            py,
+            CoreError::BlockNotFound {
+                registry: reg.label().to_string(),
+                missing: vec![id.to_string()],
+            },
+        )
     })
 }
 
@@ -80,7 +92,9 @@ fn parse_ids(py: Python<'_>, reg: &CoreRegistry, ids: Vec<String>) -> PyResult<V
 
 fn parse_source(s: &str) -> PyResult<Source> {
     Source::parse(s).ok_or_else(|| {
-        PyValueError::new_err(format!("source must be 'seed', 'agent' or 'orchestrator', got {s:?}"))
+        PyValueError::new_err(format!(
+            "source must be 'seed', 'agent' or 'orchestrator', got {s:?}"
+        ))
     })
 }
 
@@ -134,7 +148,7 @@ impl PyBlock {
     }
     #[getter]
     fn tags(&self) -> Vec<&str> {
-        self.0.tags().iter().map(|t| &**t).collect()
+        self.0.tags().collect()
     }
     #[getter]
     fn token_count(&self) -> u32 {
@@ -161,7 +175,10 @@ impl PyBlock {
     }
 }
 
-fn views(py: Python<'_>, blocks: impl Iterator<Item = Arc<CoreBlock>>) -> PyResult<Bound<'_, PyList>> {
+fn views(
+    py: Python<'_>,
+    blocks: impl Iterator<Item = Arc<CoreBlock>>,
+) -> PyResult<Bound<'_, PyList>> {
     PyList::new(py, blocks.map(PyBlock))
 }
 
@@ -203,10 +220,18 @@ impl PySelection {
         self.0.included.len()
     }
     fn included_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.0.included_blocks().map(|b| PyString::new(py, b.name())))
+        PyList::new(
+            py,
+            self.0
+                .included_blocks()
+                .map(|b| PyString::new(py, b.name())),
+        )
     }
     fn included_ids(&self) -> Vec<String> {
-        self.0.included_blocks().map(|b| b.id.to_hyphenated()).collect()
+        self.0
+            .included_blocks()
+            .map(|b| b.id.to_hyphenated())
+            .collect()
     }
     fn included_costs(&self) -> Vec<u64> {
         self.0.included_costs()
@@ -216,12 +241,27 @@ impl PySelection {
     }
     fn excluded_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let ex = py.detach(|| self.0.exclusions());
-        PyList::new(py, ex.iter().map(|(i, _)| PyString::new(py, self.0.order[*i].name())))
+        PyList::new(
+            py,
+            ex.iter()
+                .map(|(i, _)| PyString::new(py, self.0.order[*i].name())),
+        )
     }
     /// One row per block of the compiled view, registry order:
     /// (index, block, included, cost, reason, score, detail).
     #[allow(clippy::type_complexity)]
-    fn report(&self, py: Python<'_>) -> Vec<(usize, PyBlock, bool, u64, Option<&'static str>, Option<f64>, String)> {
+    fn report(
+        &self,
+        py: Python<'_>,
+    ) -> Vec<(
+        usize,
+        PyBlock,
+        bool,
+        u64,
+        Option<&'static str>,
+        Option<f64>,
+        String,
+    )> {
         let sel = &self.0;
         let ex = py.detach(|| sel.exclusions());
         let score = |i: usize| sel.scores.as_ref().map(|s| s[i]);
@@ -229,12 +269,24 @@ impl PySelection {
         let mut rows = Vec::with_capacity(sel.order.len());
         for (k, &i) in sel.included.iter().enumerate() {
             let i = i as usize;
-            rows.push((i, PyBlock(Arc::clone(&sel.order[i])), true, costs[k], None, score(i), String::new()));
+            rows.push((
+                i,
+                PyBlock(Arc::clone(&sel.order[i])),
+                true,
+                costs[k],
+                None,
+                score(i),
+                String::new(),
+            ));
         }
         for (i, why) in ex {
             let b = &sel.order[i];
             let (reason, cost, detail) = match why {
-                Exclusion::Gate(s) => ("gate", b.cost(), format!("relevance score {s:.4} did not pass the gate")),
+                Exclusion::Gate(s) => (
+                    "gate",
+                    b.cost(),
+                    format!("relevance score {s:.4} did not pass the gate"),
+                ),
                 Exclusion::OverBudget { cost, remaining } => (
                     "budget",
                     cost,
@@ -243,10 +295,21 @@ impl PySelection {
                 Exclusion::AfterStop { stopped_at } => (
                     "budget",
                     b.cost() + u64::from(sel.sep_tokens),
-                    format!("budget walk stopped at block '{}' (order decides)", sel.order[stopped_at].name()),
+                    format!(
+                        "budget walk stopped at block '{}' (order decides)",
+                        sel.order[stopped_at].name()
+                    ),
                 ),
             };
-            rows.push((i, PyBlock(Arc::clone(b)), false, cost, Some(reason), score(i), detail));
+            rows.push((
+                i,
+                PyBlock(Arc::clone(b)),
+                false,
+                cost,
+                Some(reason),
+                score(i),
+                detail,
+            ));
         }
         rows.sort_by_key(|r| r.0);
         rows
@@ -278,7 +341,14 @@ impl PySnapshot {
 
 // ---- Registry ------------------------------------------------------------------
 
-type SeedRow = (String, String, f64, Vec<String>, Option<String>, Option<u32>);
+type SeedRow = (
+    String,
+    String,
+    f64,
+    Vec<String>,
+    Option<String>,
+    Option<u32>,
+);
 
 #[pyclass(frozen, module = "rampart._core", name = "Registry")]
 pub struct PyRegistry(CoreRegistry);
@@ -355,24 +425,34 @@ impl PyRegistry {
 
     /// Append seed-like blocks, all or nothing; `token_count=None` rows are
     /// counted with cl100k_base with the GIL released.
-    fn insert_many(&self, py: Python<'_>, rows: Vec<SeedRow>, source: &str, evictable: bool) -> PyResult<Vec<String>> {
+    fn insert_many(
+        &self,
+        py: Python<'_>,
+        rows: Vec<SeedRow>,
+        source: &str,
+        evictable: bool,
+    ) -> PyResult<Vec<String>> {
         let source = parse_source(source)?;
         let blocks: Vec<NewBlock> = rows
             .into_iter()
-            .map(|(name, content, priority, tags, meta, token_count)| NewBlock {
-                name,
-                content,
-                priority,
-                source,
-                evictable,
-                trajectory: None,
-                tags,
-                meta,
-                token_count,
-            })
+            .map(
+                |(name, content, priority, tags, meta, token_count)| NewBlock {
+                    name,
+                    content,
+                    priority,
+                    source,
+                    evictable,
+                    trajectory: None,
+                    tags,
+                    meta,
+                    token_count,
+                },
+            )
             .collect();
         let author = self.0.id();
-        let ids = py.detach(|| self.0.insert_many(blocks, author)).py_err(py)?;
+        let ids = py
+            .detach(|| self.0.insert_many(blocks, author))
+            .py_err(py)?;
         Ok(ids.into_iter().map(BlockId::to_hyphenated).collect())
     }
 
@@ -388,12 +468,24 @@ impl PyRegistry {
         views(py, self.0.order().iter().cloned())
     }
     fn runtime_ids(&self) -> Vec<String> {
-        self.0.order().iter().map(|b| b.id.to_hyphenated()).collect()
+        self.0
+            .order()
+            .iter()
+            .map(|b| b.id.to_hyphenated())
+            .collect()
     }
     fn find_by_name<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyList>> {
-        views(py, self.0.order().iter().filter(|b| b.name() == name).cloned())
+        views(
+            py,
+            self.0.order().iter().filter(|b| b.name() == name).cloned(),
+        )
     }
-    fn find_by_tags<'py>(&self, py: Python<'py>, tags: Vec<String>, match_all: bool) -> PyResult<Bound<'py, PyList>> {
+    fn find_by_tags<'py>(
+        &self,
+        py: Python<'py>,
+        tags: Vec<String>,
+        match_all: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
         let hit = |b: &&Arc<CoreBlock>| {
             if match_all {
                 tags.iter().all(|t| b.has_tag(t))
@@ -430,13 +522,24 @@ impl PyRegistry {
         self.0.update_priority(id, priority).py_err(py)
     }
     #[pyo3(signature = (id, prefix, suffix, tokens))]
-    fn set_wrap(&self, py: Python<'_>, id: &str, prefix: &str, suffix: &str, tokens: Option<u32>) -> PyResult<()> {
+    fn set_wrap(
+        &self,
+        py: Python<'_>,
+        id: &str,
+        prefix: &str,
+        suffix: &str,
+        tokens: Option<u32>,
+    ) -> PyResult<()> {
         let id = parse_id(py, &self.0, id)?;
         let wrap = if prefix.is_empty() && suffix.is_empty() {
             None
         } else {
             let tokens = tokens.unwrap_or_else(|| count_cl100k(prefix) + count_cl100k(suffix));
-            Some(Wrap { prefix: prefix.into(), suffix: suffix.into(), tokens })
+            Some(Wrap {
+                prefix: prefix.into(),
+                suffix: suffix.into(),
+                tokens,
+            })
         };
         self.0.set_wrap(id, wrap).py_err(py)
     }
@@ -451,14 +554,24 @@ impl PyRegistry {
     ) -> PyResult<()> {
         let id = parse_id(py, &self.0, id)?;
         let actor = self.actor(by);
-        self.0.update_content(id, content, token_count, actor).py_err(py)
+        self.0
+            .update_content(id, content, token_count, actor)
+            .py_err(py)
     }
 
     #[pyo3(signature = (id, force, by))]
-    fn evict(&self, py: Python<'_>, id: &str, force: bool, by: Option<&Bound<'_, PyRegistry>>) -> PyResult<PyBlock> {
+    fn evict(
+        &self,
+        py: Python<'_>,
+        id: &str,
+        force: bool,
+        by: Option<&Bound<'_, PyRegistry>>,
+    ) -> PyResult<PyBlock> {
         let id = parse_id(py, &self.0, id)?;
         let actor = self.actor(by);
-        detach_if(py, self.heavy(), || self.0.evict(id, force, actor)).map(PyBlock).py_err(py)
+        detach_if(py, self.heavy(), || self.0.evict(id, force, actor))
+            .map(PyBlock)
+            .py_err(py)
     }
     fn evict_many(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<usize> {
         let ids = parse_ids(py, &self.0, ids)?;
@@ -466,14 +579,28 @@ impl PyRegistry {
         detach_if(py, self.heavy(), || self.0.evict_many(&ids, actor)).py_err(py)
     }
     #[pyo3(signature = (limit, threshold))]
-    fn evict_by_policy(&self, py: Python<'_>, limit: Option<usize>, threshold: Option<f64>) -> Vec<String> {
-        let ids = detach_if(py, self.heavy(), || self.0.evict_by_policy(limit, threshold));
+    fn evict_by_policy(
+        &self,
+        py: Python<'_>,
+        limit: Option<usize>,
+        threshold: Option<f64>,
+    ) -> Vec<String> {
+        let ids = detach_if(py, self.heavy(), || {
+            self.0.evict_by_policy(limit, threshold)
+        });
         ids.into_iter().map(BlockId::to_hyphenated).collect()
     }
     #[pyo3(signature = (trajectory, by))]
-    fn rollback_trajectory(&self, py: Python<'_>, trajectory: &str, by: Option<&Bound<'_, PyRegistry>>) -> usize {
+    fn rollback_trajectory(
+        &self,
+        py: Python<'_>,
+        trajectory: &str,
+        by: Option<&Bound<'_, PyRegistry>>,
+    ) -> usize {
         let actor = self.actor(by);
-        detach_if(py, self.heavy(), || self.0.rollback_trajectory(trajectory, actor))
+        detach_if(py, self.heavy(), || {
+            self.0.rollback_trajectory(trajectory, actor)
+        })
     }
     fn snapshot(&self) -> PySnapshot {
         PySnapshot(self.0.snapshot())
@@ -500,8 +627,14 @@ impl PyRegistry {
         dry_run: bool,
     ) -> PyResult<(Option<Bound<'py, PyString>>, PySelection)> {
         let view = view.map(|v| Arc::clone(&v.get().0));
-        let gate = scores.map(|scores| Gate { scores, threshold, top_k });
-        let heavy = view.as_ref().map_or_else(|| self.heavy(), |v| v.len() > DETACH_ABOVE);
+        let gate = scores.map(|scores| Gate {
+            scores,
+            threshold,
+            top_k,
+        });
+        let heavy = view
+            .as_ref()
+            .map_or_else(|| self.heavy(), |v| v.len() > DETACH_ABOVE);
         let work = || -> Result<(Option<String>, CoreSelection), CoreError> {
             if dry_run {
                 Ok((None, self.0.select(view, budget, sep_tokens, gate)?))

@@ -102,7 +102,9 @@ fn check_priority(p: f64) -> Result<()> {
     if (0.0..=1.0).contains(&p) {
         Ok(())
     } else {
-        Err(CoreError::InvalidArgument(format!("priority must be a number in [0, 1], got {p}")))
+        Err(CoreError::InvalidArgument(format!(
+            "priority must be a number in [0, 1], got {p}"
+        )))
     }
 }
 
@@ -116,7 +118,11 @@ impl Registry {
         let id = BlockId::random();
         let label: Arc<str> = Arc::from(label);
         directory().write().insert(id, Arc::clone(&label));
-        Registry { id, label, state: RwLock::new(State::default()) }
+        Registry {
+            id,
+            label,
+            state: RwLock::new(State::default()),
+        }
     }
 
     pub fn id(&self) -> BlockId {
@@ -149,7 +155,12 @@ impl Registry {
     }
 
     pub fn get(&self, id: BlockId) -> Result<Arc<Block>> {
-        self.state.read().index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))
+        self.state
+            .read()
+            .index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))
     }
 
     pub fn contains(&self, id: BlockId) -> bool {
@@ -165,10 +176,21 @@ impl Registry {
     fn prepare(&self, nb: NewBlock, author: BlockId) -> Result<Block> {
         check_priority(nb.priority)?;
         if nb.name.trim().is_empty() {
-            return Err(CoreError::InvalidArgument("semantic_name must be a non-empty string".into()));
+            return Err(CoreError::InvalidArgument(
+                "semantic_name must be a non-empty string".into(),
+            ));
         }
-        if nb.name.len() + nb.content.len() > u32::MAX as usize {
-            return Err(CoreError::InvalidArgument("block text is larger than 4 GiB".into()));
+        if let Some(bad) = nb.tags.iter().find(|t| !crate::block::valid_tag(t)) {
+            return Err(CoreError::InvalidArgument(format!(
+                "tag {bad:?} is empty or holds the control character U+001F"
+            )));
+        }
+        if nb.name.len() + nb.content.len() + nb.tags.iter().map(|t| t.len() + 1).sum::<usize>()
+            > u32::MAX as usize
+        {
+            return Err(CoreError::InvalidArgument(
+                "block text is larger than 4 GiB".into(),
+            ));
         }
         let tokens = match nb.token_count {
             Some(t) => t,
@@ -196,8 +218,10 @@ impl Registry {
     /// Append many blocks at once: all are validated first, so either every block
     /// goes in or none does.
     pub fn insert_many(&self, blocks: Vec<NewBlock>, author: BlockId) -> Result<Vec<BlockId>> {
-        let built: Vec<Arc<Block>> =
-            blocks.into_iter().map(|nb| self.prepare(nb, author).map(Arc::new)).collect::<Result<_>>()?;
+        let built: Vec<Arc<Block>> = blocks
+            .into_iter()
+            .map(|nb| self.prepare(nb, author).map(Arc::new))
+            .collect::<Result<_>>()?;
         let ids = built.iter().map(|b| b.id).collect();
         let mut st = self.state.write();
         st.index.reserve(built.len());
@@ -210,7 +234,11 @@ impl Registry {
 
     // ---- promote --------------------------------------------------------------
 
-    fn relocate(&self, id: BlockId, target: impl FnOnce(&State, usize) -> Result<usize>) -> Result<usize> {
+    fn relocate(
+        &self,
+        id: BlockId,
+        target: impl FnOnce(&State, usize) -> Result<usize>,
+    ) -> Result<usize> {
         let mut st = self.state.write();
         let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
         let from = st.position(b);
@@ -226,13 +254,18 @@ impl Registry {
 
     /// Move `steps` toward the front (negative: toward the back), clamped.
     pub fn move_by(&self, id: BlockId, steps: i64) -> Result<usize> {
-        self.relocate(id, |st, from| Ok(clamp(from as i64 - steps, st.order.len() - 1)))
+        self.relocate(id, |st, from| {
+            Ok(clamp(from as i64 - steps, st.order.len() - 1))
+        })
     }
 
     /// Move directly before (`after == false`) or after `anchor`.
     pub fn move_next_to(&self, id: BlockId, anchor: BlockId, after: bool) -> Result<usize> {
         self.relocate(id, |st, from| {
-            let a = st.index.get(&anchor).ok_or_else(|| self.not_found(&[anchor]))?;
+            let a = st
+                .index
+                .get(&anchor)
+                .ok_or_else(|| self.not_found(&[anchor]))?;
             let mut at = st.position(a);
             if at == from {
                 return Ok(from);
@@ -255,7 +288,11 @@ impl Registry {
                 )));
             }
         }
-        let missing: Vec<BlockId> = ids.iter().filter(|i| !st.index.contains_key(i)).copied().collect();
+        let missing: Vec<BlockId> = ids
+            .iter()
+            .filter(|i| !st.index.contains_key(i))
+            .copied()
+            .collect();
         if !missing.is_empty() {
             return Err(self.not_found(&missing));
         }
@@ -268,7 +305,8 @@ impl Registry {
         let mut st = self.state.write();
         let group = self.distinct(ids, &st)?;
         let order = Arc::make_mut(&mut st.order);
-        let members: std::collections::HashSet<*const Block> = group.iter().map(Arc::as_ptr).collect();
+        let members: std::collections::HashSet<*const Block> =
+            group.iter().map(Arc::as_ptr).collect();
         order.retain(|b| !members.contains(&Arc::as_ptr(b)));
         let at = clamp(position, order.len());
         order.splice(at..at, group);
@@ -293,7 +331,11 @@ impl Registry {
     pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
         check_priority(priority)?;
         let mut st = self.state.write();
-        let old = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        let old = st
+            .index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))?;
         self.replace(&mut st, &old, old.with_priority(priority));
         Ok(())
     }
@@ -301,7 +343,11 @@ impl Registry {
     /// `wrap == None` removes the decoration.
     pub fn set_wrap(&self, id: BlockId, wrap: Option<Wrap>) -> Result<()> {
         let mut st = self.state.write();
-        let old = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        let old = st
+            .index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))?;
         self.replace(&mut st, &old, old.with_wrap(wrap));
         Ok(())
     }
@@ -320,7 +366,11 @@ impl Registry {
         // Count outside the lock; the block is re-checked under it.
         let tokens = token_count.unwrap_or_else(|| count_cl100k(content));
         let mut st = self.state.write();
-        let current = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        let current = st
+            .index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))?;
         self.check_content_change(&current, actor)?;
         self.replace(&mut st, &current, current.with_content(content, tokens));
         Ok(())
@@ -372,7 +422,11 @@ impl Registry {
     /// Remove one block under the permission model; returns it.
     pub fn evict(&self, id: BlockId, force: bool, actor: BlockId) -> Result<Arc<Block>> {
         let mut st = self.state.write();
-        let b = st.index.get(&id).cloned().ok_or_else(|| self.not_found(&[id]))?;
+        let b = st
+            .index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))?;
         self.check_evict(&b, force, actor)?;
         let at = st.position(&b);
         Arc::make_mut(&mut st.order).remove(at);
@@ -431,7 +485,9 @@ impl Registry {
         let doomed: std::collections::HashSet<*const Block> = st
             .order
             .iter()
-            .filter(|b| b.source == Source::Agent && b.author == actor && b.trajectory() == Some(trajectory))
+            .filter(|b| {
+                b.source == Source::Agent && b.author == actor && b.trajectory() == Some(trajectory)
+            })
             .map(Arc::as_ptr)
             .collect();
         let n = doomed.len();
@@ -440,7 +496,11 @@ impl Registry {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot { registry: self.id, order: self.order(), taken_at: now_unix() }
+        Snapshot {
+            registry: self.id,
+            order: self.order(),
+            taken_at: now_unix(),
+        }
     }
 
     /// Put back the blocks, order and metadata of `snap`, each under a **new**
@@ -454,13 +514,20 @@ impl Registry {
                 self.label
             )));
         }
-        let order: Vec<Arc<Block>> = snap.order.iter().map(|b| Arc::new(b.with_new_id())).collect();
+        let order: Vec<Arc<Block>> = snap
+            .order
+            .iter()
+            .map(|b| Arc::new(b.with_new_id()))
+            .collect();
         let mut index = IdMap::default();
         index.reserve(order.len());
         for b in &order {
             index.insert(b.id, Arc::clone(b));
         }
-        *self.state.write() = State { order: Arc::new(order), index };
+        *self.state.write() = State {
+            order: Arc::new(order),
+            index,
+        };
         Ok(())
     }
 
@@ -535,7 +602,11 @@ mod tests {
         assert_eq!(r.promote_group(&[ids[4], ids[1], ids[5]], 1).unwrap(), 1);
         assert_eq!(names(&r), ["b0", "b4", "b1", "b5", "b2", "b3"]);
         assert!(r.promote_group(&[ids[0], ids[0]], 0).is_err());
-        assert_eq!(names(&r), ["b0", "b4", "b1", "b5", "b2", "b3"], "failed op changes nothing");
+        assert_eq!(
+            names(&r),
+            ["b0", "b4", "b1", "b5", "b2", "b3"],
+            "failed op changes nothing"
+        );
         r.reorder(&[ids[3], ids[2]]).unwrap();
         assert_eq!(names(&r), ["b3", "b2", "b0", "b4", "b1", "b5"]);
     }
@@ -548,8 +619,14 @@ mod tests {
         nb.source = Source::Orchestrator;
         nb.evictable = false;
         let id = r.insert(nb, other.id(), Position::Front).unwrap();
-        assert!(matches!(r.evict(id, false, r.id()), Err(CoreError::Eviction { .. })));
-        assert!(matches!(r.evict(id, true, r.id()), Err(CoreError::Permission(_))));
+        assert!(matches!(
+            r.evict(id, false, r.id()),
+            Err(CoreError::Eviction { .. })
+        ));
+        assert!(matches!(
+            r.evict(id, true, r.id()),
+            Err(CoreError::Permission(_))
+        ));
         assert!(matches!(
             r.update_content(id, "y", None, other.id()),
             Err(CoreError::OrchestratorMutation { .. })
@@ -592,7 +669,11 @@ mod tests {
         let (prompt, sel) = r.compile(None, Some(21), "|", 1, None).unwrap();
         assert_eq!(prompt, "content 0|content 1");
         r.evict(ids[0], false, r.id()).unwrap();
-        assert_eq!(sel.order.len(), 3, "a result keeps the order it was compiled from");
+        assert_eq!(
+            sel.order.len(),
+            3,
+            "a result keeps the order it was compiled from"
+        );
         assert_eq!(r.get(ids[1]).unwrap().access_count(), 1);
     }
 }
