@@ -13,12 +13,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# Dependencies, then the extension built in release mode into the venv (editable).
+# maturin builds the extension in release mode into the venv (editable) and
+# installs the "dev" extra's dependencies with it.
 setup: $(BIN)/python
-	$(BIN)/python -m pip install -q "maturin>=1.7,<2" -e ".[dev]" --no-build-isolation 2>/dev/null \
-	  || $(BIN)/python -m pip install -q "maturin>=1.7,<2" "pytest>=8" "hypothesis>=6.100" \
-	     "tokenizers>=0.15" "mypy>=1.10" "pytest-benchmark>=4" "ruff>=0.5" types-PyYAML "PyYAML>=6"
-	$(BIN)/maturin develop --release -q
+	$(BIN)/python -m pip install -q "maturin>=1.7,<2"
+	$(BIN)/maturin develop --release -q -E dev
 
 # The main job: compile the example seed set against a task.
 compile: setup

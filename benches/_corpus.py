@@ -21,6 +21,7 @@ SEEDS = ROOT / "seeds"
 SIZES = (31, 200, 10_000, 100_000)
 TARGET_TOKENS = 60  # aim; actual counts land in ~[55, 75], mean ~62
 
+# fmt: off
 _VERBS = [
     "check", "verify", "summarise", "cite", "validate", "log", "escalate", "review",
     "compare", "record", "flag", "confirm", "inspect", "document", "retry", "archive",
@@ -67,6 +68,8 @@ _TOPICS = [
     "support", "travel", "research", "security", "data_entry", "writing", "testing",
 ]
 
+# fmt: on
+
 _TEMPLATES = [
     "Always {v} {n} {a}.",
     "{c}, {q}.",
@@ -83,10 +86,17 @@ _TEMPLATES = [
 def _sentence(rng: random.Random) -> str:
     t = rng.choice(_TEMPLATES)
     s = t.format(
-        v=rng.choice(_VERBS), v2=rng.choice(_VERBS), n=rng.choice(_NOUNS),
-        n2=rng.choice(_NOUNS), a=rng.choice(_ADVS), c=rng.choice(_CONDS),
-        q=rng.choice(_CONSEQ), j=rng.choice(_ADJS), j2=rng.choice(_ADJS),
-        f=rng.choice(_FORMS), f2=rng.choice(_FORMS),
+        v=rng.choice(_VERBS),
+        v2=rng.choice(_VERBS),
+        n=rng.choice(_NOUNS),
+        n2=rng.choice(_NOUNS),
+        a=rng.choice(_ADVS),
+        c=rng.choice(_CONDS),
+        q=rng.choice(_CONSEQ),
+        j=rng.choice(_ADJS),
+        j2=rng.choice(_ADJS),
+        f=rng.choice(_FORMS),
+        f2=rng.choice(_FORMS),
     )
     return s[0].upper() + s[1:]
 

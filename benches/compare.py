@@ -35,7 +35,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _corpus  # noqa: E402
-
 import rampart  # noqa: E402
 
 BUDGETS: tuple[int | None, ...] = (4096, None)
@@ -70,6 +69,27 @@ def measure(fn: Callable[[], Any], repeats: int, run_s: float) -> tuple[float, f
         if gc_was:
             gc.enable()
     return statistics.median(per_call), min(per_call)
+
+
+def time_case(
+    reg: Any, model: Any, budget: int | None, sep: str, sep_tokens: int, repeats: int, run_s: float
+) -> list[tuple[float, float]]:
+    """(median, min) per call for: rampart compile, dry-run, pure-Python, compile+names."""
+
+    def r_compile() -> Any:
+        return reg.compile(max_tokens=budget)
+
+    def r_dry() -> Any:
+        return reg.compile_dry_run(max_tokens=budget)
+
+    def py_compile() -> Any:
+        return model.compile(budget, sep_tokens, sep, count_access=True)
+
+    def r_names() -> Any:
+        r = reg.compile(max_tokens=budget)
+        return r.prompt, r.included, r.excluded, r.total_tokens
+
+    return [measure(f, repeats, run_s) for f in (r_compile, r_dry, py_compile, r_names)]
 
 
 def statm_rss() -> int:
@@ -115,9 +135,11 @@ def run_memory(n: int) -> dict[str, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="N up to 10k, 3 repeats, 20k-block memory probe")
-    ap.add_argument("--repeats", type=int, default=None, help="runs per measurement (default 7, quick 3)")
-    ap.add_argument("--run-ms", type=float, default=None, help="target ms per run (default 40, quick 15)")
+    ap.add_argument(
+        "--quick", action="store_true", help="N up to 10k, 3 repeats, 20k-block memory probe"
+    )
+    ap.add_argument("--repeats", type=int, help="runs per measurement (default 7, quick 3)")
+    ap.add_argument("--run-ms", type=float, help="target ms per run (default 40, quick 15)")
     ap.add_argument("--no-memory", action="store_true", help="skip the memory probe")
     ap.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -152,24 +174,10 @@ def main() -> None:
         for budget in BUDGETS:
             _corpus.check_same(reg, model, budget, sep, sep_tokens)  # untimed
 
-            def r_compile(budget: int | None = budget) -> Any:
-                return reg.compile(max_tokens=budget)
-
-            def r_dry(budget: int | None = budget) -> Any:
-                return reg.compile_dry_run(max_tokens=budget)
-
-            def r_names(budget: int | None = budget) -> Any:
-                r = reg.compile(max_tokens=budget)
-                return r.prompt, r.included, r.excluded, r.total_tokens
-
-            def py_compile(budget: int | None = budget) -> Any:
-                return model.compile(budget, sep_tokens, sep, count_access=True)
-
-            c_med, c_min = measure(r_compile, repeats, run_s)
-            d_med, d_min = measure(r_dry, repeats, run_s)
-            p_med, p_min = measure(py_compile, repeats, run_s)
+            (c_med, c_min), (d_med, d_min), (p_med, p_min), (nm_med, _) = time_case(
+                reg, model, budget, sep, sep_tokens, repeats, run_s
+            )
             rows.append((n, budget, c_med, d_med, p_med, c_min, d_min, p_min))
-            nm_med, _ = measure(r_names, repeats, run_s)
             names_rows.append((n, budget, nm_med, p_med))
             print(f"  measured N={n} budget={_budget_str(budget)}", file=sys.stderr, flush=True)
         del reg, model
@@ -201,7 +209,10 @@ def main() -> None:
         ".total_tokens (the baseline always builds both name lists)"
     )
     print()
-    print("| N | budget | rampart compile+names median (µs) | pure-Python median (µs) | speed-up (×) |")
+    print(
+        "| N | budget | rampart compile+names median (µs) | pure-Python median (µs) "
+        "| speed-up (×) |"
+    )
     print("|---:|---:|---:|---:|---:|")
     for n, b, nm, p in names_rows:
         print(f"| {n:,} | {_budget_str(b)} | {nm * us:,.1f} | {p * us:,.1f} | {p / nm:,.1f} |")

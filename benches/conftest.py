@@ -19,9 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _corpus  # noqa: E402
+import _corpus
+import rampart
 
-import rampart  # noqa: E402
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bench: pytest-benchmark benchmark (benches/ only)")

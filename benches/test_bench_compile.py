@@ -18,7 +18,6 @@ from typing import Any
 
 import _corpus
 import pytest
-
 import rampart
 
 BUDGETS = (4096, None)  # None = unlimited (registry built with default_max_tokens=None)
@@ -54,16 +53,20 @@ IMPLS = ["rampart-compile", "rampart-dry-run", "rampart-compile+names", "pure-py
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize(("n", "budget"), CASES, ids=[f"N{n}-{_budget_id(b)}" for n, b in CASES])
-def test_compile(benchmark: Any, compile_fixture: Any, n: int, budget: int | None, impl: str) -> None:
+def test_compile(
+    benchmark: Any, compile_fixture: Any, n: int, budget: int | None, impl: str
+) -> None:
     fx = compile_fixture(n)
     fx.check(budget)  # same semantics: prompt, included, excluded, total (untimed)
     benchmark.group = f"compile N={n} budget={_budget_id(budget)}"
     reg, model, sep, sep_tokens = fx.reg, fx.model, fx.sep, fx.sep_tokens
 
     if impl == "rampart-compile":
+
         def fn() -> Any:
             return reg.compile(max_tokens=budget)
     elif impl == "rampart-dry-run":
+
         def fn() -> Any:
             return reg.compile_dry_run(max_tokens=budget)
     elif impl == "rampart-compile+names":
@@ -72,6 +75,7 @@ def test_compile(benchmark: Any, compile_fixture: Any, n: int, budget: int | Non
             r = reg.compile(max_tokens=budget)
             return r.prompt, r.included, r.excluded, r.total_tokens
     else:
+
         def fn() -> Any:
             return model.compile(budget, sep_tokens, sep, count_access=True)
 

@@ -151,8 +151,9 @@ class RegistryMachine(RuleBasedStateMachine):
         position=st.one_of(st.none(), positions),
         tags=st.lists(st.sampled_from(["a", "b", "tool"]), max_size=2, unique=True),
     )
-    def write_block(self, kind, content, name, priority, trajectory, evictable, author,
-                    position, tags) -> None:
+    def write_block(
+        self, kind, content, name, priority, trajectory, evictable, author, position, tags
+    ) -> None:
         if kind == "seed":
             # seed-like: non-evictable, written by this registry
             evictable, author_obj, trajectory = False, None, None
@@ -166,8 +167,14 @@ class RegistryMachine(RuleBasedStateMachine):
         if author_obj is not None:
             kwargs["author"] = author_obj
         rid = self.reg.write_block(
-            content, name, source=kind, priority=priority, trajectory_id=trajectory,
-            tags=tags, evictable=evictable, **kwargs,
+            content,
+            name,
+            source=kind,
+            priority=priority,
+            trajectory_id=trajectory,
+            tags=tags,
+            evictable=evictable,
+            **kwargs,
         )
         assert isinstance(rid, str)
         assert str(uuid.UUID(rid)) == rid and uuid.UUID(rid).version == 4
@@ -194,8 +201,17 @@ class RegistryMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         directive=st.sampled_from(
-            ["steps", "to_position", "before", "after", "to_front", "to_back",
-             "promote_to_front", "demote_to_back", "demote"]
+            [
+                "steps",
+                "to_position",
+                "before",
+                "after",
+                "to_front",
+                "to_back",
+                "promote_to_front",
+                "demote_to_back",
+                "demote",
+            ]
         ),
         steps=steps_values,
         position=positions,
@@ -216,12 +232,18 @@ class RegistryMachine(RuleBasedStateMachine):
             got = self.reg.promote(rid, **{directive: anchor})
             want = self.model.move_next_to(rid, anchor, after=(directive == "after"))
         elif directive in ("to_front", "promote_to_front"):
-            got = (self.reg.promote(rid, to_front=True) if directive == "to_front"
-                   else self.reg.promote_to_front(rid))
+            got = (
+                self.reg.promote(rid, to_front=True)
+                if directive == "to_front"
+                else self.reg.promote_to_front(rid)
+            )
             want = self.model.move_to(rid, 0)
         else:
-            got = (self.reg.promote(rid, to_back=True) if directive == "to_back"
-                   else self.reg.demote_to_back(rid))
+            got = (
+                self.reg.promote(rid, to_back=True)
+                if directive == "to_back"
+                else self.reg.demote_to_back(rid)
+            )
             want = self.model.move_to(rid, len(self.model.blocks))
         assert got == want
         assert self.reg.index_of(rid) == want
@@ -335,8 +357,7 @@ class RegistryMachine(RuleBasedStateMachine):
             scores = [gate_score(self.model.blocks[i].content) for i in ids]
             ok = [threshold is None or s >= threshold for s in scores]
             if top_k is not None:
-                cands = sorted((k for k in range(len(ids)) if ok[k]),
-                               key=lambda k: (-scores[k], k))
+                cands = sorted((k for k in range(len(ids)) if ok[k]), key=lambda k: (-scores[k], k))
                 keep = set(cands[:top_k])
                 ok = [k in keep for k in range(len(ids))]
             admitted = {i for i, a in zip(ids, ok) if a}
@@ -347,7 +368,8 @@ class RegistryMachine(RuleBasedStateMachine):
         admitted_ids = [i for i in self.model.ids() if admitted is None or i in admitted]
         inc_ids = admitted_ids[: len(included)]
         costs = [
-            self.model.blocks[i].tokens + self.model.blocks[i].wrap_tokens
+            self.model.blocks[i].tokens
+            + self.model.blocks[i].wrap_tokens
             + (sep_tokens if k else 0)
             for k, i in enumerate(inc_ids)
         ]
@@ -390,11 +412,12 @@ class RegistryMachine(RuleBasedStateMachine):
         if budget is not None:
             kwargs["max_tokens"] = budget
         if use_gate:
-            kwargs.update(task_text="a task", gate=gate_fn, relevance_threshold=threshold,
-                          top_k=top_k)
+            kwargs.update(
+                task_text="a task", gate=gate_fn, relevance_threshold=threshold, top_k=top_k
+            )
         before_ids = self.reg.runtime_ids()
-        prompt, included, excluded, total, inc_ids, costs, admitted, sep_tokens = (
-            self._expected(budget, separator, use_gate, threshold, top_k, count_access=not dry)
+        prompt, included, excluded, total, inc_ids, costs, admitted, sep_tokens = self._expected(
+            budget, separator, use_gate, threshold, top_k, count_access=not dry
         )
         if dry:
             counts_before = {i: self.reg.get_by_id(i).access_count for i in before_ids}
@@ -439,8 +462,7 @@ class RegistryMachine(RuleBasedStateMachine):
         snap, frozen = data.draw(st.sampled_from(self.snapshots), label="snapshot")
         # Access counts the restored blocks should have (see module docstring).
         counts = [
-            b.access_count if RESTORE_KEEPS_SNAPSHOT_COUNTS
-            else self.all_blocks[rid].access_count
+            b.access_count if RESTORE_KEEPS_SNAPSHOT_COUNTS else self.all_blocks[rid].access_count
             for rid, b in frozen
         ]
         self.reg.restore(snap)
@@ -464,17 +486,40 @@ class RegistryMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         op=st.sampled_from(
-            ["evict", "promote", "update_priority", "set_wrap", "index_of", "get", "group",
-             "content", "two_directives", "no_directive", "duplicate_group", "duplicate_reorder",
-             "bad_priority", "bad_write", "gate_without_task", "foreign_snapshot"]
+            [
+                "evict",
+                "promote",
+                "update_priority",
+                "set_wrap",
+                "index_of",
+                "get",
+                "group",
+                "content",
+                "two_directives",
+                "no_directive",
+                "duplicate_group",
+                "duplicate_reorder",
+                "bad_priority",
+                "bad_write",
+                "gate_without_task",
+                "foreign_snapshot",
+            ]
         ),
     )
     def invalid_call(self, data, op) -> None:
         before = self.reg.runtime_ids()
         counts = [self.reg.get_by_id(i).access_count for i in before]
         live = self.model.ids()
-        if op in ("evict", "promote", "update_priority", "set_wrap", "index_of", "get", "group",
-                  "content"):
+        if op in (
+            "evict",
+            "promote",
+            "update_priority",
+            "set_wrap",
+            "index_of",
+            "get",
+            "group",
+            "content",
+        ):
             # an unknown id: evicted earlier, replaced by a restore, random, or malformed
             candidates = [*self.dead_ids(), str(uuid.uuid4()), "not-a-uuid"]
             rid = data.draw(st.sampled_from(candidates), label="unknown id")
@@ -497,30 +542,52 @@ class RegistryMachine(RuleBasedStateMachine):
                     self.reg.promote_group([*live[:1], rid])
             assert isinstance(exc.value, KeyError)
             assert rid not in self.reg
-        elif op in ("two_directives", "no_directive", "duplicate_group", "duplicate_reorder",
-                    "bad_priority"):
+        elif op in (
+            "two_directives",
+            "no_directive",
+            "duplicate_group",
+            "duplicate_reorder",
+            "bad_priority",
+        ):
             if not live:
                 return
             rid = self.pick_id(data)
             with pytest.raises(ValueError):
                 if op == "two_directives":
-                    kw = data.draw(st.sampled_from(
-                        [{"steps": 1, "to_front": True}, {"to_position": 0, "before": rid},
-                         {"to_front": True, "to_back": True}, {"after": rid, "steps": 0}]))
+                    kw = data.draw(
+                        st.sampled_from(
+                            [
+                                {"steps": 1, "to_front": True},
+                                {"to_position": 0, "before": rid},
+                                {"to_front": True, "to_back": True},
+                                {"after": rid, "steps": 0},
+                            ]
+                        )
+                    )
                     self.reg.promote(rid, **kw)
                 elif op == "no_directive":
                     self.reg.promote(rid)
                 elif op == "duplicate_group":
-                    self.reg.promote_group([rid, *[i for i in live if i != rid][:1], rid], to_position=1)
+                    self.reg.promote_group(
+                        [rid, *[i for i in live if i != rid][:1], rid], to_position=1
+                    )
                 elif op == "duplicate_reorder":
                     self.reg.reorder([rid, rid])
                 else:
                     bad = data.draw(st.sampled_from([-0.1, 1.5, float("nan"), True]))
                     self.reg.update_priority(rid, bad)
         elif op == "bad_write":
-            bad = data.draw(st.sampled_from(
-                [{"source": "system"}, {"priority": 2.0}, {"semantic_name": "  "},
-                 {"author": self.others[0].registry_id}, {"position": 1.5}]))
+            bad = data.draw(
+                st.sampled_from(
+                    [
+                        {"source": "system"},
+                        {"priority": 2.0},
+                        {"semantic_name": "  "},
+                        {"author": self.others[0].registry_id},
+                        {"position": 1.5},
+                    ]
+                )
+            )
             kwargs = {"content": "text", "semantic_name": "n", **bad}
             with pytest.raises(ValueError):
                 self.reg.write_block(**kwargs)
@@ -551,10 +618,17 @@ class RegistryMachine(RuleBasedStateMachine):
             assert got.runtime_id == rid
             assert got.access_count == want.access_count, (got, want)
             assert (got.semantic_name, got.content, got.token_count) == (
-                want.name, want.content, want.tokens)
+                want.name,
+                want.content,
+                want.tokens,
+            )
             assert got.priority == want.priority
             assert (got.source, got.author_id, got.evictable, got.trajectory_id) == (
-                want.source, want.author, want.evictable, want.trajectory)
+                want.source,
+                want.author,
+                want.evictable,
+                want.trajectory,
+            )
             assert (got.wrap_prefix, got.wrap_suffix) == (want.wrap_prefix, want.wrap_suffix)
             assert got.cost == want.tokens + want.wrap_tokens
             assert got.tags == want.tags

@@ -118,7 +118,9 @@ def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
     try:
         return yaml.load("\n".join(lines), Loader=_Loader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        # An unclosed bracket is reported at the end of the text; where it opened
+        # (the context mark) is the line a person needs to look at.
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
         line = first_line + (mark.line if mark is not None else 0)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ParseError(f"malformed YAML front matter: {problem}", path=path, line=line) from None
