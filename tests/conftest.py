@@ -5,7 +5,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 import rampart
 
 ROOT = Path(__file__).resolve().parent.parent

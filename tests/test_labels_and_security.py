@@ -6,8 +6,8 @@ import gc
 import uuid
 
 import pytest
-
 import rampart
+
 from tests.conftest import SEEDS
 
 

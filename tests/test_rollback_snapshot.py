@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import rampart
+
 from tests.conftest import words
 
 
@@ -93,3 +94,19 @@ def test_restore_twice_gives_different_ids_and_rejects_foreign_snapshots() -> No
     with pytest.raises(ValueError, match="snapshot was taken of registry"):
         other.restore(snap)
     assert len(other) == 0
+
+
+def test_restore_brings_back_access_counts_as_snapshotted() -> None:
+    r = rampart.BlockRegistry(tokeniser=words)
+    a = r.write_block("alpha", "a")
+    r.compile()
+    snap = r.snapshot()
+    r.compile()
+    r.update_priority(a, 0.9)  # a new version of the block, same id
+    r.compile()
+    assert r.get_by_id(a).access_count == 3
+    r.restore(snap)
+    assert r.list_blocks()[0].access_count == 1
+    assert r.list_blocks()[0].priority == 0.5
+    r.restore(snap)
+    assert r.list_blocks()[0].access_count == 1

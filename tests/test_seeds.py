@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import rampart
 from rampart.seeds import parse_file, parse_skill_file
+
 from tests.conftest import SEEDS, SKILLS
 
 SKILL_FILES = sorted(SKILLS.glob("*/SKILL.md"))

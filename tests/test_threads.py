@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
-
 import rampart
 from rampart import BlockNotFoundError
 
@@ -230,31 +229,36 @@ def evictor(reg, outcome, iters, seed):
 
 
 def promoter(reg, outcome, iters, seed):
+    def one(rng: random.Random, ids: list[str]) -> object:
+        rid, anchor = rng.choice(ids), rng.choice(ids)
+        n = len(ids)
+        op = rng.randrange(7)
+        if op == 0:
+            return reg.promote(rid, steps=rng.randint(-n - 3, n + 3))
+        if op == 1:
+            return reg.promote(rid, to_position=rng.randint(-3, n + 3))
+        if op == 2:
+            return reg.promote(rid, before=anchor)
+        if op == 3:
+            return reg.promote(rid, after=anchor)
+        if op == 4:
+            return reg.demote(rid, rng.randint(1, 5))
+        if op == 5:
+            return reg.promote_group(rng.sample(ids, min(n, 3)), to_position=rng.randint(0, n))
+        reg.update_priority(rid, rng.random())
+        return None
+
     def work() -> None:
         rng = random.Random(seed)
         for _ in range(iters):
             ids = reg.runtime_ids()
             if len(ids) < 2:
                 continue
-            rid, anchor = rng.choice(ids), rng.choice(ids)
-            op = rng.randrange(7)
-            n = len(ids)
-            if op == 0:
-                f = lambda: reg.promote(rid, steps=rng.randint(-n - 3, n + 3))  # noqa: E731
-            elif op == 1:
-                f = lambda: reg.promote(rid, to_position=rng.randint(-3, n + 3))  # noqa: E731
-            elif op == 2:
-                f = lambda: reg.promote(rid, before=anchor)  # noqa: E731
-            elif op == 3:
-                f = lambda: reg.promote(rid, after=anchor)  # noqa: E731
-            elif op == 4:
-                f = lambda: reg.demote(rid, rng.randint(1, 5))  # noqa: E731
-            elif op == 5:
-                group = rng.sample(ids, min(len(ids), 3))
-                f = lambda: reg.promote_group(group, to_position=rng.randint(0, n))  # noqa: E731
-            else:
-                f = lambda: reg.update_priority(rid, rng.random())  # noqa: E731
-            idx = tolerate_not_found(outcome, f)
+            try:
+                idx = one(rng, ids)
+            except BlockNotFoundError as exc:  # a racing eviction or restore
+                outcome.not_found.append(exc)
+                continue
             assert idx is None or isinstance(idx, int)
 
     return work
@@ -336,8 +340,7 @@ def test_access_counts_are_not_lost_under_concurrent_changes() -> None:
     count is exactly the number of compiles (no torn state, SPEC §5)."""
     reg = make_registry(2600, seed=3)
     ids = reg.runtime_ids()
-    assert not reg.evict_by_policy(0)
-    compiles_per_thread, n_compilers = 60, 3
+    compiles_per_thread, n_compilers = 25, 3
     outcome = Outcome()
     done = threading.Event()
 

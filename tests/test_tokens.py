@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import rampart
 from rampart.tokens import CallableTokeniser, Cl100kTokeniser, HuggingFaceTokeniser
 

@@ -2,12 +2,12 @@
 from typing import final
 
 __all__ = [
-    "__version__",
     "Block",
     "OrderView",
     "Registry",
     "Selection",
     "Snapshot",
+    "__version__",
     "count_tokens",
     "count_tokens_many",
 ]

@@ -450,12 +450,16 @@ class BlockRegistry:
         return self._core.rollback_trajectory(trajectory_id, self._actor(by))
 
     def snapshot(self) -> Snapshot:
-        """An immutable picture of blocks, order and metadata; O(1) to take."""
+        """An immutable picture of blocks, order, metadata and access counts.
+
+        Cheap: blocks are shared, not copied; only the access counts are read
+        (about 1 µs per 1 000 blocks)."""
         return Snapshot(self._core.snapshot(), self.label)
 
     def restore(self, snapshot: Snapshot) -> None:
-        """Put the snapshot's blocks back, each under a **new** runtime id (authors
-        kept). Access counts stay as the blocks have them now."""
+        """Put the registry back exactly as the snapshot saw it (blocks, order,
+        metadata, access counts), each block under a **new** runtime id; authors are
+        kept, so ownership survives."""
         if not isinstance(snapshot, Snapshot):
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
         self._core.restore(snapshot._snap)

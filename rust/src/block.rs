@@ -11,9 +11,10 @@
 //! issue's budget is <= 200 bytes of overhead per block): name and content share
 //! one allocation, and the rarely-set fields live behind one optional pointer.
 
+use std::any::Any;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A runtime id (UUID4 from the OS CSPRNG). Registry ids share the type.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -153,6 +154,12 @@ impl NewBlock {
     }
 }
 
+/// Per-block cache owned by a language binding (the Python strings of the name
+/// and rendered text, so compiles join cached strings instead of decoding UTF-8
+/// again). Type-erased so the core stays free of pyo3; boxed twice so the slot
+/// in `Block` is one thin pointer.
+pub type Attachment = Box<dyn Any + Send + Sync>;
+
 #[derive(Debug)]
 pub struct Block {
     pub id: BlockId,
@@ -173,6 +180,9 @@ pub struct Block {
     pub created_at: u32,
     pub source: Source,
     pub evictable: bool,
+    /// Filled at most once, on first use; a changed block is a new `Block` and
+    /// starts empty, so the cache can never go stale.
+    attachment: OnceLock<Box<Attachment>>,
 }
 
 pub(crate) fn now_unix() -> u32 {
@@ -222,7 +232,19 @@ impl Block {
             created_at: now_unix(),
             source: nb.source,
             evictable: nb.evictable,
+            attachment: OnceLock::new(),
         }
+    }
+
+    /// The binding's cache for this block, if set.
+    pub fn attachment(&self) -> Option<&Attachment> {
+        self.attachment.get().map(|b| &**b)
+    }
+
+    /// Set the binding's cache (first caller wins) and return what is stored.
+    pub fn attach(&self, value: Attachment) -> &Attachment {
+        let _ = self.attachment.set(Box::new(value));
+        self.attachment.get().expect("just set")
     }
 
     pub fn name(&self) -> &str {
@@ -298,12 +320,15 @@ impl Block {
             created_at: self.created_at,
             source: self.source,
             evictable: self.evictable,
+            attachment: OnceLock::new(),
         }
     }
 
-    /// Same block under a fresh runtime id (snapshot restore).
-    pub(crate) fn with_new_id(&self) -> Block {
-        self.copy_with_id(BlockId::random())
+    /// Same block under a fresh runtime id, with a given access count.
+    pub(crate) fn with_new_id(&self, access_count: u64) -> Block {
+        let b = self.copy_with_id(BlockId::random());
+        b.access.store(access_count, Ordering::Relaxed);
+        b
     }
     pub(crate) fn with_priority(&self, priority: f64) -> Block {
         let mut b = self.copy_with_id(self.id);
@@ -383,7 +408,7 @@ mod tests {
     fn block_stays_small() {
         // The per-block memory budget depends on this; see tests/memory.rs.
         assert!(
-            std::mem::size_of::<Block>() <= 96,
+            std::mem::size_of::<Block>() <= 112,
             "{}",
             std::mem::size_of::<Block>()
         );

@@ -7,9 +7,11 @@
 //! threads. We never call into Python while a core lock is held (the core never
 //! calls back), which is what keeps GIL + RwLock free of deadlock.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyType};
@@ -23,6 +25,102 @@ use crate::tokens::count_cl100k;
 /// Registries above this size release the GIL for O(n) work; below it the
 /// save/restore of the thread state (~100 ns) costs more than it frees.
 const DETACH_ABOVE: usize = 2048;
+
+/// Prompts of up to this many blocks are joined from cached per-block Python
+/// strings (one copy, no UTF-8 decoding: ~2× faster at the usual budgets). Larger
+/// ones are rendered in Rust with the GIL released and decoded once, so an
+/// unlimited compile of a huge registry does not keep a second copy of every
+/// block's text alive in Python.
+const JOIN_AT_MOST: usize = 512;
+
+// ---- per-block Python strings ----------------------------------------------------
+
+/// The Python strings of one block, created on first use and kept in the core
+/// block's attachment slot. A changed block is a new core block, so these can
+/// never go stale.
+#[derive(Default)]
+struct PyTexts {
+    name: OnceLock<Py<PyString>>,
+    rendered: OnceLock<Py<PyString>>,
+}
+
+fn texts(b: &CoreBlock) -> &PyTexts {
+    let slot = match b.attachment() {
+        Some(a) => a,
+        None => b.attach(Box::new(PyTexts::default())),
+    };
+    slot.downcast_ref::<PyTexts>()
+        .expect("only py.rs attaches to blocks")
+}
+
+/// `OnceLock::set` runs no Python code while it holds the cell, so two threads
+/// racing here cannot deadlock on the GIL; the loser's string is dropped.
+fn cached<'py>(
+    py: Python<'py>,
+    cell: &OnceLock<Py<PyString>>,
+    make: impl FnOnce() -> Bound<'py, PyString>,
+) -> Bound<'py, PyString> {
+    if let Some(s) = cell.get() {
+        return s.bind(py).clone();
+    }
+    let _ = cell.set(make().unbind());
+    cell.get().expect("just set").bind(py).clone()
+}
+
+fn py_name<'py>(py: Python<'py>, b: &CoreBlock) -> Bound<'py, PyString> {
+    cached(py, &texts(b).name, || PyString::new(py, b.name()))
+}
+
+fn py_rendered<'py>(py: Python<'py>, b: &CoreBlock) -> Bound<'py, PyString> {
+    cached(py, &texts(b).rendered, || match b.wrap() {
+        None => PyString::new(py, b.content()),
+        Some(w) => PyString::new(py, &format!("{}{}{}", w.prefix, b.content(), w.suffix)),
+    })
+}
+
+/// The prompt of a selection as a Python string.
+fn render_prompt<'py>(
+    py: Python<'py>,
+    sel: &CoreSelection,
+    separator: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyString>> {
+    match sel.included.len() {
+        0 => Ok(PyString::new(py, "")),
+        1 => Ok(py_rendered(py, &sel.order[sel.included[0] as usize])),
+        n if n <= JOIN_AT_MOST => {
+            let parts = PyList::new(py, sel.included_blocks().map(|b| py_rendered(py, b)))?;
+            // SAFETY: `separator` and `parts` are live references held across the
+            // call; PyUnicode_Join returns a new reference, or NULL with an
+            // exception set, which from_owned_ptr_or_err turns into an Err.
+            let joined = unsafe {
+                Bound::from_owned_ptr_or_err(
+                    py,
+                    ffi::PyUnicode_Join(separator.as_ptr(), parts.as_ptr()),
+                )
+            }?;
+            Ok(joined.cast_into::<PyString>()?)
+        }
+        _ => {
+            let sep = separator.to_str()?;
+            let text = py.detach(|| sel.render(sep));
+            Ok(PyString::new(py, &text))
+        }
+    }
+}
+
+/// The last ungated compile's output, reused while the registry's generation,
+/// the budget and the separator are unchanged (agents often compile an unchanged
+/// registry before every model call). Access counts still count every compile.
+struct Memo {
+    generation: u64,
+    budget: Option<u64>,
+    separator: String,
+    sep_tokens: u32,
+    prompt: Py<PyString>,
+    included: Vec<u32>,
+    stop: Option<usize>,
+    total_tokens: u64,
+}
 
 fn detach_if<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> T + Send) -> T {
     if heavy {
@@ -220,12 +318,7 @@ impl PySelection {
         self.0.included.len()
     }
     fn included_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(
-            py,
-            self.0
-                .included_blocks()
-                .map(|b| PyString::new(py, b.name())),
-        )
+        PyList::new(py, self.0.included_blocks().map(|b| py_name(py, b)))
     }
     fn included_ids(&self) -> Vec<String> {
         self.0
@@ -240,12 +333,10 @@ impl PySelection {
         views(py, self.0.included_blocks().cloned())
     }
     fn excluded_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let ex = py.detach(|| self.0.exclusions());
-        PyList::new(
-            py,
-            ex.iter()
-                .map(|(i, _)| PyString::new(py, self.0.order[*i].name())),
-        )
+        let ex = detach_if(py, self.0.order.len() > DETACH_ABOVE, || {
+            self.0.exclusions()
+        });
+        PyList::new(py, ex.iter().map(|(i, _)| py_name(py, &self.0.order[*i])))
     }
     /// One row per block of the compiled view, registry order:
     /// (index, block, included, cost, reason, score, detail).
@@ -263,7 +354,7 @@ impl PySelection {
         String,
     )> {
         let sel = &self.0;
-        let ex = py.detach(|| sel.exclusions());
+        let ex = detach_if(py, sel.order.len() > DETACH_ABOVE, || sel.exclusions());
         let score = |i: usize| sel.scores.as_ref().map(|s| s[i]);
         let costs = sel.included_costs();
         let mut rows = Vec::with_capacity(sel.order.len());
@@ -351,11 +442,46 @@ type SeedRow = (
 );
 
 #[pyclass(frozen, module = "rampart._core", name = "Registry")]
-pub struct PyRegistry(CoreRegistry);
+pub struct PyRegistry(CoreRegistry, Mutex<Option<Memo>>);
 
 impl PyRegistry {
     fn heavy(&self) -> bool {
         self.0.len() > DETACH_ABOVE
+    }
+
+    /// The memo lookup for an ungated compile: `Some` when the registry has not
+    /// changed since a compile with the same budget and separator.
+    fn memo_hit(
+        &self,
+        py: Python<'_>,
+        order: &Order,
+        generation: u64,
+        budget: Option<u64>,
+        separator: &str,
+        sep_tokens: u32,
+    ) -> Option<(Py<PyString>, CoreSelection)> {
+        // Only ever locked while attached to the interpreter, and nothing inside
+        // calls Python, so the GIL and this lock cannot wait on each other.
+        let memo = self.1.lock();
+        let m = memo.as_ref()?;
+        if m.generation != generation
+            || m.budget != budget
+            || m.sep_tokens != sep_tokens
+            || m.separator != separator
+        {
+            return None;
+        }
+        let sel = CoreSelection {
+            order: Arc::clone(order),
+            included: m.included.clone(),
+            stop: m.stop,
+            admitted: None,
+            scores: None,
+            total_tokens: m.total_tokens,
+            sep_tokens,
+            budget,
+        };
+        Some((m.prompt.clone_ref(py), sel))
     }
     fn actor(&self, by: Option<&Bound<'_, PyRegistry>>) -> BlockId {
         by.map(|r| r.get().0.id()).unwrap_or_else(|| self.0.id())
@@ -366,7 +492,7 @@ impl PyRegistry {
 impl PyRegistry {
     #[new]
     fn new(label: &str) -> Self {
-        PyRegistry(CoreRegistry::new(label))
+        PyRegistry(CoreRegistry::new(label), Mutex::new(None))
     }
     #[getter]
     fn registry_id(&self) -> String {
@@ -602,8 +728,8 @@ impl PyRegistry {
             self.0.rollback_trajectory(trajectory, actor)
         })
     }
-    fn snapshot(&self) -> PySnapshot {
-        PySnapshot(self.0.snapshot())
+    fn snapshot(&self, py: Python<'_>) -> PySnapshot {
+        PySnapshot(detach_if(py, self.heavy(), || self.0.snapshot()))
     }
     fn restore(&self, py: Python<'_>, snapshot: &Bound<'_, PySnapshot>) -> PyResult<()> {
         let snap = &snapshot.get().0;
@@ -618,7 +744,7 @@ impl PyRegistry {
         &self,
         py: Python<'py>,
         budget: Option<u64>,
-        separator: &str,
+        separator: &Bound<'py, PyString>,
         sep_tokens: u32,
         view: Option<&Bound<'_, PyOrderView>>,
         scores: Option<Vec<f64>>,
@@ -626,25 +752,52 @@ impl PyRegistry {
         top_k: Option<usize>,
         dry_run: bool,
     ) -> PyResult<(Option<Bound<'py, PyString>>, PySelection)> {
-        let view = view.map(|v| Arc::clone(&v.get().0));
         let gate = scores.map(|scores| Gate {
             scores,
             threshold,
             top_k,
         });
-        let heavy = view
-            .as_ref()
-            .map_or_else(|| self.heavy(), |v| v.len() > DETACH_ABOVE);
-        let work = || -> Result<(Option<String>, CoreSelection), CoreError> {
-            if dry_run {
-                Ok((None, self.0.select(view, budget, sep_tokens, gate)?))
-            } else {
-                let (p, s) = self.0.compile(view, budget, separator, sep_tokens, gate)?;
-                Ok((Some(p), s))
+        // The memo applies to ungated compiles of the current order only.
+        let (order, memo_key) = match view {
+            Some(v) => (Arc::clone(&v.get().0), None),
+            None => {
+                let (o, g) = self.0.order_and_generation();
+                (o, (gate.is_none() && !dry_run).then_some(g))
             }
         };
-        let (prompt, sel) = detach_if(py, heavy, work).py_err(py)?;
-        Ok((prompt.map(|p| PyString::new(py, &p)), PySelection(sel)))
+        let sep = separator.to_str()?;
+        if let Some(g) = memo_key {
+            if let Some((prompt, sel)) = self.memo_hit(py, &order, g, budget, sep, sep_tokens) {
+                sel.record_access();
+                return Ok((Some(prompt.into_bound(py)), PySelection(sel)));
+            }
+        }
+        let heavy = order.len() > DETACH_ABOVE;
+        let sel = detach_if(py, heavy, || {
+            let sel = self.0.select(Some(order), budget, sep_tokens, gate)?;
+            if !dry_run {
+                sel.record_access();
+            }
+            Ok::<_, CoreError>(sel)
+        })
+        .py_err(py)?;
+        if dry_run {
+            return Ok((None, PySelection(sel)));
+        }
+        let prompt = render_prompt(py, &sel, separator)?;
+        if let Some(g) = memo_key {
+            *self.1.lock() = Some(Memo {
+                generation: g,
+                budget,
+                separator: sep.to_owned(),
+                sep_tokens,
+                prompt: prompt.clone().unbind(),
+                included: sel.included.clone(),
+                stop: sel.stop,
+                total_tokens: sel.total_tokens,
+            });
+        }
+        Ok((Some(prompt), PySelection(sel)))
     }
 }
 

@@ -55,6 +55,10 @@ pub enum Position {
 struct State {
     order: Order,
     index: IdMap<Arc<Block>>,
+    /// Bumped by every change that can alter a compile's output (order, blocks,
+    /// their content, wrap or tokens; not access counts). Lets a binding reuse
+    /// the previous prompt while nothing has changed.
+    generation: u64,
 }
 
 impl State {
@@ -71,6 +75,10 @@ impl State {
 pub struct Snapshot {
     pub registry: BlockId,
     pub order: Order,
+    /// Access counts at snapshot time, by position. Blocks are shared with the
+    /// live registry, whose compiles keep counting, so the counts are copied:
+    /// the one O(n) part of a snapshot (a read per block, no text copied).
+    pub access_counts: Vec<u64>,
     pub taken_at: u32,
 }
 
@@ -138,6 +146,19 @@ impl Registry {
         self.len() == 0
     }
 
+    /// The write lock with the generation bumped: every writer goes through here.
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, State> {
+        let mut st = self.state.write();
+        st.generation += 1;
+        st
+    }
+
+    /// The current order and its generation, read together.
+    pub fn order_and_generation(&self) -> (Order, u64) {
+        let st = self.state.read();
+        (Arc::clone(&st.order), st.generation)
+    }
+
     fn not_found(&self, ids: &[BlockId]) -> CoreError {
         CoreError::BlockNotFound {
             registry: self.label.to_string(),
@@ -203,7 +224,7 @@ impl Registry {
     pub fn insert(&self, nb: NewBlock, author: BlockId, position: Position) -> Result<BlockId> {
         let block = Arc::new(self.prepare(nb, author)?);
         let id = block.id;
-        let mut st = self.state.write();
+        let mut st = self.write();
         let len = st.order.len();
         let at = match position {
             Position::Back => len,
@@ -223,7 +244,7 @@ impl Registry {
             .map(|nb| self.prepare(nb, author).map(Arc::new))
             .collect::<Result<_>>()?;
         let ids = built.iter().map(|b| b.id).collect();
-        let mut st = self.state.write();
+        let mut st = self.write();
         st.index.reserve(built.len());
         for b in &built {
             st.index.insert(b.id, Arc::clone(b));
@@ -239,7 +260,7 @@ impl Registry {
         id: BlockId,
         target: impl FnOnce(&State, usize) -> Result<usize>,
     ) -> Result<usize> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
         let from = st.position(b);
         let to = target(&st, from)?;
@@ -302,7 +323,7 @@ impl Registry {
     /// Move `ids` as one contiguous unit, in the given order, to `position`
     /// (clamped among the blocks that stay). Returns the unit's first index.
     pub fn promote_group(&self, ids: &[BlockId], position: i64) -> Result<usize> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let group = self.distinct(ids, &st)?;
         let order = Arc::make_mut(&mut st.order);
         let members: std::collections::HashSet<*const Block> =
@@ -330,7 +351,7 @@ impl Registry {
 
     pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
         check_priority(priority)?;
-        let mut st = self.state.write();
+        let mut st = self.write();
         let old = st
             .index
             .get(&id)
@@ -342,7 +363,7 @@ impl Registry {
 
     /// `wrap == None` removes the decoration.
     pub fn set_wrap(&self, id: BlockId, wrap: Option<Wrap>) -> Result<()> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let old = st
             .index
             .get(&id)
@@ -365,7 +386,7 @@ impl Registry {
         self.check_content_change(&old, actor)?;
         // Count outside the lock; the block is re-checked under it.
         let tokens = token_count.unwrap_or_else(|| count_cl100k(content));
-        let mut st = self.state.write();
+        let mut st = self.write();
         let current = st
             .index
             .get(&id)
@@ -421,7 +442,7 @@ impl Registry {
 
     /// Remove one block under the permission model; returns it.
     pub fn evict(&self, id: BlockId, force: bool, actor: BlockId) -> Result<Arc<Block>> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let b = st
             .index
             .get(&id)
@@ -445,7 +466,7 @@ impl Registry {
     /// Remove the listed evictable blocks (a caller's own eviction policy). All
     /// are checked first; on any error nothing is removed.
     pub fn evict_many(&self, ids: &[BlockId], actor: BlockId) -> Result<usize> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let blocks = self.distinct(ids, &st)?;
         for b in &blocks {
             self.check_evict(b, false, actor)?;
@@ -459,7 +480,7 @@ impl Registry {
     /// registry order) and remove the first `limit` of them (all when `None`)
     /// whose score is at least `threshold`. Returns the removed ids, ranked.
     pub fn evict_by_policy(&self, limit: Option<usize>, threshold: Option<f64>) -> Vec<BlockId> {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let mut ranked: Vec<(f64, usize, Arc<Block>)> = st
             .order
             .iter()
@@ -481,7 +502,7 @@ impl Registry {
     /// retracting its own writes, so `evictable` does not protect them). Seed
     /// and orchestrator blocks, and blocks written by other registries, stay.
     pub fn rollback_trajectory(&self, trajectory: &str, actor: BlockId) -> usize {
-        let mut st = self.state.write();
+        let mut st = self.write();
         let doomed: std::collections::HashSet<*const Block> = st
             .order
             .iter()
@@ -496,16 +517,19 @@ impl Registry {
     }
 
     pub fn snapshot(&self) -> Snapshot {
+        let order = self.order();
+        let access_counts = order.iter().map(|b| b.access_count()).collect();
         Snapshot {
             registry: self.id,
-            order: self.order(),
+            order,
+            access_counts,
             taken_at: now_unix(),
         }
     }
 
     /// Put back the blocks, order and metadata of `snap`, each under a **new**
-    /// runtime id (authors are kept, so ownership survives). Access counts are
-    /// those the blocks have now: usage is history, not state.
+    /// runtime id (authors are kept, so ownership survives) and with the access
+    /// counts it recorded: the registry exactly as it was.
     pub fn restore(&self, snap: &Snapshot) -> Result<()> {
         if snap.registry != self.id {
             return Err(CoreError::InvalidArgument(format!(
@@ -517,16 +541,20 @@ impl Registry {
         let order: Vec<Arc<Block>> = snap
             .order
             .iter()
-            .map(|b| Arc::new(b.with_new_id()))
+            .zip(&snap.access_counts)
+            .map(|(b, &n)| Arc::new(b.with_new_id(n)))
             .collect();
         let mut index = IdMap::default();
         index.reserve(order.len());
         for b in &order {
             index.insert(b.id, Arc::clone(b));
         }
-        *self.state.write() = State {
+        let mut st = self.write();
+        let generation = st.generation;
+        *st = State {
             order: Arc::new(order),
             index,
+            generation,
         };
         Ok(())
     }
@@ -661,6 +689,24 @@ mod tests {
         let removed = r.evict_by_policy(Some(2), None);
         assert_eq!(removed.len(), 2);
         assert_eq!(names(&r), ["b0"]);
+    }
+
+    #[test]
+    fn generation_moves_with_every_change() {
+        let (r, ids) = reg_with(2);
+        let g0 = r.order_and_generation().1;
+        r.compile(None, None, "", 0, None).unwrap();
+        assert_eq!(
+            r.order_and_generation().1,
+            g0,
+            "compiles change no generation"
+        );
+        r.update_priority(ids[0], 0.2).unwrap();
+        let g1 = r.order_and_generation().1;
+        assert!(g1 > g0);
+        let snap = r.snapshot();
+        r.restore(&snap).unwrap();
+        assert!(r.order_and_generation().1 > g1);
     }
 
     #[test]
