@@ -33,6 +33,14 @@ impl BlockId {
             .map(|u| BlockId(*u.as_bytes()))
     }
 
+    /// The hash of an id: eight of its uniformly random bytes.
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&self.0[..8]);
+        u64::from_le_bytes(low)
+    }
+
     pub fn to_hyphenated(self) -> String {
         uuid::Uuid::from_bytes(self.0).hyphenated().to_string()
     }
@@ -42,9 +50,7 @@ impl Hash for BlockId {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // The bytes are uniformly random, so eight of them are already a perfect
         // hash; skipping SipHash saves ~15 ns per lookup.
-        let mut low = [0u8; 8];
-        low.copy_from_slice(&self.0[..8]);
-        state.write_u64(u64::from_le_bytes(low));
+        state.write_u64(self.hash64());
     }
 }
 
@@ -170,7 +176,10 @@ pub struct Block {
     text: Arc<str>,
     extra: Option<Arc<Extra>>,
     pub priority: f64,
-    access: AtomicU64,
+    /// Shared by every version of the block (a priority, wrap or content change
+    /// makes a new version), so a compile that emitted an older version still
+    /// counts for the block: no increment is lost to a concurrent change.
+    access: Arc<AtomicU64>,
     name_len: u32,
     tags_len: u32,
     pub token_count: u32,
@@ -226,7 +235,7 @@ impl Block {
                 Some(Arc::new(extra))
             },
             priority: nb.priority,
-            access: AtomicU64::new(0),
+            access: Arc::new(AtomicU64::new(0)),
             token_count,
             wrap_tokens: 0,
             created_at: now_unix(),
@@ -304,15 +313,19 @@ impl Block {
         }
     }
 
-    /// A copy with the same fields (access count included) and a given id.
-    fn copy_with_id(&self, id: BlockId) -> Block {
+    /// A new version of this block: same id, same access counter.
+    fn version(&self) -> Block {
+        self.copy(self.id, Arc::clone(&self.access))
+    }
+
+    fn copy(&self, id: BlockId, access: Arc<AtomicU64>) -> Block {
         Block {
             id,
             author: self.author,
             text: Arc::clone(&self.text),
             extra: self.extra.clone(),
             priority: self.priority,
-            access: AtomicU64::new(self.access_count()),
+            access,
             name_len: self.name_len,
             tags_len: self.tags_len,
             token_count: self.token_count,
@@ -324,19 +337,18 @@ impl Block {
         }
     }
 
-    /// Same block under a fresh runtime id, with a given access count.
+    /// The same block as a new logical block (snapshot restore): fresh id, its
+    /// own access counter starting at `access_count`.
     pub(crate) fn with_new_id(&self, access_count: u64) -> Block {
-        let b = self.copy_with_id(BlockId::random());
-        b.access.store(access_count, Ordering::Relaxed);
-        b
+        self.copy(BlockId::random(), Arc::new(AtomicU64::new(access_count)))
     }
     pub(crate) fn with_priority(&self, priority: f64) -> Block {
-        let mut b = self.copy_with_id(self.id);
+        let mut b = self.version();
         b.priority = priority;
         b
     }
     pub(crate) fn with_wrap(&self, wrap: Option<Wrap>) -> Block {
-        let mut b = self.copy_with_id(self.id);
+        let mut b = self.version();
         let mut extra = b.extra.as_deref().cloned().unwrap_or_default();
         b.wrap_tokens = wrap.as_ref().map(|w| w.tokens).unwrap_or(0);
         extra.wrap = wrap.map(Box::new);
@@ -348,7 +360,7 @@ impl Block {
         b
     }
     pub(crate) fn with_content(&self, content: &str, token_count: u32) -> Block {
-        let mut b = self.copy_with_id(self.id);
+        let mut b = self.version();
         b.text = join_text(self.name(), self.tags_str(), content);
         b.token_count = token_count;
         b

@@ -51,10 +51,47 @@ pub enum Position {
     At(i64),
 }
 
+/// The id index: a hash table of the blocks themselves, keyed by their id.
+///
+/// `HashMap<BlockId, Arc<Block>>` would store the 16-byte id a second time in
+/// every entry; a raw `HashTable` of pointers costs 8 bytes an entry, which keeps
+/// the registry within its per-block memory budget (see rust/tests/memory.rs).
+#[derive(Default)]
+struct Index(hashbrown::HashTable<Arc<Block>>);
+
+impl Index {
+    fn get(&self, id: &BlockId) -> Option<&Arc<Block>> {
+        self.0.find(id.hash64(), |b| b.id == *id)
+    }
+    fn contains_key(&self, id: &BlockId) -> bool {
+        self.get(id).is_some()
+    }
+    fn insert(&mut self, block: Arc<Block>) {
+        let hash = block.id.hash64();
+        match self.0.find_mut(hash, |b| b.id == block.id) {
+            Some(slot) => *slot = block,
+            None => {
+                self.0.insert_unique(hash, block, |b| b.id.hash64());
+            }
+        }
+    }
+    fn remove(&mut self, id: &BlockId) {
+        if let Ok(entry) = self.0.find_entry(id.hash64(), |b| b.id == *id) {
+            entry.remove();
+        }
+    }
+    fn reserve(&mut self, n: usize) {
+        self.0.reserve(n, |b| b.id.hash64());
+    }
+    fn retain(&mut self, mut keep: impl FnMut(&Arc<Block>) -> bool) {
+        self.0.retain(|b| keep(b));
+    }
+}
+
 #[derive(Default)]
 struct State {
     order: Order,
-    index: IdMap<Arc<Block>>,
+    index: Index,
     /// Bumped by every change that can alter a compile's output (order, blocks,
     /// their content, wrap or tokens; not access counts). Lets a binding reuse
     /// the previous prompt while nothing has changed.
@@ -231,7 +268,7 @@ impl Registry {
             Position::Front => 0,
             Position::At(p) => clamp(p, len),
         };
-        st.index.insert(id, Arc::clone(&block));
+        st.index.insert(Arc::clone(&block));
         Arc::make_mut(&mut st.order).insert(at, block);
         Ok(id)
     }
@@ -247,7 +284,7 @@ impl Registry {
         let mut st = self.write();
         st.index.reserve(built.len());
         for b in &built {
-            st.index.insert(b.id, Arc::clone(b));
+            st.index.insert(Arc::clone(b));
         }
         Arc::make_mut(&mut st.order).extend(built);
         Ok(ids)
@@ -317,7 +354,10 @@ impl Registry {
         if !missing.is_empty() {
             return Err(self.not_found(&missing));
         }
-        Ok(ids.iter().map(|i| Arc::clone(&st.index[i])).collect())
+        Ok(ids
+            .iter()
+            .filter_map(|i| st.index.get(i).cloned())
+            .collect())
     }
 
     /// Move `ids` as one contiguous unit, in the given order, to `position`
@@ -346,7 +386,7 @@ impl Registry {
         let new = Arc::new(new);
         let at = st.position(old);
         Arc::make_mut(&mut st.order)[at] = Arc::clone(&new);
-        st.index.insert(new.id, new);
+        st.index.insert(new);
     }
 
     pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
@@ -460,7 +500,7 @@ impl Registry {
             return;
         }
         Arc::make_mut(&mut st.order).retain(|b| !doomed.contains(&Arc::as_ptr(b)));
-        st.index.retain(|_, b| !doomed.contains(&Arc::as_ptr(b)));
+        st.index.retain(|b| !doomed.contains(&Arc::as_ptr(b)));
     }
 
     /// Remove the listed evictable blocks (a caller's own eviction policy). All
@@ -544,10 +584,10 @@ impl Registry {
             .zip(&snap.access_counts)
             .map(|(b, &n)| Arc::new(b.with_new_id(n)))
             .collect();
-        let mut index = IdMap::default();
+        let mut index = Index::default();
         index.reserve(order.len());
         for b in &order {
-            index.insert(b.id, Arc::clone(b));
+            index.insert(Arc::clone(b));
         }
         let mut st = self.write();
         let generation = st.generation;
