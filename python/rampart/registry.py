@@ -71,6 +71,15 @@ def _int(value: Any, what: str, *, minimum: int | None = None) -> int:
     return value
 
 
+# Positions and steps clamp (SPEC §3), so any Python int is valid; the core takes
+# i64, and +-2**62 is already past the end of any registry.
+_FAR = 2**62
+
+
+def _clamped(value: Any, what: str) -> int:
+    return max(-_FAR, min(_FAR, _int(value, what)))
+
+
 def _priority(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
@@ -271,7 +280,7 @@ class BlockRegistry:
                 f"got {type(author).__name__}"
             )
         if position is not None:
-            _int(position, "position")
+            position = _clamped(position, "position")
         if trajectory_id is not None:
             _text(trajectory_id, "trajectory_id")
         return self._core.insert(
@@ -362,24 +371,24 @@ class BlockRegistry:
                 f"to_back; got {', '.join(given) or 'none'}"
             )
         if steps is not None:
-            return self._core.move_by(runtime_id, _int(steps, "steps"))
+            return self._core.move_by(runtime_id, _clamped(steps, "steps"))
         if to_position is not None:
-            return self._core.move_to(runtime_id, _int(to_position, "to_position"))
+            return self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
         if before is not None:
             return self._core.move_next_to(runtime_id, before, False)
         if after is not None:
             return self._core.move_next_to(runtime_id, after, True)
-        return self._core.move_to(runtime_id, 0 if to_front else 2**62)
+        return self._core.move_to(runtime_id, 0 if to_front else _FAR)
 
     def demote(self, runtime_id: str, steps: int = 1) -> int:
         """Move a block ``steps`` toward the back (clamped). Returns the new index."""
-        return self._core.move_by(runtime_id, -_int(steps, "steps"))
+        return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
 
     def promote_to_front(self, runtime_id: str) -> int:
         return self._core.move_to(runtime_id, 0)
 
     def demote_to_back(self, runtime_id: str) -> int:
-        return self._core.move_to(runtime_id, 2**62)
+        return self._core.move_to(runtime_id, _FAR)
 
     def reorder(self, id_list: Sequence[str]) -> None:
         """The listed blocks move to the front in that order; the rest keep their order."""
@@ -388,7 +397,7 @@ class BlockRegistry:
     def promote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
         """Move the listed blocks as one contiguous unit, in the given order, to
         ``to_position`` (the paper's group promote). Returns the unit's first index."""
-        return self._core.promote_group(list(id_list), _int(to_position, "to_position"))
+        return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
 
     def index_of(self, runtime_id: str) -> int:
         return self._core.index_of(runtime_id)

@@ -200,7 +200,7 @@ fn parse_source(s: &str) -> PyResult<Source> {
 
 /// Read-only view of one block as it was when fetched (access_count is live).
 #[pyclass(frozen, module = "rampart._core", name = "Block")]
-pub struct PyBlock(Arc<CoreBlock>);
+pub struct PyBlock(Arc<CoreBlock>, Option<u64>);
 
 #[pymethods]
 impl PyBlock {
@@ -242,7 +242,7 @@ impl PyBlock {
     }
     #[getter]
     fn access_count(&self) -> u64 {
-        self.0.access_count()
+        self.1.unwrap_or_else(|| self.0.access_count())
     }
     #[getter]
     fn tags(&self) -> Vec<&str> {
@@ -277,7 +277,7 @@ fn views(
     py: Python<'_>,
     blocks: impl Iterator<Item = Arc<CoreBlock>>,
 ) -> PyResult<Bound<'_, PyList>> {
-    PyList::new(py, blocks.map(PyBlock))
+    PyList::new(py, blocks.map(|b| PyBlock(b, None)))
 }
 
 // ---- Order view ----------------------------------------------------------------
@@ -362,7 +362,7 @@ impl PySelection {
             let i = i as usize;
             rows.push((
                 i,
-                PyBlock(Arc::clone(&sel.order[i])),
+                PyBlock(Arc::clone(&sel.order[i]), None),
                 true,
                 costs[k],
                 None,
@@ -394,7 +394,7 @@ impl PySelection {
             };
             rows.push((
                 i,
-                PyBlock(Arc::clone(b)),
+                PyBlock(Arc::clone(b), None),
                 false,
                 cost,
                 Some(reason),
@@ -425,8 +425,11 @@ impl PySnapshot {
     fn registry_id(&self) -> String {
         self.0.registry.to_hyphenated()
     }
+    /// The blocks as snapshotted, with the access counts recorded then.
     fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        views(py, self.0.order.iter().cloned())
+        let snap = &self.0;
+        let views = snap.order.iter().zip(&snap.access_counts);
+        PyList::new(py, views.map(|(b, &n)| PyBlock(Arc::clone(b), Some(n))))
     }
 }
 
@@ -584,7 +587,7 @@ impl PyRegistry {
 
     fn get(&self, py: Python<'_>, id: &str) -> PyResult<PyBlock> {
         let id = parse_id(py, &self.0, id)?;
-        self.0.get(id).map(PyBlock).py_err(py)
+        self.0.get(id).map(|b| PyBlock(b, None)).py_err(py)
     }
     fn index_of(&self, py: Python<'_>, id: &str) -> PyResult<usize> {
         let id = parse_id(py, &self.0, id)?;
@@ -696,7 +699,7 @@ impl PyRegistry {
         let id = parse_id(py, &self.0, id)?;
         let actor = self.actor(by);
         detach_if(py, self.heavy(), || self.0.evict(id, force, actor))
-            .map(PyBlock)
+            .map(|b| PyBlock(b, None))
             .py_err(py)
     }
     fn evict_many(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<usize> {

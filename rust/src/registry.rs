@@ -313,7 +313,10 @@ impl Registry {
     /// Move `steps` toward the front (negative: toward the back), clamped.
     pub fn move_by(&self, id: BlockId, steps: i64) -> Result<usize> {
         self.relocate(id, |st, from| {
-            Ok(clamp(from as i64 - steps, st.order.len() - 1))
+            Ok(clamp(
+                (from as i64).saturating_sub(steps),
+                st.order.len() - 1,
+            ))
         })
     }
 
