@@ -249,3 +249,36 @@ def test_result_is_stable_after_registry_changes(reg: rampart.BlockRegistry) -> 
     reg.evict(ids[2])
     reg.write_block("new", "d")
     assert res.excluded == ["b", "c"], "the report describes the registry as compiled"
+
+
+def test_repeat_compiles_reflect_every_change(reg: rampart.BlockRegistry) -> None:
+    """The binding reuses the last prompt while nothing that shapes it changed;
+    every kind of change must still show up in the next compile."""
+    a = reg.write_agent_block("alpha one", "run", "a")
+    b = reg.write_agent_block("beta two", "run", "b")
+
+    def prompt(**kw: object) -> str:
+        return reg.compile(separator="|", **kw).prompt  # type: ignore[arg-type]
+
+    assert prompt() == "alpha one|beta two"
+    assert prompt() == "alpha one|beta two"
+    reg.update_block_content(a, "alpha changed")
+    assert prompt() == "alpha changed|beta two"
+    reg.set_wrap(b, "<", ">")
+    assert prompt() == "alpha changed|<beta two>"
+    reg.promote(b, to_front=True)
+    assert prompt() == "<beta two>|alpha changed"
+    reg.update_priority(a, 0.9)  # a new version of the block, same text
+    assert prompt() == "<beta two>|alpha changed"
+    assert prompt(max_tokens=4) == "<beta two>"
+    reg.write_block("gamma three four", "c")  # beyond that budget
+    assert prompt(max_tokens=4) == "<beta two>"
+    assert prompt() == "<beta two>|alpha changed|gamma three four"
+    assert reg.compile(separator="+").prompt == "<beta two>+alpha changed+gamma three four"
+    reg.evict(b)
+    assert prompt() == "alpha changed|gamma three four"
+    snap = reg.snapshot()
+    reg.write_block("delta", "d")
+    reg.restore(snap)
+    assert prompt() == "alpha changed|gamma three four"
+    assert reg.get_by_name("a")[0].access_count == 10

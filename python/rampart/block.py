@@ -146,33 +146,36 @@ class CompileResult:
     saw, so a compile costs what it includes, not the size of the registry.
     """
 
-    __slots__ = ("_excluded", "_included", "_report", "_sel", "max_tokens", "prompt")
+    __slots__ = ("_names", "_report", "_sel", "prompt")
 
-    def __init__(self, prompt: str, sel: _core.Selection, max_tokens: int | None) -> None:
+    def __init__(self, prompt: str, sel: _core.Selection) -> None:
+        # Kept to three stores: this object is built on every compile.
         self.prompt = prompt
-        self.max_tokens = max_tokens
         self._sel = sel
-        self._included: list[str] | None = None
-        self._excluded: list[str] | None = None
-        self._report: list[BlockReport] | None = None
+        self._names: tuple[list[str], list[str]] | None = None
 
     @property
     def total_tokens(self) -> int:
         return self._sel.total_tokens
 
     @property
+    def max_tokens(self) -> int | None:
+        """The budget this compile ran under (None: unlimited)."""
+        return self._sel.budget
+
+    @property
     def included(self) -> list[str]:
         """Names of the emitted blocks, in compile order."""
-        if self._included is None:
-            self._included = self._sel.included_names()
-        return self._included
+        if self._names is None:
+            self._names = (self._sel.included_names(), self._sel.excluded_names())
+        return self._names[0]
 
     @property
     def excluded(self) -> list[str]:
         """Names of the blocks left out (gated out or over budget), registry order."""
-        if self._excluded is None:
-            self._excluded = self._sel.excluded_names()
-        return self._excluded
+        if self._names is None:
+            self._names = (self._sel.included_names(), self._sel.excluded_names())
+        return self._names[1]
 
     @property
     def included_ids(self) -> list[str]:
@@ -190,9 +193,11 @@ class CompileResult:
     @property
     def report(self) -> list[BlockReport]:
         """One row per block the compile saw, in registry order."""
-        if self._report is None:
-            self._report = _reports(self._sel)
-        return self._report
+        try:
+            return self._report
+        except AttributeError:
+            self._report: list[BlockReport] = _reports(self._sel)
+            return self._report
 
     def __len__(self) -> int:
         return self._sel.included_count()
@@ -210,11 +215,14 @@ class CompileResult:
 class DryRunResult:
     """The selection a compile would make, with no prompt built and nothing changed."""
 
-    __slots__ = ("_sel", "max_tokens")
+    __slots__ = ("_sel",)
 
-    def __init__(self, sel: _core.Selection, max_tokens: int | None) -> None:
+    def __init__(self, sel: _core.Selection) -> None:
         self._sel = sel
-        self.max_tokens = max_tokens
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self._sel.budget
 
     @property
     def included(self) -> list[tuple[str, int]]:

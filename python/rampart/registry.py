@@ -80,6 +80,12 @@ def _clamped(value: Any, what: str) -> int:
     return max(-_FAR, min(_FAR, _int(value, what)))
 
 
+def _check_budget(budget: Any) -> None:
+    """Raise for a budget the fast path did not accept (an int subclass is fine)."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
+
+
 def _priority(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
@@ -543,7 +549,7 @@ class BlockRegistry:
     def _sep_tokens(self, separator: str) -> int:
         n = self._sep_cache.get(separator)
         if n is None:
-            n = self._sep_cache[separator] = self._tok.count(separator)
+            n = self._sep_cache[_text(separator, "separator")] = self._tok.count(separator)
         return n
 
     def _select(
@@ -558,10 +564,8 @@ class BlockRegistry:
         dry_run: bool,
     ) -> tuple[str | None, _core.Selection, int | None]:
         budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
-        ):
-            raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
+        if budget is not None and (type(budget) is not int or budget < 0):
+            _check_budget(budget)
         sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
         if relevance_threshold is None and top_k is None:
             prompt, sel = self._core.compile(budget, sep, self._sep_tokens(sep), dry_run=dry_run)
@@ -608,6 +612,17 @@ class BlockRegistry:
         ``top_k`` are given; (2) walk the registry in order; (3) cut at the token
         budget, stopping at the first block that does not fit; (4) count an access
         for each emitted block. Never reorders the registry."""
+        if relevance_threshold is None and top_k is None:
+            # The hot path, kept flat: agents call this before every model call.
+            budget = self.default_max_tokens if max_tokens is None else max_tokens
+            if budget is not None and (type(budget) is not int or budget < 0):
+                _check_budget(budget)
+            sep = DEFAULT_SEPARATOR if separator is None else separator
+            n = self._sep_cache.get(sep)
+            if n is None:
+                n = self._sep_tokens(sep)
+            prompt, sel = self._core.compile(budget, sep, n)
+            return CompileResult(prompt or "", sel)
         prompt, sel, budget = self._select(
             max_tokens,
             task_text,
@@ -618,7 +633,7 @@ class BlockRegistry:
             gate,
             False,
         )
-        return CompileResult(prompt or "", sel, budget)
+        return CompileResult(prompt or "", sel)
 
     def compile_dry_run(
         self,
@@ -642,7 +657,7 @@ class BlockRegistry:
             gate,
             True,
         )
-        return DryRunResult(sel, budget)
+        return DryRunResult(sel)
 
     # ---- observability ----------------------------------------------------------------------
 

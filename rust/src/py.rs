@@ -118,8 +118,27 @@ struct Memo {
     sep_tokens: u32,
     prompt: Py<PyString>,
     included: Vec<u32>,
+    /// The emitted blocks themselves: a later compile that emits the very same
+    /// block versions (say, after a write beyond the budget) reuses the prompt
+    /// without joining it again. Holding the `Arc`s rules out address reuse.
+    blocks: Vec<Arc<CoreBlock>>,
     stop: Option<usize>,
     total_tokens: u64,
+}
+
+impl Memo {
+    /// The memoised prompt, if `sel` emits exactly the memo's blocks under the
+    /// same separator.
+    fn same_prompt(&self, sel: &CoreSelection, separator: &str) -> Option<&Py<PyString>> {
+        let same = self.separator == separator
+            && self.blocks.len() == sel.included.len()
+            && self
+                .blocks
+                .iter()
+                .zip(sel.included_blocks())
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        same.then_some(&self.prompt)
+    }
 }
 
 fn detach_if<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> T + Send) -> T {
@@ -309,6 +328,10 @@ impl PySelection {
     #[getter]
     fn total_tokens(&self) -> u64 {
         self.0.total_tokens
+    }
+    #[getter]
+    fn budget(&self) -> Option<u64> {
+        self.0.budget
     }
     #[getter]
     fn registry_size(&self) -> usize {
@@ -787,7 +810,19 @@ impl PyRegistry {
         if dry_run {
             return Ok((None, PySelection(sel)));
         }
-        let prompt = render_prompt(py, &sel, separator)?;
+        let reused = match memo_key {
+            Some(_) => self
+                .1
+                .lock()
+                .as_ref()
+                .and_then(|m| m.same_prompt(&sel, sep))
+                .map(|p| p.clone_ref(py)),
+            None => None,
+        };
+        let prompt = match reused {
+            Some(p) => p.into_bound(py),
+            None => render_prompt(py, &sel, separator)?,
+        };
         if let Some(g) = memo_key {
             *self.1.lock() = Some(Memo {
                 generation: g,
@@ -796,6 +831,7 @@ impl PyRegistry {
                 sep_tokens,
                 prompt: prompt.clone().unbind(),
                 included: sel.included.clone(),
+                blocks: sel.included_blocks().cloned().collect(),
                 stop: sel.stop,
                 total_tokens: sel.total_tokens,
             });
