@@ -562,14 +562,13 @@ class BlockRegistry:
         task_embedding: Any,
         gate: GateFn | None,
         dry_run: bool,
-    ) -> tuple[str | None, _core.Selection, int | None]:
+    ) -> tuple[str | None, _core.Selection]:
         budget = self.default_max_tokens if max_tokens is None else max_tokens
         if budget is not None and (type(budget) is not int or budget < 0):
             _check_budget(budget)
         sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
         if relevance_threshold is None and top_k is None:
-            prompt, sel = self._core.compile(budget, sep, self._sep_tokens(sep), dry_run=dry_run)
-            return prompt, sel, budget
+            return self._core.compile(budget, sep, self._sep_tokens(sep), dry_run=dry_run)
         if task_text is None and task_embedding is None:
             raise InvalidArgumentError(
                 "relevance_threshold/top_k need a task: pass task_text or task_embedding"
@@ -585,7 +584,7 @@ class BlockRegistry:
             )
         view = self._core.view()
         scores = self._gate_scores(view, task_text, task_embedding, gate)
-        prompt, sel = self._core.compile(
+        return self._core.compile(
             budget,
             sep,
             self._sep_tokens(sep),
@@ -595,7 +594,6 @@ class BlockRegistry:
             top_k=top_k,
             dry_run=dry_run,
         )
-        return prompt, sel, budget
 
     def compile(
         self,
@@ -623,7 +621,7 @@ class BlockRegistry:
                 n = self._sep_tokens(sep)
             prompt, sel = self._core.compile(budget, sep, n)
             return CompileResult(prompt or "", sel)
-        prompt, sel, budget = self._select(
+        prompt, sel = self._select(
             max_tokens,
             task_text,
             relevance_threshold,
@@ -647,7 +645,7 @@ class BlockRegistry:
         gate: GateFn | None = None,
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
-        _, sel, budget = self._select(
+        _, sel = self._select(
             max_tokens,
             task_text,
             relevance_threshold,
