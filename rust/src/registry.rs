@@ -196,6 +196,22 @@ impl Registry {
         (Arc::clone(&st.order), st.generation)
     }
 
+    /// The block under `id` in `st`, or `BlockNotFound` naming it.
+    fn lookup(&self, st: &State, id: BlockId) -> Result<Arc<Block>> {
+        st.index
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.not_found(&[id]))
+    }
+
+    /// Replace the block under `id` by the version `change` builds from it.
+    fn change(&self, id: BlockId, change: impl FnOnce(&Block) -> Block) -> Result<()> {
+        let mut st = self.write();
+        let old = self.lookup(&st, id)?;
+        self.replace(&mut st, &old, change(&old));
+        Ok(())
+    }
+
     fn not_found(&self, ids: &[BlockId]) -> CoreError {
         CoreError::BlockNotFound {
             registry: self.label.to_string(),
@@ -213,12 +229,7 @@ impl Registry {
     }
 
     pub fn get(&self, id: BlockId) -> Result<Arc<Block>> {
-        self.state
-            .read()
-            .index
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.not_found(&[id]))
+        self.lookup(&self.state.read(), id)
     }
 
     pub fn contains(&self, id: BlockId) -> bool {
@@ -227,7 +238,7 @@ impl Registry {
 
     pub fn index_of(&self, id: BlockId) -> Result<usize> {
         let st = self.state.read();
-        let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
+        let b = &self.lookup(&st, id)?;
         Ok(st.position(b))
     }
 
@@ -298,7 +309,7 @@ impl Registry {
         target: impl FnOnce(&State, usize) -> Result<usize>,
     ) -> Result<usize> {
         let mut st = self.write();
-        let b = st.index.get(&id).ok_or_else(|| self.not_found(&[id]))?;
+        let b = &self.lookup(&st, id)?;
         let from = st.position(b);
         let to = target(&st, from)?;
         move_index(Arc::make_mut(&mut st.order).as_mut_slice(), from, to);
@@ -394,26 +405,12 @@ impl Registry {
 
     pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
         check_priority(priority)?;
-        let mut st = self.write();
-        let old = st
-            .index
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.not_found(&[id]))?;
-        self.replace(&mut st, &old, old.with_priority(priority));
-        Ok(())
+        self.change(id, |old| old.with_priority(priority))
     }
 
     /// `wrap == None` removes the decoration.
     pub fn set_wrap(&self, id: BlockId, wrap: Option<Wrap>) -> Result<()> {
-        let mut st = self.write();
-        let old = st
-            .index
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.not_found(&[id]))?;
-        self.replace(&mut st, &old, old.with_wrap(wrap));
-        Ok(())
+        self.change(id, |old| old.with_wrap(wrap))
     }
 
     /// Replace an agent block's content. `actor` is the registry acting; it must
@@ -430,11 +427,7 @@ impl Registry {
         // Count outside the lock; the block is re-checked under it.
         let tokens = token_count.unwrap_or_else(|| count_cl100k(content));
         let mut st = self.write();
-        let current = st
-            .index
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.not_found(&[id]))?;
+        let current = self.lookup(&st, id)?;
         self.check_content_change(&current, actor)?;
         self.replace(&mut st, &current, current.with_content(content, tokens));
         Ok(())
@@ -486,11 +479,7 @@ impl Registry {
     /// Remove one block under the permission model; returns it.
     pub fn evict(&self, id: BlockId, force: bool, actor: BlockId) -> Result<Arc<Block>> {
         let mut st = self.write();
-        let b = st
-            .index
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.not_found(&[id]))?;
+        let b = self.lookup(&st, id)?;
         self.check_evict(&b, force, actor)?;
         let at = st.position(&b);
         Arc::make_mut(&mut st.order).remove(at);
