@@ -810,32 +810,39 @@ impl PyRegistry {
         if dry_run {
             return Ok((None, PySelection(sel)));
         }
-        let reused = match memo_key {
-            Some(_) => self
-                .1
-                .lock()
-                .as_ref()
-                .and_then(|m| m.same_prompt(&sel, sep))
-                .map(|p| p.clone_ref(py)),
-            None => None,
+        let Some(g) = memo_key else {
+            let prompt = render_prompt(py, &sel, separator)?;
+            return Ok((Some(prompt), PySelection(sel)));
         };
-        let prompt = match reused {
-            Some(p) => p.into_bound(py),
-            None => render_prompt(py, &sel, separator)?,
-        };
-        if let Some(g) = memo_key {
-            *self.1.lock() = Some(Memo {
-                generation: g,
-                budget,
-                separator: sep.to_owned(),
-                sep_tokens,
-                prompt: prompt.clone().unbind(),
-                included: sel.included.clone(),
-                blocks: sel.included_blocks().cloned().collect(),
-                stop: sel.stop,
-                total_tokens: sel.total_tokens,
-            });
+        // Same block versions emitted as last time: keep the prompt and the memo's
+        // block list, move the memo to this generation.
+        {
+            let mut memo = self.1.lock();
+            if let Some(m) = memo.as_mut() {
+                if m.same_prompt(&sel, sep).is_some() {
+                    m.generation = g;
+                    m.budget = budget;
+                    m.sep_tokens = sep_tokens;
+                    m.included.clone_from(&sel.included);
+                    m.stop = sel.stop;
+                    m.total_tokens = sel.total_tokens;
+                    let prompt = m.prompt.clone_ref(py).into_bound(py);
+                    return Ok((Some(prompt), PySelection(sel)));
+                }
+            }
         }
+        let prompt = render_prompt(py, &sel, separator)?;
+        *self.1.lock() = Some(Memo {
+            generation: g,
+            budget,
+            separator: sep.to_owned(),
+            sep_tokens,
+            prompt: prompt.clone().unbind(),
+            included: sel.included.clone(),
+            blocks: sel.included_blocks().cloned().collect(),
+            stop: sel.stop,
+            total_tokens: sel.total_tokens,
+        });
         Ok((Some(prompt), PySelection(sel)))
     }
 }
