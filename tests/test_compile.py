@@ -228,6 +228,10 @@ def test_embedding_model_drives_default_gate_and_find_relevant() -> None:
     assert "late" in r.compile(task_text="git", top_k=2).included
     res = r.compile(task_embedding=[1.0, 0, 0, 0, 0], relevance_threshold=0.5)
     assert set(res.included) == {"commits", "late"}
+    # A content change is re-embedded before the next gate.
+    tests_id = r.get_by_name("tests")[0].runtime_id
+    r.update_block_content(tests_id, "git git git")
+    assert r.find_relevant("git", top_k=1)[0][0].semantic_name == "tests"
 
 
 def test_result_report_covers_every_block_once(reg: rampart.BlockRegistry) -> None:

@@ -334,6 +334,7 @@ class BlockRegistry:
         unless ``by`` is its author)."""
         _text(content, "content")
         self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
+        self._embed_cache.pop(runtime_id, None)  # its embedding described the old text
 
     def update_priority(self, runtime_id: str, priority: float) -> None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
@@ -500,11 +501,17 @@ class BlockRegistry:
             if task_embedding is not None
             else self._embed([task_text or ""])[0]
         )
-        todo = [b for b in blocks if b.runtime_id not in self._embed_cache]
+        cache = self._embed_cache
+        todo = [b for b in blocks if b.runtime_id not in cache]
         if todo:
             for b, v in zip(todo, self._embed([b.gate_text for b in todo])):
-                self._embed_cache[b.runtime_id] = v
-        return [_cosine(query, self._embed_cache[b.runtime_id]) for b in blocks]
+                cache[b.runtime_id] = v
+        scores = [_cosine(query, cache[b.runtime_id]) for b in blocks]
+        if len(cache) > 2 * len(blocks) + 64:  # forget evicted blocks now and then
+            live = {b.runtime_id for b in blocks}
+            for rid in [r for r in list(cache) if r not in live]:  # list(): threads
+                cache.pop(rid, None)
+        return scores
 
     def _gate_scores(
         self,
