@@ -26,14 +26,9 @@ def test_rollback_removes_only_that_runs_own_agent_blocks() -> None:
     assert r.rollback_trajectory("no-such-run") == 0
 
 
-def test_restore_brings_back_blocks_order_and_metadata_under_new_ids() -> None:
-    other = rampart.BlockRegistry(tokeniser=words)
-    r = rampart.BlockRegistry(tokeniser=words)
-    s = r.write_block("seed text", "s", source="seed", evictable=False, tags=["t"])
-    p = r.write_block("plan", "p", source="orchestrator", evictable=False, author=other)
-    a = r.write_agent_block("note", "run-1", "a", priority=0.7)
-    r.set_wrap(a, "<x>", "</x>")
-    before = [
+def _state(r: rampart.BlockRegistry) -> list[tuple[object, ...]]:
+    """Everything about each block but its runtime id and access count, in order."""
+    return [
         (
             b.semantic_name,
             b.content,
@@ -47,6 +42,16 @@ def test_restore_brings_back_blocks_order_and_metadata_under_new_ids() -> None:
         )
         for b in r.list_blocks()
     ]
+
+
+def test_restore_brings_back_blocks_order_and_metadata_under_new_ids() -> None:
+    other = rampart.BlockRegistry(tokeniser=words)
+    r = rampart.BlockRegistry(tokeniser=words)
+    s = r.write_block("seed text", "s", source="seed", evictable=False, tags=["t"])
+    p = r.write_block("plan", "p", source="orchestrator", evictable=False, author=other)
+    a = r.write_agent_block("note", "run-1", "a", priority=0.7)
+    r.set_wrap(a, "<x>", "</x>")
+    before = _state(r)
     snap = r.snapshot()
     assert len(snap) == 3
 
@@ -57,20 +62,7 @@ def test_restore_brings_back_blocks_order_and_metadata_under_new_ids() -> None:
     assert len(snap) == 3 and snap.blocks()[2].semantic_name == "a", "snapshots are immutable"
 
     r.restore(snap)
-    after = [
-        (
-            b.semantic_name,
-            b.content,
-            b.priority,
-            b.source,
-            b.author_id,
-            b.tags,
-            b.trajectory_id,
-            b.wrap_prefix,
-            b.evictable,
-        )
-        for b in r.list_blocks()
-    ]
+    after = _state(r)
     assert after == before
     new_ids = r.runtime_ids()
     assert not {s, p, a} & set(new_ids), "every restored block gets a new runtime id"
