@@ -287,9 +287,6 @@ impl PyBlock {
     fn metadata_json(&self) -> Option<&str> {
         self.0.meta()
     }
-    fn same_block(&self, other: &Bound<'_, PyBlock>) -> bool {
-        self.0.id == other.get().0.id
-    }
 }
 
 fn views(
