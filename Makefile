@@ -14,10 +14,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # maturin builds the extension in release mode into the venv (editable) and
-# installs the "dev" extra's dependencies with it.
+# installs the "dev" extra's dependencies with it. VIRTUAL_ENV is set explicitly:
+# maturin installs into whatever venv the caller's shell has activated otherwise.
 setup: $(BIN)/python
 	$(BIN)/python -m pip install -q "maturin>=1.7,<2"
-	$(BIN)/maturin develop --release -q -E dev
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -q -E dev
 
 # The main job: compile the example seed set against a task.
 compile: setup
