@@ -469,7 +469,7 @@ class BlockRegistry:
         """An immutable picture of blocks, order, metadata and access counts.
 
         Cheap: blocks are shared, not copied; only the access counts are read
-        (about 1 µs per 1 000 blocks)."""
+        (1.2 µs at 200 blocks, 1.5 ms at 100 000)."""
         return Snapshot(self._core.snapshot(), self.label)
 
     def restore(self, snapshot: Snapshot) -> None:
