@@ -77,3 +77,12 @@ def test_error_hierarchy() -> None:
     ):
         assert issubclass(cls, rampart.RampartError)
     assert str(rampart.BlockNotFoundError("no block x")) == "no block x"
+
+
+def test_registries_are_not_copied_behind_your_back() -> None:
+    import copy
+
+    r = rampart.BlockRegistry()
+    for fn in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="snapshot"):
+            fn(r)

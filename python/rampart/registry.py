@@ -725,6 +725,17 @@ class BlockRegistry:
             )
         return rows
 
+    def __copy__(self) -> BlockRegistry:
+        # A copy would share the native registry (and bypass label uniqueness);
+        # say what to use instead.
+        raise TypeError(
+            "BlockRegistry cannot be copied: use snapshot()/restore() for a point to "
+            "return to, or BlockRegistry.from_seed() for a second registry"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BlockRegistry:
+        return self.__copy__()
+
     def __len__(self) -> int:
         return len(self._core)
 
