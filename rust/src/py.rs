@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyType};
 
-use crate::block::{Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
+use crate::block::{Attachment, Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
 use crate::compile::{Exclusion, Gate, Order, Selection as CoreSelection};
 use crate::error::CoreError;
 use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
@@ -45,12 +45,19 @@ struct PyTexts {
 }
 
 fn texts(b: &CoreBlock) -> &PyTexts {
-    let slot = match b.attachment() {
-        Some(a) => a,
-        None => b.attach(Box::new(PyTexts::default())),
-    };
-    slot.downcast_ref::<PyTexts>()
-        .expect("only py.rs attaches to blocks")
+    match b.attachment() {
+        Some(a) => texts_of(a),
+        None => texts_of(b.attach(Box::new(PyTexts::default()))),
+    }
+}
+
+fn texts_of(a: &Attachment) -> &PyTexts {
+    debug_assert!(a.is::<PyTexts>());
+    // SAFETY: this file is the only code that attaches anything to a block, and
+    // it only ever attaches a `PyTexts` (above), so the erased value is one.
+    // (`downcast_ref` would check that with a virtual `type_id` call per block
+    // on the compile path.)
+    unsafe { &*(&**a as *const (dyn std::any::Any + Send + Sync) as *const PyTexts) }
 }
 
 /// `OnceLock::set` runs no Python code while it holds the cell, so two threads
@@ -78,15 +85,16 @@ fn py_rendered<'py>(py: Python<'py>, b: &CoreBlock) -> Bound<'py, PyString> {
     })
 }
 
-/// The prompt of a selection as a Python string.
+/// The prompt of a selection as a Python string, and the list of per-block
+/// strings it was joined from (when it was).
 fn render_prompt<'py>(
     py: Python<'py>,
     sel: &CoreSelection,
     separator: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyString>> {
+) -> PyResult<(Bound<'py, PyString>, Option<Bound<'py, PyList>>)> {
     match sel.included.len() {
-        0 => Ok(PyString::new(py, "")),
-        1 => Ok(py_rendered(py, &sel.order[sel.included[0] as usize])),
+        0 => Ok((PyString::new(py, ""), None)),
+        1 => Ok((py_rendered(py, &sel.order[sel.included[0] as usize]), None)),
         n if n <= JOIN_AT_MOST => {
             let parts = PyList::new(py, sel.included_blocks().map(|b| py_rendered(py, b)))?;
             // SAFETY: `separator` and `parts` are live references held across the
@@ -98,12 +106,12 @@ fn render_prompt<'py>(
                     ffi::PyUnicode_Join(separator.as_ptr(), parts.as_ptr()),
                 )
             }?;
-            Ok(joined.cast_into::<PyString>()?)
+            Ok((joined.cast_into::<PyString>()?, Some(parts)))
         }
         _ => {
             let sep = separator.to_str()?;
             let text = py.detach(|| sel.render(sep));
-            Ok(PyString::new(py, &text))
+            Ok((PyString::new(py, &text), None))
         }
     }
 }
@@ -118,25 +126,33 @@ struct Memo {
     sep_tokens: u32,
     prompt: Py<PyString>,
     included: Vec<u32>,
-    /// The emitted blocks themselves: a later compile that emits the very same
-    /// block versions (say, after a write beyond the budget) reuses the prompt
-    /// without joining it again. Holding the `Arc`s rules out address reuse.
-    blocks: Vec<Arc<CoreBlock>>,
+    /// The per-block strings the prompt was joined from, and their addresses. A
+    /// later compile whose blocks carry exactly these cached strings (the same
+    /// block versions: say, after a write beyond the budget) reuses the prompt
+    /// without joining it again. Holding the list keeps the strings alive, so an
+    /// address cannot be reused by another string meanwhile.
+    parts: Option<Py<PyList>>,
+    part_addrs: Vec<usize>,
     stop: Option<usize>,
     total_tokens: u64,
 }
 
 impl Memo {
-    /// The memoised prompt, if `sel` emits exactly the memo's blocks under the
-    /// same separator.
+    /// The memoised prompt, if `sel` emits exactly the memo's block texts under
+    /// the same separator.
     fn same_prompt(&self, sel: &CoreSelection, separator: &str) -> Option<&Py<PyString>> {
-        let same = self.separator == separator
-            && self.blocks.len() == sel.included.len()
+        let same = self.parts.is_some()
+            && self.separator == separator
+            && self.part_addrs.len() == sel.included.len()
             && self
-                .blocks
+                .part_addrs
                 .iter()
                 .zip(sel.included_blocks())
-                .all(|(a, b)| Arc::ptr_eq(a, b));
+                .all(|(&addr, b)| {
+                    b.attachment()
+                        .and_then(|a| texts_of(a).rendered.get())
+                        .is_some_and(|s| s.as_ptr() as usize == addr)
+                });
         same.then_some(&self.prompt)
     }
 }
@@ -808,7 +824,7 @@ impl PyRegistry {
             return Ok((None, PySelection(sel)));
         }
         let Some(g) = memo_key else {
-            let prompt = render_prompt(py, &sel, separator)?;
+            let (prompt, _) = render_prompt(py, &sel, separator)?;
             return Ok((Some(prompt), PySelection(sel)));
         };
         // Same block versions emitted as last time: keep the prompt and the memo's
@@ -828,7 +844,11 @@ impl PyRegistry {
                 }
             }
         }
-        let prompt = render_prompt(py, &sel, separator)?;
+        let (prompt, parts) = render_prompt(py, &sel, separator)?;
+        let part_addrs = match &parts {
+            Some(list) => list.iter().map(|s| s.as_ptr() as usize).collect(),
+            None => Vec::new(),
+        };
         *self.1.lock() = Some(Memo {
             generation: g,
             budget,
@@ -836,7 +856,8 @@ impl PyRegistry {
             sep_tokens,
             prompt: prompt.clone().unbind(),
             included: sel.included.clone(),
-            blocks: sel.included_blocks().cloned().collect(),
+            parts: parts.map(Bound::unbind),
+            part_addrs,
             stop: sel.stop,
             total_tokens: sel.total_tokens,
         });
