@@ -286,3 +286,22 @@ def test_repeat_compiles_reflect_every_change(reg: rampart.BlockRegistry) -> Non
     reg.restore(snap)
     assert prompt() == "alpha changed|gamma three four"
     assert reg.get_by_name("a")[0].access_count == 10
+
+
+def test_precomputed_embeddings_skip_the_model() -> None:
+    class Counting(_BagOfWords):
+        calls = 0
+
+        def encode(self, text: str) -> list[float]:
+            Counting.calls += 1
+            return super().encode(text)
+
+    r = rampart.BlockRegistry(embedding_model=Counting(), tokeniser=words)
+    r.write_block("anything", "git_rules", embedding=[1.0, 0, 0, 0, 0])
+    r.write_block("anything", "style_rules", embedding=[0, 0, 1.0, 0, 0])
+    res = r.compile(task_embedding=[1.0, 0.1, 0, 0, 0], top_k=1)
+    assert res.included == ["git_rules"] and Counting.calls == 0
+    for bad in ([], [float("nan")], ["x"], 3):
+        with pytest.raises(ValueError, match="embedding"):
+            r.write_block("x", "x", embedding=bad)  # type: ignore[arg-type]
+    assert len(r) == 2

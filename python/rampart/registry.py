@@ -112,6 +112,16 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+def _vector(value: Any, what: str) -> list[float]:
+    try:
+        vec = [float(x) for x in value]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what} must be a sequence of numbers") from None
+    if not vec or not all(math.isfinite(x) for x in vec):
+        raise InvalidArgumentError(f"{what} must be a non-empty sequence of finite numbers")
+    return vec
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b))
     na = math.sqrt(sum(x * x for x in a))
@@ -268,13 +278,15 @@ class BlockRegistry:
         position: int | None = None,
         evictable: bool = True,
         author: BlockRegistry | None = None,
+        embedding: Sequence[float] | None = None,
     ) -> str:
         """Insert a block; returns its runtime id.
 
         Appended at the back, except orchestrator blocks, which go to the front;
         ``position`` (clamped) overrides both. ``author`` is the writing registry
         *object* when one registry writes into another: it alone may later
-        force-evict the block or change its content.
+        force-evict the block or change its content. ``embedding`` supplies the
+        block's vector for the relevance gate instead of running the model.
         """
         _text(content, "content")
         _text(semantic_name, "semantic_name")
@@ -289,7 +301,8 @@ class BlockRegistry:
             position = _clamped(position, "position")
         if trajectory_id is not None:
             _text(trajectory_id, "trajectory_id")
-        return self._core.insert(
+        vector = None if embedding is None else _vector(embedding, "embedding")
+        rid = self._core.insert(
             semantic_name,
             content,
             _priority(priority),
@@ -303,6 +316,9 @@ class BlockRegistry:
             source == "orchestrator",
             None if author is None else author._core,
         )
+        if vector is not None:
+            self._embed_cache[rid] = vector
+        return rid
 
     def write_agent_block(
         self,
@@ -497,7 +513,7 @@ class BlockRegistry:
         self, task_text: str | None, task_embedding: Any, blocks: Sequence[InstructionBlock]
     ) -> list[float]:
         query = (
-            [float(x) for x in task_embedding]
+            _vector(task_embedding, "task_embedding")
             if task_embedding is not None
             else self._embed([task_text or ""])[0]
         )
