@@ -286,3 +286,11 @@ def test_seed_registry_and_working_registries(tmp_path: Path) -> None:
     dup = write(tmp_path, "x/core_rules.md", "---\nname: read_before_edit\n---\nagain\n")
     with pytest.raises(rampart.ParseError, match="duplicate seed key"):
         seeds.merged(rampart.SeedRegistry.from_files([dup]))
+
+
+def test_header_splitting_and_block_boundaries_read_fences_alike(tmp_path: Path) -> None:
+    # "```yaml" inside an open fence is text, not a closing fence (CommonMark).
+    text = "## A\n```\n```yaml\n## not a header\n```\n## B\nb\n"
+    blocks = parse_skill_file(write(tmp_path, "f.md", text))
+    assert [b.name for b in blocks] == ["a", "b"]
+    assert "## not a header" in blocks[0].content

@@ -107,6 +107,19 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _fence_after(line: str, fence: str | None) -> tuple[str | None, bool]:
+    """Code-fence state after ``line``, and whether the line is fence or fenced text
+    (CommonMark: a fence closes with the same character, at least as long, and
+    nothing after it; "```yaml" inside a fence is text)."""
+    m = _FENCE.match(line)
+    if fence is None:
+        return (m.group(1), True) if m else (None, False)
+    if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+        if not line.strip()[len(m.group(1)) :].strip():
+            return None, True
+    return fence, True
+
+
 def _find_close(lines: list[str], start: int) -> int | None:
     for k in range(start, len(lines)):
         if lines[k].rstrip() == "---":
@@ -175,14 +188,8 @@ def _sections(text: str, path: Path) -> list[_Section]:
     fence: str | None = None
     while i < n:
         line = lines[i]
-        m = _FENCE.match(line)
-        if fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                if not line.strip()[len(m.group(1)) :].strip():
-                    fence = None
-        elif m:
-            fence = m.group(1)
-        elif line.rstrip() == "---":
+        fence, fenced = _fence_after(line, fence)
+        if not fenced and line.rstrip() == "---":
             close = _find_close(lines, i + 1)
             intends = bool(_NAME_KEY.match(_first_nonblank(lines, i + 1)))
             if close is None:
@@ -442,13 +449,8 @@ def _split_headers(text: str, path: Path, default_priority: float) -> list[SeedB
     heads: list[tuple[int, re.Match[str]]] = []
     fence: str | None = None
     for k, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                fence = None
-            continue
-        if m:
-            fence = m.group(1)
+        fence, fenced = _fence_after(line, fence)
+        if fenced:
             continue
         h = _HEADER.match(line)
         if h:
