@@ -80,6 +80,12 @@ def _clamped(value: Any, what: str) -> int:
     return max(-_FAR, min(_FAR, _int(value, what)))
 
 
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
 def _check_budget(budget: Any) -> None:
     """Raise for a budget the fast path did not accept (an int subclass is fine)."""
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
@@ -454,10 +460,8 @@ class BlockRegistry:
         Returns the removed ids, highest score first. Nothing is evicted automatically."""
         if n is not None:
             _int(n, "n", minimum=0)
-        if threshold is not None and (
-            isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-        ):
-            raise InvalidArgumentError(f"threshold must be a number, got {threshold!r}")
+        if threshold is not None:
+            threshold = _number(threshold, "threshold")
         if self._policy is None:
             return self._core.evict_by_policy(n, threshold)
         blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
@@ -598,13 +602,8 @@ class BlockRegistry:
             )
         if top_k is not None:
             _int(top_k, "top_k", minimum=0)
-        if relevance_threshold is not None and (
-            isinstance(relevance_threshold, bool)
-            or not isinstance(relevance_threshold, (int, float))
-        ):
-            raise InvalidArgumentError(
-                f"relevance_threshold must be a number, got {relevance_threshold!r}"
-            )
+        if relevance_threshold is not None:
+            relevance_threshold = _number(relevance_threshold, "relevance_threshold")
         view = self._core.view()
         scores = self._gate_scores(view, task_text, task_embedding, gate)
         return self._core.compile(
@@ -613,7 +612,7 @@ class BlockRegistry:
             self._sep_tokens(sep),
             view=view,
             scores=scores,
-            threshold=None if relevance_threshold is None else float(relevance_threshold),
+            threshold=relevance_threshold,
             top_k=top_k,
             dry_run=dry_run,
         )
