@@ -13,7 +13,7 @@
 
 use std::any::Any;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A runtime id (UUID4 from the OS CSPRNG). Registry ids share the type.
@@ -126,6 +126,15 @@ impl Extra {
     }
 }
 
+/// `Block::row` when the block has no vector yet.
+const NO_ROW: u32 = u32::MAX;
+/// Set in `Block::row` when the embedded text was truncated; rows stay below it.
+const TRUNCATED_BIT: u32 = 1 << 31;
+/// Most rows an embedding matrix may hold (the truncation flag takes the top bit).
+pub const MAX_ROWS: u32 = TRUNCATED_BIT - 1;
+/// Longest name and tag list in bytes (their lengths are kept in 16 bits).
+pub const MAX_NAME_BYTES: usize = u16::MAX as usize;
+
 /// Separates tags inside a block's text allocation (never valid in a tag).
 const TAG_SEP: char = '\u{1f}';
 
@@ -140,6 +149,11 @@ pub struct NewBlock {
     pub trajectory: Option<String>,
     pub tags: Vec<String>,
     pub meta: Option<String>,
+    /// A tool-schema block (see `Block::tool`).
+    pub tool: bool,
+    /// A precomputed vector for the relevance gate, stored with the block in the
+    /// same write.
+    pub embedding: Option<Vec<f32>>,
     /// Cached cost of `content`; `None` = count with the built-in cl100k_base.
     pub token_count: Option<u32>,
 }
@@ -155,6 +169,8 @@ impl NewBlock {
             trajectory: None,
             tags: Vec::new(),
             meta: None,
+            tool: false,
+            embedding: None,
             token_count: None,
         }
     }
@@ -180,8 +196,14 @@ pub struct Block {
     /// makes a new version), so a compile that emitted an older version still
     /// counts for the block: no increment is lost to a concurrent change.
     access: Arc<AtomicU64>,
-    name_len: u32,
-    tags_len: u32,
+    name_len: u16,
+    tags_len: u16,
+    /// Row of this block's vector in the registry's embedding matrix
+    /// (`embeddings.rs`), `NO_ROW` until embedded; the top bit says the text was
+    /// truncated to the model's input. Atomic so the registry can attach a
+    /// vector without making a new version (every version of the same content
+    /// shares one row); written only under the registry's write lock.
+    row: AtomicU32,
     pub token_count: u32,
     /// Tokens of the wrap text, copied out of `extra` so the budget walk never
     /// follows a second pointer.
@@ -189,6 +211,9 @@ pub struct Block {
     pub created_at: u32,
     pub source: Source,
     pub evictable: bool,
+    /// A tool-schema block: with `tools_in_prompt == false` it counts only
+    /// toward the compile's tools list, not the prompt or its budget.
+    pub tool: bool,
     /// Filled at most once, on first use; a changed block is a new `Block` and
     /// starts empty, so the cache can never go stale.
     attachment: OnceLock<Box<Attachment>>,
@@ -226,8 +251,9 @@ impl Block {
         Block {
             id: BlockId::random(),
             author,
-            name_len: nb.name.len() as u32,
-            tags_len: tags.len() as u32,
+            name_len: nb.name.len() as u16,
+            tags_len: tags.len() as u16,
+            row: AtomicU32::new(NO_ROW),
             text: join_text(&nb.name, &tags, &nb.content),
             extra: if extra.is_empty() {
                 None
@@ -241,6 +267,7 @@ impl Block {
             created_at: now_unix(),
             source: nb.source,
             evictable: nb.evictable,
+            tool: nb.tool,
             attachment: OnceLock::new(),
         }
     }
@@ -264,7 +291,7 @@ impl Block {
         &self.text[start..start + self.tags_len as usize]
     }
     pub fn content(&self) -> &str {
-        &self.text[(self.name_len + self.tags_len) as usize..]
+        &self.text[(self.name_len as usize + self.tags_len as usize)..]
     }
     pub fn trajectory(&self) -> Option<&str> {
         self.extra.as_ref().and_then(|e| e.trajectory.as_deref())
@@ -300,7 +327,7 @@ impl Block {
             .wrap()
             .map(|w| w.prefix.len() + w.suffix.len())
             .unwrap_or(0);
-        self.text.len() - (self.name_len + self.tags_len) as usize + wrap
+        self.text.len() - (self.name_len as usize + self.tags_len as usize) + wrap
     }
     pub(crate) fn render_into(&self, out: &mut String) {
         match self.wrap() {
@@ -328,11 +355,13 @@ impl Block {
             access,
             name_len: self.name_len,
             tags_len: self.tags_len,
+            row: AtomicU32::new(self.row.load(Ordering::Relaxed)),
             token_count: self.token_count,
             wrap_tokens: self.wrap_tokens,
             created_at: self.created_at,
             source: self.source,
             evictable: self.evictable,
+            tool: self.tool,
             attachment: OnceLock::new(),
         }
     }
@@ -363,7 +392,35 @@ impl Block {
         let mut b = self.version();
         b.text = join_text(self.name(), self.tags_str(), content);
         b.token_count = token_count;
+        // New text, new vector: the gate embeds it before it next scores.
+        b.row = AtomicU32::new(NO_ROW);
         b
+    }
+
+    /// Identity of this version's text: versions that share it (priority or
+    /// wrap changes) share one embedding; a content change makes a new one.
+    #[inline]
+    pub fn text_key(&self) -> usize {
+        Arc::as_ptr(&self.text) as *const u8 as usize
+    }
+    /// The embedding row, if the block has a vector.
+    #[inline]
+    pub fn row(&self) -> Option<u32> {
+        let r = self.row.load(Ordering::Relaxed);
+        (r != NO_ROW).then_some(r & !TRUNCATED_BIT)
+    }
+    /// Whether the embedded text was cut to the model's input length.
+    pub fn truncated(&self) -> bool {
+        let r = self.row.load(Ordering::Relaxed);
+        r != NO_ROW && r & TRUNCATED_BIT != 0
+    }
+    pub(crate) fn set_row(&self, row: Option<u32>, truncated: bool) {
+        let v = match row {
+            Some(r) if truncated => r | TRUNCATED_BIT,
+            Some(r) => r,
+            None => NO_ROW,
+        };
+        self.row.store(v, Ordering::Relaxed);
     }
 }
 

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::block::Block;
+use crate::embeddings::admit_scores;
 use crate::error::{CoreError, Result};
 
 pub type Order = Arc<Vec<Arc<Block>>>;
@@ -41,6 +42,9 @@ pub struct Selection {
     pub order: Order,
     /// Indices into `order` of the emitted blocks, in compile order.
     pub included: Vec<u32>,
+    /// Admitted tool blocks kept out of the prompt (`tools_in_prompt == false`):
+    /// they go only to the tools list, in registry order.
+    pub tools_only: Vec<u32>,
     /// Index into `order` of the first admitted block that did not fit.
     pub stop: Option<usize>,
     /// Admission by the gate, per index of `order` (`None`: no gate ran).
@@ -64,46 +68,40 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
             "gate score for block #{i} is NaN"
         )));
     }
-    let mut admitted: Vec<bool> = match gate.threshold {
-        Some(t) => gate.scores.iter().map(|&s| s >= t).collect(),
-        None => vec![true; order_len],
-    };
-    if let Some(k) = gate.top_k {
-        let mut candidates: Vec<u32> = (0..order_len as u32)
-            .filter(|&i| admitted[i as usize])
-            .collect();
-        if candidates.len() > k {
-            // Partial selection, O(n): highest score first, ties by registry order.
-            // (NaN was rejected above, so total_cmp is the numeric order.)
-            let s = &gate.scores;
-            if k > 0 {
-                candidates.select_nth_unstable_by(k - 1, |&a, &b| {
-                    s[b as usize].total_cmp(&s[a as usize]).then(a.cmp(&b))
-                });
-            }
-            for &i in &candidates[k..] {
-                admitted[i as usize] = false;
-            }
-        }
-    }
-    Ok(admitted)
+    Ok(admit_scores(&gate.scores, gate.threshold, gate.top_k))
 }
 
-/// Stages 1–3: gate, ordered walk, budget cut. Changes nothing.
+/// Stages 1–3 with scores from a gate callable: gate, ordered walk, budget cut.
+/// Changes nothing.
 pub fn select(
     order: Order,
     budget: Option<u64>,
     sep_tokens: u32,
     gate: Option<Gate>,
 ) -> Result<Selection> {
-    let (admitted, scores) = match gate {
-        Some(g) => {
-            let a = admit(order.len(), &g)?;
-            (Some(a), Some(g.scores))
-        }
+    let admission = match gate {
+        Some(g) => Some((admit(order.len(), &g)?, g.scores)),
+        None => None,
+    };
+    Ok(select_with(order, budget, sep_tokens, admission, true))
+}
+
+/// Stages 2–3 after a gate decided `admission` (per position: admitted, score).
+/// With `tools_in_prompt == false`, admitted tool blocks skip the budget walk
+/// and go to `tools_only` (the API's tools list), not the prompt.
+pub fn select_with(
+    order: Order,
+    budget: Option<u64>,
+    sep_tokens: u32,
+    admission: Option<(Vec<bool>, Vec<f64>)>,
+    tools_in_prompt: bool,
+) -> Selection {
+    let (admitted, scores) = match admission {
+        Some((a, s)) => (Some(a), Some(s)),
         None => (None, None),
     };
     let mut included = Vec::new();
+    let mut tools_only = Vec::new();
     let mut total: u64 = 0;
     let mut stop = None;
     for (i, block) in order.iter().enumerate() {
@@ -111,6 +109,10 @@ pub fn select(
             if !a[i] {
                 continue;
             }
+        }
+        if block.tool && !tools_in_prompt {
+            tools_only.push(i as u32);
+            continue;
         }
         let sep = if included.is_empty() {
             0
@@ -121,22 +123,35 @@ pub fn select(
         if let Some(b) = budget {
             if total + cost > b {
                 stop = Some(i);
+                // Tools stay out of the budget, so later admitted tools still go
+                // to the tools list.
+                if !tools_in_prompt {
+                    tools_only.extend(
+                        order[i + 1..]
+                            .iter()
+                            .enumerate()
+                            .map(|(k, b)| (i + 1 + k, b))
+                            .filter(|(j, b)| b.tool && admitted.as_ref().is_none_or(|a| a[*j]))
+                            .map(|(j, _)| j as u32),
+                    );
+                }
                 break;
             }
         }
         total += cost;
         included.push(i as u32);
     }
-    Ok(Selection {
+    Selection {
         order,
         included,
+        tools_only,
         stop,
         admitted,
         scores,
         total_tokens: total,
         sep_tokens,
         budget,
-    })
+    }
 }
 
 impl Selection {
@@ -144,10 +159,14 @@ impl Selection {
         self.included.iter().map(move |&i| &self.order[i as usize])
     }
 
-    /// Stage 4: count an emission for every included block.
+    /// Stage 4: count an emission for every included block (and every tool
+    /// sent in the tools list).
     pub fn record_access(&self) {
         for b in self.included_blocks() {
             b.record_access();
+        }
+        for &i in &self.tools_only {
+            self.order[i as usize].record_access();
         }
     }
 
@@ -190,12 +209,18 @@ impl Selection {
 
     /// Every excluded block of the view, in registry order, with its reason.
     pub fn exclusions(&self) -> Vec<(usize, Exclusion)> {
-        let mut out = Vec::with_capacity(self.order.len() - self.included.len());
+        let mut out =
+            Vec::with_capacity(self.order.len() - self.included.len() - self.tools_only.len());
         let mut inc = self.included.iter().peekable();
+        let mut tools = self.tools_only.iter().peekable();
         let spent = self.total_tokens;
         for i in 0..self.order.len() {
             if inc.peek().is_some_and(|&&j| j as usize == i) {
                 inc.next();
+                continue;
+            }
+            if tools.peek().is_some_and(|&&j| j as usize == i) {
+                tools.next();
                 continue;
             }
             if let (Some(a), Some(s)) = (&self.admitted, &self.scores) {

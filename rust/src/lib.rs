@@ -7,6 +7,7 @@
 
 pub mod block;
 pub mod compile;
+pub mod embeddings;
 pub mod error;
 pub mod registry;
 pub mod tokens;

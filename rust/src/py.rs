@@ -14,10 +14,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyString, PyType};
+use pyo3::types::{PyBytes, PyList, PyString, PyType};
 
 use crate::block::{Attachment, Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
-use crate::compile::{Exclusion, Gate, Order, Selection as CoreSelection};
+use crate::compile::{select, select_with, Exclusion, Gate, Order, Selection as CoreSelection};
 use crate::error::CoreError;
 use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
 use crate::tokens::count_cl100k;
@@ -303,6 +303,50 @@ impl PyBlock {
     fn metadata_json(&self) -> Option<&str> {
         self.0.meta()
     }
+    #[getter]
+    fn embedded(&self) -> bool {
+        self.0.row().is_some()
+    }
+    #[getter]
+    fn truncated(&self) -> bool {
+        self.0.truncated()
+    }
+    #[getter]
+    fn tool(&self) -> bool {
+        self.0.tool
+    }
+}
+
+/// float32 values from a native-endian byte string (numpy's `tobytes()`).
+fn floats(py: Python<'_>, bytes: &[u8], what: &str) -> PyResult<Vec<f32>> {
+    if bytes.len() % 4 != 0 {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidArgument(format!(
+                "{what} is {} bytes long, not a whole number of float32 values",
+                bytes.len()
+            )),
+        ));
+    }
+    let v: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidArgument(format!("{what} holds NaN or infinite values")),
+        ));
+    }
+    Ok(v)
+}
+
+fn float_bytes<'py>(py: Python<'py>, v: &[f32]) -> Bound<'py, PyBytes> {
+    let mut out = Vec::with_capacity(v.len() * 4);
+    for x in v {
+        out.extend_from_slice(&x.to_ne_bytes());
+    }
+    PyBytes::new(py, &out)
 }
 
 fn views(
@@ -368,6 +412,20 @@ impl PySelection {
     fn included_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         views(py, self.0.included_blocks().cloned())
     }
+    /// Tool blocks sent only in the tools list (`tools_in_prompt=False`).
+    fn tools_only_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(
+            py,
+            self.0
+                .tools_only
+                .iter()
+                .map(|&i| Arc::clone(&self.0.order[i as usize])),
+        )
+    }
+    #[getter]
+    fn gated(&self) -> bool {
+        self.0.scores.is_some()
+    }
     fn excluded_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let ex = detach_if(py, self.0.order.len() > DETACH_ABOVE, || {
             self.0.exclusions()
@@ -404,6 +462,18 @@ impl PySelection {
                 None,
                 score(i),
                 String::new(),
+            ));
+        }
+        for &i in &sel.tools_only {
+            let i = i as usize;
+            rows.push((
+                i,
+                PyBlock(Arc::clone(&sel.order[i]), None),
+                true,
+                0,
+                Some("tools"),
+                score(i),
+                "sent in the tools list, not the prompt".to_string(),
             ));
         }
         for (i, why) in ex {
@@ -513,6 +583,7 @@ impl PyRegistry {
         let sel = CoreSelection {
             order: Arc::clone(order),
             included: m.included.clone(),
+            tools_only: Vec::new(),
             stop: m.stop,
             admitted: None,
             scores: None,
@@ -548,7 +619,7 @@ impl PyRegistry {
         BlockId::parse(id).is_some_and(|i| self.0.contains(i))
     }
 
-    #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author))]
+    #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author, embedding=None))]
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
@@ -565,7 +636,12 @@ impl PyRegistry {
         position: Option<i64>,
         front: bool,
         author: Option<&Bound<'_, PyRegistry>>,
+        embedding: Option<&[u8]>,
     ) -> PyResult<String> {
+        let embedding = match embedding {
+            Some(b) => Some(floats(py, b, "embedding")?),
+            None => None,
+        };
         let nb = NewBlock {
             name,
             content,
@@ -575,6 +651,8 @@ impl PyRegistry {
             trajectory,
             tags,
             meta,
+            tool: false,
+            embedding,
             token_count,
         };
         let pos = match (position, front) {
@@ -590,12 +668,15 @@ impl PyRegistry {
 
     /// Append seed-like blocks, all or nothing; `token_count=None` rows are
     /// counted with cl100k_base with the GIL released.
+    /// `tool`: the rows are tool-schema blocks.
+    #[pyo3(signature = (rows, source, evictable, tool=false))]
     fn insert_many(
         &self,
         py: Python<'_>,
         rows: Vec<SeedRow>,
         source: &str,
         evictable: bool,
+        tool: bool,
     ) -> PyResult<Vec<String>> {
         let source = parse_source(source)?;
         let blocks: Vec<NewBlock> = rows
@@ -610,6 +691,8 @@ impl PyRegistry {
                     trajectory: None,
                     tags,
                     meta,
+                    tool,
+                    embedding: None,
                     token_count,
                 },
             )
@@ -777,7 +860,7 @@ impl PyRegistry {
 
     /// Stages 1–4. Returns `(prompt, selection)`; `prompt` is `None` for a dry run,
     /// which also leaves access counts alone.
-    #[pyo3(signature = (budget, separator, sep_tokens, view=None, scores=None, threshold=None, top_k=None, dry_run=false))]
+    #[pyo3(signature = (budget, separator, sep_tokens, view=None, scores=None, threshold=None, top_k=None, dry_run=false, tools_in_prompt=true))]
     #[allow(clippy::too_many_arguments)]
     fn compile<'py>(
         &self,
@@ -790,6 +873,7 @@ impl PyRegistry {
         threshold: Option<f64>,
         top_k: Option<usize>,
         dry_run: bool,
+        tools_in_prompt: bool,
     ) -> PyResult<(Option<Bound<'py, PyString>>, PySelection)> {
         let gate = scores.map(|scores| Gate {
             scores,
@@ -801,7 +885,10 @@ impl PyRegistry {
             Some(v) => (Arc::clone(&v.get().0), None),
             None => {
                 let (o, g) = self.0.order_and_generation();
-                (o, (gate.is_none() && !dry_run).then_some(g))
+                (
+                    o,
+                    (gate.is_none() && !dry_run && tools_in_prompt).then_some(g),
+                )
             }
         };
         let sep = separator.to_str()?;
@@ -813,7 +900,15 @@ impl PyRegistry {
         }
         let heavy = order.len() > DETACH_ABOVE;
         let sel = detach_if(py, heavy, || {
-            let sel = self.0.select(Some(order), budget, sep_tokens, gate)?;
+            let sel = match (gate, tools_in_prompt) {
+                (g, true) => self.0.select(Some(order), budget, sep_tokens, g)?,
+                (None, false) => select_with(order, budget, sep_tokens, None, false),
+                (Some(g), false) => {
+                    let s = select(order, budget, sep_tokens, Some(g))?;
+                    let admission = s.admitted.zip(s.scores);
+                    select_with(s.order, budget, sep_tokens, admission, false)
+                }
+            };
             if !dry_run {
                 sel.record_access();
             }
@@ -862,6 +957,116 @@ impl PyRegistry {
             total_tokens: sel.total_tokens,
         });
         Ok((Some(prompt), PySelection(sel)))
+    }
+
+    // ---- embeddings and the cosine gate ----------------------------------------
+
+    /// Blocks that have no vector yet, registry order.
+    fn unembedded<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let missing = detach_if(py, self.heavy(), || self.0.unembedded());
+        views(py, missing.into_iter())
+    }
+    /// Store the vectors of `blocks` (rows of `matrix`, float32 bytes, `dim` wide);
+    /// returns how many were stored (blocks changed meanwhile are skipped).
+    fn attach_embeddings(
+        &self,
+        py: Python<'_>,
+        blocks: Vec<PyRef<'_, PyBlock>>,
+        matrix: &[u8],
+        dim: usize,
+        truncated: Vec<bool>,
+    ) -> PyResult<usize> {
+        let values = floats(py, matrix, "embedding matrix")?;
+        if dim == 0 || values.len() != blocks.len() * dim || truncated.len() != blocks.len() {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidArgument(format!(
+                    "embedding model returned {} values for {} blocks of dimension {dim}",
+                    values.len(),
+                    blocks.len()
+                )),
+            ));
+        }
+        let items: Vec<(Arc<CoreBlock>, &[f32], bool)> = blocks
+            .iter()
+            .zip(values.chunks_exact(dim))
+            .zip(&truncated)
+            .map(|((b, v), &t)| (Arc::clone(&b.0), v, t))
+            .collect();
+        detach_if(py, items.len() > DETACH_ABOVE, || {
+            self.0.attach_embeddings(&items)
+        })
+        .py_err(py)
+    }
+    fn set_embedding(&self, py: Python<'_>, id: &str, vector: &[u8]) -> PyResult<()> {
+        let id = parse_id(py, &self.0, id)?;
+        let v = floats(py, vector, "embedding")?;
+        self.0.set_embedding(id, &v).py_err(py)
+    }
+    /// The stored vector of this block version, as float32 bytes.
+    fn embedding<'py>(&self, py: Python<'py>, block: &PyBlock) -> Option<Bound<'py, PyBytes>> {
+        self.0.embedding_of(&block.0).map(|v| float_bytes(py, &v))
+    }
+    /// (dimension, rows in use, bytes held, quantised).
+    fn embedding_stats(&self) -> (usize, usize, usize, bool) {
+        self.0.embedding_stats()
+    }
+    fn set_quantised(&self, py: Python<'_>, on: bool) {
+        detach_if(py, self.heavy(), || self.0.set_quantised(on));
+    }
+    /// Stages 1–4 with the built-in cosine gate against `query` (float32 bytes).
+    /// `None`: some block has no vector yet (embed `unembedded()` and retry).
+    #[pyo3(signature = (query, threshold, top_k, budget, separator, sep_tokens, dry_run=false, tools_in_prompt=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn compile_cosine<'py>(
+        &self,
+        py: Python<'py>,
+        query: &[u8],
+        threshold: Option<f64>,
+        top_k: Option<usize>,
+        budget: Option<u64>,
+        separator: &Bound<'py, PyString>,
+        sep_tokens: u32,
+        dry_run: bool,
+        tools_in_prompt: bool,
+    ) -> PyResult<Option<(Option<Bound<'py, PyString>>, PySelection)>> {
+        let q = floats(py, query, "task_embedding")?;
+        let sel = detach_if(py, self.heavy(), || {
+            let sel =
+                self.0
+                    .select_cosine(&q, threshold, top_k, budget, sep_tokens, tools_in_prompt)?;
+            if let (Some(s), false) = (&sel, dry_run) {
+                s.record_access();
+            }
+            Ok::<_, CoreError>(sel)
+        })
+        .py_err(py)?;
+        let Some(sel) = sel else { return Ok(None) };
+        if dry_run {
+            return Ok(Some((None, PySelection(sel))));
+        }
+        let (prompt, _) = render_prompt(py, &sel, separator)?;
+        Ok(Some((Some(prompt), PySelection(sel))))
+    }
+    /// Blocks by cosine score, descending; `None` as for `compile_cosine`.
+    #[pyo3(signature = (query, top_k=None, threshold=None))]
+    fn rank<'py>(
+        &self,
+        py: Python<'py>,
+        query: &[u8],
+        top_k: Option<usize>,
+        threshold: Option<f64>,
+    ) -> PyResult<Option<Vec<(PyBlock, f64)>>> {
+        let q = floats(py, query, "task_embedding")?;
+        let ranked =
+            detach_if(py, self.heavy(), || self.0.rank(&q, top_k, threshold)).py_err(py)?;
+        Ok(ranked.map(|r| r.into_iter().map(|(b, s)| (PyBlock(b, None), s)).collect()))
+    }
+    /// Cosine score of one block; `None` if it has no vector yet.
+    fn score(&self, py: Python<'_>, id: &str, query: &[u8]) -> PyResult<Option<f64>> {
+        let id = parse_id(py, &self.0, id)?;
+        let q = floats(py, query, "task_embedding")?;
+        self.0.score(id, &q).py_err(py)
     }
 }
 

@@ -18,12 +18,14 @@
 //! lookup by id is O(1) through the index and a position lookup never touches
 //! block memory.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
-use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap};
-use crate::compile::{select, Gate, Order, Selection};
+use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_NAME_BYTES};
+use crate::compile::{select, select_with, Gate, Order, Selection};
+use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, MatrixView};
 use crate::error::{CoreError, Result};
 use crate::tokens::count_cl100k;
 
@@ -96,6 +98,7 @@ struct State {
     /// their content, wrap or tokens; not access counts). Lets a binding reuse
     /// the previous prompt while nothing has changed.
     generation: u64,
+    emb: Embeddings,
 }
 
 impl State {
@@ -117,12 +120,23 @@ pub struct Snapshot {
     /// the one O(n) part of a snapshot (a read per block, no text copied).
     pub access_counts: Vec<u64>,
     pub taken_at: u32,
+    /// The embedding matrix as it was (segments shared, copied on write).
+    pub embeddings: Embeddings,
 }
+
+/// What a cosine gate reads: the order, the matrix row of each position, the matrix.
+type GateInputs = (Order, Arc<Vec<u32>>, MatrixView);
 
 pub struct Registry {
     id: BlockId,
     label: Arc<str>,
     state: RwLock<State>,
+    /// Matrix row of every position, for the generation it was built at: a gated
+    /// compile of an unchanged registry reads rows from here instead of touching
+    /// every block.
+    rows: Mutex<Option<(u64, Arc<Vec<u32>>)>>,
+    /// Generation at which every block was known to have a vector.
+    embedded_at: AtomicU64,
 }
 
 impl Drop for Registry {
@@ -167,6 +181,8 @@ impl Registry {
             id,
             label,
             state: RwLock::new(State::default()),
+            rows: Mutex::new(None),
+            embedded_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -254,6 +270,17 @@ impl Registry {
                 "tag {bad:?} is empty or holds the control character U+001F"
             )));
         }
+        if nb.name.len() > MAX_NAME_BYTES {
+            return Err(CoreError::InvalidArgument(format!(
+                "semantic_name is {} bytes long; at most {MAX_NAME_BYTES} are allowed",
+                nb.name.len()
+            )));
+        }
+        if nb.tags.iter().map(|t| t.len() + 1).sum::<usize>() > MAX_NAME_BYTES {
+            return Err(CoreError::InvalidArgument(format!(
+                "tags take more than {MAX_NAME_BYTES} bytes together"
+            )));
+        }
         if nb.name.len() + nb.content.len() + nb.tags.iter().map(|t| t.len() + 1).sum::<usize>()
             > u32::MAX as usize
         {
@@ -269,10 +296,15 @@ impl Registry {
     }
 
     /// Insert one block; tokens are counted before the write lock is taken.
-    pub fn insert(&self, nb: NewBlock, author: BlockId, position: Position) -> Result<BlockId> {
+    pub fn insert(&self, mut nb: NewBlock, author: BlockId, position: Position) -> Result<BlockId> {
+        let vector = nb.embedding.take();
         let block = Arc::new(self.prepare(nb, author)?);
         let id = block.id;
         let mut st = self.write();
+        if let Some(v) = &vector {
+            st.emb.check_dim(v.len(), "embedding", &self.label)?;
+            st.emb.attach(&block, v, false)?;
+        }
         let len = st.order.len();
         let at = match position {
             Position::Back => len,
@@ -287,12 +319,30 @@ impl Registry {
     /// Append many blocks at once: all are validated first, so either every block
     /// goes in or none does.
     pub fn insert_many(&self, blocks: Vec<NewBlock>, author: BlockId) -> Result<Vec<BlockId>> {
+        let mut vectors = Vec::new();
         let built: Vec<Arc<Block>> = blocks
             .into_iter()
-            .map(|nb| self.prepare(nb, author).map(Arc::new))
+            .map(|mut nb| {
+                vectors.push(nb.embedding.take());
+                self.prepare(nb, author).map(Arc::new)
+            })
             .collect::<Result<_>>()?;
         let ids = built.iter().map(|b| b.id).collect();
         let mut st = self.write();
+        // Check every vector before anything changes: all or nothing.
+        if let Some(v) = vectors.iter().flatten().next() {
+            st.emb.check_dim(v.len(), "embedding", &self.label)?;
+            if vectors.iter().flatten().any(|w| w.len() != v.len()) {
+                return Err(CoreError::InvalidArgument(
+                    "embeddings of one insert differ in length".into(),
+                ));
+            }
+        }
+        for (b, v) in built.iter().zip(&vectors) {
+            if let Some(v) = v {
+                st.emb.attach(b, v, false)?;
+            }
+        }
         st.index.reserve(built.len());
         for b in &built {
             st.index.insert(Arc::clone(b));
@@ -397,6 +447,9 @@ impl Registry {
     // ---- write / change -------------------------------------------------------
 
     fn replace(&self, st: &mut State, old: &Arc<Block>, new: Block) {
+        if new.row() != old.row() {
+            st.emb.release(old);
+        }
         let new = Arc::new(new);
         let at = st.position(old);
         Arc::make_mut(&mut st.order)[at] = Arc::clone(&new);
@@ -484,6 +537,7 @@ impl Registry {
         let at = st.position(&b);
         Arc::make_mut(&mut st.order).remove(at);
         st.index.remove(&id);
+        st.emb.release(&b);
         Ok(b)
     }
 
@@ -491,8 +545,17 @@ impl Registry {
         if doomed.is_empty() {
             return;
         }
-        Arc::make_mut(&mut st.order).retain(|b| !doomed.contains(&Arc::as_ptr(b)));
-        st.index.retain(|b| !doomed.contains(&Arc::as_ptr(b)));
+        let State {
+            order, index, emb, ..
+        } = st;
+        Arc::make_mut(order).retain(|b| {
+            let keep = !doomed.contains(&Arc::as_ptr(b));
+            if !keep {
+                emb.release(b);
+            }
+            keep
+        });
+        index.retain(|b| !doomed.contains(&Arc::as_ptr(b)));
     }
 
     /// Remove the listed evictable blocks (a caller's own eviction policy). All
@@ -549,13 +612,17 @@ impl Registry {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let order = self.order();
+        let (order, embeddings) = {
+            let st = self.state.read();
+            (Arc::clone(&st.order), st.emb.clone())
+        };
         let access_counts = order.iter().map(|b| b.access_count()).collect();
         Snapshot {
             registry: self.id,
             order,
             access_counts,
             taken_at: now_unix(),
+            embeddings,
         }
     }
 
@@ -570,11 +637,20 @@ impl Registry {
                 self.label
             )));
         }
+        let emb = snap.embeddings.clone();
         let order: Vec<Arc<Block>> = snap
             .order
             .iter()
             .zip(&snap.access_counts)
-            .map(|(b, &n)| Arc::new(b.with_new_id(n)))
+            .map(|(b, &n)| {
+                let nb = b.with_new_id(n);
+                // A vector attached after the snapshot was taken is not in the
+                // snapshot's matrix: the block is embedded again when gated.
+                if nb.row().is_some_and(|r| !emb.owns(r, &nb)) {
+                    nb.set_row(None, false);
+                }
+                Arc::new(nb)
+            })
             .collect();
         let mut index = Index::default();
         index.reserve(order.len());
@@ -587,6 +663,7 @@ impl Registry {
             order: Arc::new(order),
             index,
             generation,
+            emb,
         };
         Ok(())
     }
@@ -603,6 +680,187 @@ impl Registry {
     ) -> Result<Selection> {
         let order = view.unwrap_or_else(|| self.order());
         select(order, budget, sep_tokens, gate)
+    }
+
+    // ---- embeddings and the cosine gate --------------------------------------
+
+    /// Blocks with no vector yet, in registry order (empty, at the cost of one
+    /// comparison, while nothing changed since every block had one).
+    pub fn unembedded(&self) -> Vec<Arc<Block>> {
+        let (order, generation) = self.order_and_generation();
+        if self.embedded_at.load(Ordering::Acquire) == generation {
+            return Vec::new();
+        }
+        let missing: Vec<Arc<Block>> = order
+            .iter()
+            .filter(|b| b.row().is_none())
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            self.embedded_at.store(generation, Ordering::Release);
+        }
+        missing
+    }
+
+    /// Store vectors computed for `blocks` (as `unembedded` returned them). A
+    /// block whose text changed or which left meanwhile is skipped: its new text
+    /// shows up in the next `unembedded`. All vectors are checked first. Returns
+    /// how many were stored.
+    pub fn attach_embeddings(&self, items: &[(Arc<Block>, &[f32], bool)]) -> Result<usize> {
+        let mut st = self.write();
+        if let Some((_, v, _)) = items.first() {
+            st.emb.check_dim(v.len(), "embedding", &self.label)?;
+            if let Some((b, w, _)) = items.iter().find(|(_, w, _)| w.len() != v.len()) {
+                return Err(CoreError::InvalidArgument(format!(
+                    "embedding of block '{}' has {} dimensions, the first has {}",
+                    b.name(),
+                    w.len(),
+                    v.len()
+                )));
+            }
+        }
+        let mut stored = 0;
+        for (b, v, truncated) in items {
+            let current = match st.index.get(&b.id) {
+                Some(c) if c.text_key() == b.text_key() => Arc::clone(c),
+                _ => continue,
+            };
+            st.emb.attach(&current, v, *truncated)?;
+            stored += 1;
+        }
+        Ok(stored)
+    }
+
+    /// Replace the vector of one block (an explicit, precomputed embedding).
+    pub fn set_embedding(&self, id: BlockId, v: &[f32]) -> Result<()> {
+        let mut st = self.write();
+        let b = self.lookup(&st, id)?;
+        st.emb.check_dim(v.len(), "embedding", &self.label)?;
+        st.emb.attach(&b, v, false)
+    }
+
+    /// The stored vector of `block` (this version's text), if any.
+    pub fn embedding_of(&self, block: &Block) -> Option<Vec<f32>> {
+        self.state.read().emb.vector(block).map(<[f32]>::to_vec)
+    }
+
+    /// (dimension, rows in use, bytes held, quantised).
+    pub fn embedding_stats(&self) -> (usize, usize, usize, bool) {
+        let st = self.state.read();
+        let e = &st.emb;
+        (e.dim(), e.rows_in_use(), e.bytes(), e.quantised())
+    }
+
+    /// Keep an int8 copy of the matrix for faster gating (results unchanged).
+    pub fn set_quantised(&self, on: bool) {
+        self.state.write().emb.set_quantised(on);
+    }
+
+    /// The order, the row of each position and the matrix, read together;
+    /// `Ok(None)` when some block has no vector yet.
+    fn gate_inputs(&self, q: &[f32]) -> Result<Option<GateInputs>> {
+        let (order, generation, view) = {
+            let st = self.state.read();
+            (Arc::clone(&st.order), st.generation, st.emb.view())
+        };
+        if order.is_empty() {
+            return Ok(Some((order, Arc::new(Vec::new()), view)));
+        }
+        if q.len() != view.dim() {
+            return Err(CoreError::InvalidArgument(format!(
+                "task embedding has {} dimensions; registry '{}' holds {}-dimensional embeddings",
+                q.len(),
+                self.label,
+                view.dim()
+            )));
+        }
+        let cached = self
+            .rows
+            .lock()
+            .as_ref()
+            .and_then(|(g, rows)| (*g == generation).then(|| Arc::clone(rows)));
+        let rows = match cached {
+            Some(rows) => rows,
+            None => match rows_of(&order) {
+                Ok(rows) => {
+                    let rows = Arc::new(rows);
+                    *self.rows.lock() = Some((generation, Arc::clone(&rows)));
+                    rows
+                }
+                Err(_) => return Ok(None),
+            },
+        };
+        Ok(Some((order, rows, view)))
+    }
+
+    /// Stages 1–3 with the built-in cosine gate against the query vector `q`.
+    /// `Ok(None)`: some block has no vector yet (embed `unembedded()`, retry).
+    pub fn select_cosine(
+        &self,
+        q: &[f32],
+        threshold: Option<f64>,
+        top_k: Option<usize>,
+        budget: Option<u64>,
+        sep_tokens: u32,
+        tools_in_prompt: bool,
+    ) -> Result<Option<Selection>> {
+        let q = &normalised(q);
+        let Some((order, rows, view)) = self.gate_inputs(q)? else {
+            return Ok(None);
+        };
+        let scored = cosine_gate(&view, &rows, q, threshold, top_k);
+        Ok(Some(select_with(
+            order,
+            budget,
+            sep_tokens,
+            Some((scored.admitted, scored.scores)),
+            tools_in_prompt,
+        )))
+    }
+
+    /// Blocks by cosine score against `q`, descending, ties in registry order,
+    /// cut by `threshold` and `top_k`. `Ok(None)` as for `select_cosine`.
+    #[allow(clippy::type_complexity)]
+    pub fn rank(
+        &self,
+        q: &[f32],
+        top_k: Option<usize>,
+        threshold: Option<f64>,
+    ) -> Result<Option<Vec<(Arc<Block>, f64)>>> {
+        let q = &normalised(q);
+        let Some((order, rows, view)) = self.gate_inputs(q)? else {
+            return Ok(None);
+        };
+        let scored = cosine_gate(&view, &rows, q, threshold, top_k);
+        let mut out: Vec<(usize, f64)> = scored
+            .admitted
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| **a)
+            .map(|(i, _)| (i, scored.scores[i]))
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(Some(
+            out.into_iter()
+                .map(|(i, s)| (Arc::clone(&order[i]), s))
+                .collect(),
+        ))
+    }
+
+    /// Cosine score of one block against `q` (`None`: no vector yet).
+    pub fn score(&self, id: BlockId, q: &[f32]) -> Result<Option<f64>> {
+        let st = self.state.read();
+        let b = self.lookup(&st, id)?;
+        match st.emb.vector(&b) {
+            Some(v) if v.len() == q.len() => Ok(Some(f64::from(dot(v, &normalised(q))))),
+            Some(v) => Err(CoreError::InvalidArgument(format!(
+                "task embedding has {} dimensions; registry '{}' holds {}-dimensional embeddings",
+                q.len(),
+                self.label,
+                v.len()
+            ))),
+            None => Ok(None),
+        }
     }
 
     /// All four stages: the prompt and the selection it came from.

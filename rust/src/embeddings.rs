@@ -1,0 +1,756 @@
+//! Block embeddings for the relevance gate: one float32 matrix per registry,
+//! scored with SIMD dot products, with an optional int8 copy for large registries.
+//!
+//! Layout. Rows live in fixed segments of `SEGMENT_ROWS` contiguous rows, each
+//! behind an `Arc`. A compile clones the segment list (one refcount per 1 024
+//! blocks) under the read lock and scores with no lock held; a write that finds
+//! its segment shared (a compile or a snapshot still reading it) copies that one
+//! segment first. So snapshots keep their vectors for the price of a pointer
+//! each, and a write after a snapshot copies 1.5 MB, not the whole matrix.
+//!
+//! Blocks point at their row (`Block::row`). Every row also records which text
+//! it describes (`owner` = `Block::text_key` of the version embedded), so a block
+//! whose row was handed out again after a restore is recognised as unembedded
+//! instead of being scored against somebody else's vector.
+//!
+//! Quantised mode keeps an int8 copy of every row (symmetric, one scale per
+//! row) next to the float32 rows. A gated compile then scans the int8 copy (a
+//! quarter of the memory traffic) and re-scores with float32 only the rows
+//! whose error bound could reach the cut, so the admitted set equals the
+//! float32 one exactly (see `Quantised::bound`).
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use crate::block::{Block, MAX_ROWS};
+use crate::error::{CoreError, Result};
+
+/// Rows per segment: 1.5 MB of float32 at 384 dimensions.
+pub const SEGMENT_ROWS: usize = 1024;
+/// Above this many rows a scan is split across threads (spawning costs ~30 µs).
+const PARALLEL_ROWS: usize = 65_536;
+
+#[derive(Clone, Debug)]
+struct Segment {
+    data: Box<[f32]>,
+    /// `Block::text_key` of the version each row describes (0: never used).
+    owner: Box<[usize]>,
+    q8: Option<Box<[i8]>>,
+    /// Per row: the int8 scale, and the L1 norm of the dequantised row.
+    qscale: Option<Box<[f32]>>,
+    ql1: Option<Box<[f32]>>,
+}
+
+impl Segment {
+    fn new(dim: usize, quantised: bool) -> Segment {
+        let mut s = Segment {
+            data: vec![0.0; SEGMENT_ROWS * dim].into_boxed_slice(),
+            owner: vec![0; SEGMENT_ROWS].into_boxed_slice(),
+            q8: None,
+            qscale: None,
+            ql1: None,
+        };
+        if quantised {
+            s.quantise_all(dim);
+        }
+        s
+    }
+
+    fn quantise_all(&mut self, dim: usize) {
+        let mut q8 = vec![0i8; SEGMENT_ROWS * dim].into_boxed_slice();
+        let mut scale = vec![0f32; SEGMENT_ROWS].into_boxed_slice();
+        let mut l1 = vec![0f32; SEGMENT_ROWS].into_boxed_slice();
+        for r in 0..SEGMENT_ROWS {
+            let (s, n) = quantise(
+                &self.data[r * dim..(r + 1) * dim],
+                &mut q8[r * dim..(r + 1) * dim],
+            );
+            scale[r] = s;
+            l1[r] = n;
+        }
+        self.q8 = Some(q8);
+        self.qscale = Some(scale);
+        self.ql1 = Some(l1);
+    }
+
+    fn write(&mut self, r: usize, dim: usize, v: &[f32], owner: usize) {
+        self.data[r * dim..(r + 1) * dim].copy_from_slice(v);
+        self.owner[r] = owner;
+        if let (Some(q8), Some(scale), Some(l1)) = (&mut self.q8, &mut self.qscale, &mut self.ql1) {
+            let (s, n) = quantise(v, &mut q8[r * dim..(r + 1) * dim]);
+            scale[r] = s;
+            l1[r] = n;
+        }
+    }
+}
+
+/// `v` scaled to unit length, so a dot product is the cosine (a zero vector stays
+/// zero and scores 0). Vectors already unit length (MiniLM's) come back as they are.
+pub fn normalised(v: &[f32]) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    if norm == 0.0 || (norm - 1.0).abs() < 1e-6 {
+        return v.to_vec();
+    }
+    v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+}
+
+/// Symmetric int8 quantisation of `v` into `out`; returns (scale, L1 norm of the
+/// dequantised vector). Values round to the nearest step, so each component is
+/// off by at most `scale / 2`.
+fn quantise(v: &[f32], out: &mut [i8]) -> (f32, f32) {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 || !max.is_finite() {
+        out.fill(0);
+        return (0.0, 0.0);
+    }
+    let scale = max / 127.0;
+    let inv = 1.0 / scale;
+    let mut l1: i64 = 0;
+    for (o, x) in out.iter_mut().zip(v) {
+        let q = (x * inv).round().clamp(-127.0, 127.0) as i8;
+        l1 += i64::from(q.unsigned_abs());
+        *o = q;
+    }
+    (scale, scale * l1 as f32)
+}
+
+/// The registry's embedding matrix.
+#[derive(Clone, Debug, Default)]
+pub struct Embeddings {
+    dim: usize,
+    segments: Vec<Arc<Segment>>,
+    /// Rows handed out so far (high-water mark); freed ones wait in `free`.
+    rows: u32,
+    free: Vec<u32>,
+    quantised: bool,
+}
+
+/// A consistent, lock-free view of the matrix for scoring.
+#[derive(Clone, Debug)]
+pub struct MatrixView {
+    dim: usize,
+    segments: Vec<Arc<Segment>>,
+    rows: usize,
+    quantised: bool,
+}
+
+impl Embeddings {
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    pub fn rows_in_use(&self) -> usize {
+        self.rows as usize - self.free.len()
+    }
+    pub fn quantised(&self) -> bool {
+        self.quantised
+    }
+    /// Bytes held by the matrix (float32 rows, owners, int8 copy).
+    pub fn bytes(&self) -> usize {
+        let per_row = self.dim * 4 + 8 + if self.quantised { self.dim + 8 } else { 0 };
+        self.segments.len() * SEGMENT_ROWS * per_row
+    }
+
+    /// Check a vector against the matrix's dimension (fixed by the first vector
+    /// stored; free again once no row is in use).
+    pub fn check_dim(&self, len: usize, what: &str, registry: &str) -> Result<()> {
+        if len == 0 {
+            return Err(CoreError::InvalidArgument(format!("{what} is empty")));
+        }
+        if self.dim != 0 && self.rows_in_use() > 0 && len != self.dim {
+            return Err(CoreError::InvalidArgument(format!(
+                "{what} has {len} dimensions; registry '{registry}' holds \
+                 {}-dimensional embeddings",
+                self.dim
+            )));
+        }
+        Ok(())
+    }
+
+    /// Store `v` as the vector of `block` (the current version) and point the
+    /// block at it. The caller holds the registry's write lock and has checked
+    /// the dimension.
+    pub fn attach(&mut self, block: &Block, v: &[f32], truncated: bool) -> Result<()> {
+        if self.rows_in_use() == 0 && self.dim != v.len() {
+            *self = Embeddings {
+                quantised: self.quantised,
+                ..Embeddings::default()
+            };
+            self.dim = v.len();
+        }
+        let row = match block.row() {
+            // Same text re-embedded (e.g. a caller's explicit vector): reuse the row.
+            Some(r) if self.owns(r, block) => r,
+            _ => self.allocate()?,
+        };
+        let (s, r) = (row as usize / SEGMENT_ROWS, row as usize % SEGMENT_ROWS);
+        let unit = normalised(v);
+        Arc::make_mut(&mut self.segments[s]).write(r, self.dim, &unit, block.text_key());
+        block.set_row(Some(row), truncated);
+        Ok(())
+    }
+
+    fn allocate(&mut self) -> Result<u32> {
+        if let Some(r) = self.free.pop() {
+            return Ok(r);
+        }
+        if self.rows >= MAX_ROWS {
+            return Err(CoreError::InvalidArgument(
+                "the embedding matrix is full (2^31 - 1 rows)".into(),
+            ));
+        }
+        let r = self.rows;
+        if r as usize == self.segments.len() * SEGMENT_ROWS {
+            self.segments
+                .push(Arc::new(Segment::new(self.dim, self.quantised)));
+        }
+        self.rows += 1;
+        Ok(r)
+    }
+
+    /// Whether row `r` holds the vector of `block`'s text.
+    pub fn owns(&self, r: u32, block: &Block) -> bool {
+        let (s, i) = (r as usize / SEGMENT_ROWS, r as usize % SEGMENT_ROWS);
+        r < self.rows && self.segments[s].owner[i] == block.text_key()
+    }
+
+    /// Give back the row of a block leaving the registry (or changing its text).
+    /// The data stays until the row is reused, so a snapshot sharing the
+    /// segment still reads it.
+    pub fn release(&mut self, block: &Block) {
+        // A live block owns its row alone (texts are never shared between
+        // blocks), so each row comes back here once.
+        if let Some(r) = block.row() {
+            if self.owns(r, block) {
+                self.free.push(r);
+            }
+        }
+    }
+
+    /// The vector of `block`, if the matrix holds one for its text.
+    pub fn vector(&self, block: &Block) -> Option<&[f32]> {
+        let r = block.row()?;
+        self.owns(r, block).then(|| {
+            let (s, i) = (r as usize / SEGMENT_ROWS, r as usize % SEGMENT_ROWS);
+            &self.segments[s].data[i * self.dim..(i + 1) * self.dim]
+        })
+    }
+
+    /// Turn the int8 copy on or off.
+    pub fn set_quantised(&mut self, on: bool) {
+        if on == self.quantised {
+            return;
+        }
+        self.quantised = on;
+        let dim = self.dim;
+        for seg in &mut self.segments {
+            let seg = Arc::make_mut(seg);
+            if on {
+                seg.quantise_all(dim);
+            } else {
+                seg.q8 = None;
+                seg.qscale = None;
+                seg.ql1 = None;
+            }
+        }
+    }
+
+    pub fn view(&self) -> MatrixView {
+        MatrixView {
+            dim: self.dim,
+            segments: self.segments.clone(),
+            rows: self.rows as usize,
+            quantised: self.quantised,
+        }
+    }
+}
+
+impl MatrixView {
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    pub fn row(&self, r: u32) -> &[f32] {
+        let (s, i) = (r as usize / SEGMENT_ROWS, r as usize % SEGMENT_ROWS);
+        &self.segments[s].data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// Cosine (dot) score of every row against `q`, indexed by row.
+    pub fn score_rows(&self, q: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows];
+        let dim = self.dim;
+        self.for_segments(&mut out, |seg, out| {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = dot(&seg.data[r * dim..(r + 1) * dim], q);
+            }
+        });
+        out
+    }
+
+    /// Approximate scores from the int8 copy, and each row's error bound.
+    fn score_rows_q8(&self, q: &Quantised) -> (Vec<f32>, Vec<f32>) {
+        let mut approx = vec![0f32; self.rows];
+        let dim = self.dim;
+        self.for_segments(&mut approx, |seg, out| {
+            let (q8, scale) = (seg.q8.as_deref().unwrap(), seg.qscale.as_deref().unwrap());
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = dot_i8(&q8[r * dim..(r + 1) * dim], &q.values) as f32 * (q.scale * scale[r]);
+            }
+        });
+        let mut bound = vec![0f32; self.rows];
+        for (k, seg) in self.segments.iter().enumerate() {
+            let lo = k * SEGMENT_ROWS;
+            let hi = (lo + SEGMENT_ROWS).min(self.rows);
+            let (scale, l1) = (seg.qscale.as_deref().unwrap(), seg.ql1.as_deref().unwrap());
+            for r in lo..hi {
+                bound[r] = q.bound(scale[r - lo], l1[r - lo], dim);
+            }
+        }
+        (approx, bound)
+    }
+
+    /// Run `f(segment, its slice of out)` over all segments, on two threads or
+    /// more for large matrices (the scan is memory-bound; one core does not
+    /// saturate the memory bus).
+    fn for_segments(&self, out: &mut [f32], f: impl Fn(&Segment, &mut [f32]) + Sync) {
+        let parts: Vec<(&Segment, &mut [f32])> = self
+            .segments
+            .iter()
+            .map(|s| &**s)
+            .zip(out.chunks_mut(SEGMENT_ROWS))
+            .collect();
+        let threads = if self.rows >= PARALLEL_ROWS {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        } else {
+            1
+        };
+        if threads <= 1 {
+            for (seg, o) in parts {
+                f(seg, o);
+            }
+            return;
+        }
+        let per = parts.len().div_ceil(threads);
+        let mut parts = parts;
+        std::thread::scope(|scope| {
+            let f = &f;
+            let mut handles = Vec::new();
+            while !parts.is_empty() {
+                let rest = parts.split_off(per.min(parts.len()));
+                let mine = std::mem::replace(&mut parts, rest);
+                handles.push(scope.spawn(move || {
+                    for (seg, o) in mine {
+                        f(seg, o);
+                    }
+                }));
+            }
+        });
+    }
+}
+
+/// A query quantised like the rows, with what its error bound needs.
+struct Quantised {
+    values: Vec<i8>,
+    scale: f32,
+    l1: f32,
+}
+
+impl Quantised {
+    fn new(q: &[f32]) -> Quantised {
+        let mut values = vec![0i8; q.len()];
+        let (scale, l1) = quantise(q, &mut values);
+        Quantised { values, scale, l1 }
+    }
+    /// Upper bound of |q·x - approx| for a row with this scale and L1 norm.
+    /// With q = q' + e and x = x' + d (|e_i| <= s_q/2, |d_i| <= s_x/2):
+    /// q·x - q'·x' = q'·d + e·x' + e·d, bounded by the three terms below. A small
+    /// relative slack covers float32 rounding of the scores themselves.
+    fn bound(&self, scale: f32, l1: f32, dim: usize) -> f32 {
+        let b =
+            0.5 * scale * self.l1 + 0.5 * self.scale * l1 + 0.25 * dim as f32 * self.scale * scale;
+        b * 1.001 + 1e-6
+    }
+}
+
+/// Maps positions of an order to matrix rows; `None` if some block has no
+/// vector (the caller embeds it first).
+pub fn rows_of(order: &[Arc<Block>]) -> std::result::Result<Vec<u32>, usize> {
+    let mut rows = Vec::with_capacity(order.len());
+    let mut missing = 0;
+    for b in order {
+        match b.row() {
+            Some(r) => rows.push(r),
+            None => missing += 1,
+        }
+    }
+    if missing > 0 {
+        Err(missing)
+    } else {
+        Ok(rows)
+    }
+}
+
+/// Result of the cosine gate over one order.
+pub struct Scored {
+    /// Score per position (exact float32 for every block that could be
+    /// admitted; in quantised mode, the int8 estimate for the rest).
+    pub scores: Vec<f64>,
+    pub admitted: Vec<bool>,
+}
+
+/// Stage 1 with the built-in cosine gate: score every block of the order
+/// (`rows[i]` is the row of position i) and admit those with score >=
+/// `threshold` and among the `top_k` best (ties in registry order).
+pub fn cosine_gate(
+    m: &MatrixView,
+    rows: &[u32],
+    q: &[f32],
+    threshold: Option<f64>,
+    top_k: Option<usize>,
+) -> Scored {
+    if !m.quantised {
+        let by_row = m.score_rows(q);
+        let scores: Vec<f64> = rows
+            .iter()
+            .map(|&r| f64::from(by_row[r as usize]))
+            .collect();
+        let admitted = admit_scores(&scores, threshold, top_k);
+        return Scored { scores, admitted };
+    }
+    let qq = Quantised::new(q);
+    let (approx, bound) = m.score_rows_q8(&qq);
+    let n = rows.len();
+    // Bounds per position: the exact score lies in [lo, hi].
+    let hi = |i: usize| f64::from(approx[rows[i] as usize] + bound[rows[i] as usize]);
+    let lo = |i: usize| f64::from(approx[rows[i] as usize] - bound[rows[i] as usize]);
+    // The cut no exact score of an admitted block can be below: the threshold,
+    // raised to the k-th best lower bound (k blocks are surely at least that).
+    let mut cut = threshold.unwrap_or(f64::NEG_INFINITY);
+    if let Some(k) = top_k {
+        if k == 0 {
+            return Scored {
+                scores: (0..n)
+                    .map(|i| f64::from(approx[rows[i] as usize]))
+                    .collect(),
+                admitted: vec![false; n],
+            };
+        }
+        if k <= n {
+            let lows: Vec<f64> = (0..n).map(lo).collect();
+            let kth = top_k_positions(&lows, k)
+                .iter()
+                .map(|&i| lows[i as usize])
+                .fold(f64::INFINITY, f64::min);
+            cut = cut.max(kth);
+        }
+    }
+    // Candidates: every block whose exact score could reach the cut. The rest
+    // can be neither above the threshold nor among the k best.
+    let mut scores: Vec<f64> = (0..n)
+        .map(|i| f64::from(approx[rows[i] as usize]))
+        .collect();
+    let mut candidate = vec![false; n];
+    for i in 0..n {
+        if hi(i) >= cut {
+            candidate[i] = true;
+            scores[i] = f64::from(dot(m.row(rows[i]), q));
+        }
+    }
+    let masked: Vec<f64> = (0..n)
+        .map(|i| {
+            if candidate[i] {
+                scores[i]
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
+        .collect();
+    let mut admitted = admit_scores(&masked, threshold, top_k);
+    for (a, c) in admitted.iter_mut().zip(&candidate) {
+        *a &= *c;
+    }
+    Scored { scores, admitted }
+}
+
+/// Admission by scores: >= threshold, then the top_k best (ties: lower position).
+pub fn admit_scores(scores: &[f64], threshold: Option<f64>, top_k: Option<usize>) -> Vec<bool> {
+    let mut admitted: Vec<bool> = match threshold {
+        Some(t) => scores.iter().map(|&s| s >= t).collect(),
+        None => vec![true; scores.len()],
+    };
+    if let Some(k) = top_k {
+        let masked: Vec<f64>;
+        let pool = if threshold.is_some() {
+            masked = scores
+                .iter()
+                .zip(&admitted)
+                .map(|(&s, &a)| if a { s } else { f64::NEG_INFINITY })
+                .collect();
+            &masked
+        } else {
+            scores
+        };
+        let eligible = admitted.iter().filter(|&&a| a).count();
+        if eligible > k {
+            let keep = top_k_positions(pool, k);
+            admitted.fill(false);
+            for i in keep {
+                admitted[i as usize] = true;
+            }
+        }
+    }
+    admitted
+}
+
+#[derive(PartialEq)]
+struct Ranked(f64, u32);
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    /// Better = higher score, then lower position; the heap keeps the worst on top.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// Positions of the `k` best scores (higher first, ties by position), unordered.
+/// A bounded heap for small k (one pass, almost every score rejected by one
+/// comparison), partial selection otherwise.
+pub fn top_k_positions(scores: &[f64], k: usize) -> Vec<u32> {
+    let n = scores.len();
+    if k == 0 {
+        return Vec::new();
+    }
+    if k >= n {
+        return (0..n as u32).collect();
+    }
+    if k <= n / 32 {
+        let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k + 1);
+        for (i, &s) in scores.iter().enumerate() {
+            let r = Ranked(s, i as u32);
+            if heap.len() < k {
+                heap.push(r);
+            } else if r < *heap.peek().unwrap() {
+                heap.pop();
+                heap.push(r);
+            }
+        }
+        return heap.into_iter().map(|r| r.1).collect();
+    }
+    let mut idx: Vec<u32> = (0..n as u32).collect();
+    idx.select_nth_unstable_by(k - 1, |&a, &b| {
+        scores[b as usize]
+            .total_cmp(&scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.truncate(k);
+    idx
+}
+
+// ---- dot products ----------------------------------------------------------------
+
+/// Dot product of two equal-length float32 vectors. The same code scores a
+/// full scan and a re-rank, so both give bit-identical scores.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            return unsafe { simd::dot_avx2(a, b) };
+        }
+    }
+    dot_portable(a, b)
+}
+
+/// Eight independent partial sums: the compiler vectorises this on any target
+/// (NEON on aarch64) and it breaks the add dependency chain.
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+#[inline]
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 (checked at run time).
+            return unsafe { simd::dot_i8_avx2(a, b) };
+        }
+    }
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    pub fn has_avx2_fma() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Four 8-lane FMA accumulators over 32 floats per step.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY (all loads): i + 32 <= n, or i + 8 <= n below.
+        while i + 32 <= n {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(pa.add(i + 8 * j));
+                let y = _mm256_loadu_ps(pb.add(i + 8 * j));
+                *a = _mm256_fmadd_ps(x, y, *a);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let x = _mm256_loadu_ps(pa.add(i));
+            let y = _mm256_loadu_ps(pb.add(i));
+            acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+            i += 8;
+        }
+        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut s = hsum(v);
+        while i < n {
+            s += *pa.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    /// int8 dot: |b| (unsigned) times a with b's sign, pairwise into i16
+    /// (`maddubs`; |values| <= 127 so no pair saturates), then into i32.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_si256();
+        let mut i = 0;
+        while i + 32 <= n {
+            // SAFETY: i + 32 <= n.
+            let x = _mm256_loadu_si256(pa.add(i) as *const __m256i);
+            let y = _mm256_loadu_si256(pb.add(i) as *const __m256i);
+            let prod = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(x, y));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, ones));
+            i += 32;
+        }
+        let lo = _mm256_castsi256_si128(acc);
+        let hi = _mm256_extracti128_si256(acc, 1);
+        let s = _mm_add_epi32(lo, hi);
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        let mut total = _mm_cvtsi128_si32(s);
+        while i < n {
+            total += i32::from(*pa.add(i)) * i32::from(*pb.add(i));
+            i += 1;
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    #[test]
+    fn simd_dot_matches_portable() {
+        let mut s = 7;
+        for n in [1, 7, 8, 31, 32, 33, 384, 768, 1000] {
+            let a: Vec<f32> = (0..n).map(|_| lcg(&mut s)).collect();
+            let b: Vec<f32> = (0..n).map(|_| lcg(&mut s)).collect();
+            let exact: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum();
+            assert!((f64::from(dot(&a, &b)) - exact).abs() < 1e-4, "n={n}");
+            assert!((f64::from(dot_portable(&a, &b)) - exact).abs() < 1e-4);
+            let qa: Vec<i8> = a.iter().map(|x| (x * 127.0) as i8).collect();
+            let qb: Vec<i8> = b.iter().map(|x| (x * 127.0) as i8).collect();
+            let e: i32 = qa
+                .iter()
+                .zip(&qb)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            assert_eq!(dot_i8(&qa, &qb), e);
+        }
+    }
+
+    #[test]
+    fn quantisation_error_stays_inside_the_bound() {
+        let mut s = 11;
+        let dim = 384;
+        for _ in 0..200 {
+            let x: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+            let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s) * 0.1).collect();
+            let mut x8 = vec![0i8; dim];
+            let (sx, l1) = quantise(&x, &mut x8);
+            let qq = Quantised::new(&q);
+            let approx = dot_i8(&x8, &qq.values) as f32 * sx * qq.scale;
+            let err = (dot(&x, &q) - approx).abs();
+            assert!(err <= qq.bound(sx, l1, dim), "{err}");
+        }
+    }
+
+    #[test]
+    fn top_k_breaks_ties_by_position() {
+        let s = [0.5, 0.9, 0.5, 0.9, 0.1];
+        let mut k = top_k_positions(&s, 3);
+        k.sort();
+        assert_eq!(k, [0, 1, 3]);
+        let long: Vec<f64> = (0..1000).map(|i| f64::from(i % 10)).collect();
+        let mut k = top_k_positions(&long, 5);
+        k.sort();
+        assert_eq!(k, [9, 19, 29, 39, 49]);
+        assert_eq!(
+            admit_scores(&s, Some(0.5), Some(2)),
+            [false, true, false, true, false]
+        );
+    }
+}
