@@ -15,12 +15,14 @@ from rampart.errors import (
     OrchestratorMutationError,
     ParseError,
     RampartError,
+    RegistryFileError,
     SeedMutationError,
     UnsupportedFormatError,
 )
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry, get_by_label
 from rampart.seeds import BlockSource, SeedBlock, SeedRegistry, register_parser
 from rampart.tokens import count_tokens
+from rampart.tools import ToolSchema, parse_tools, render_tool
 
 __all__ = [
     "DEFAULT_SEPARATOR",
@@ -37,13 +39,17 @@ __all__ = [
     "OrchestratorMutationError",
     "ParseError",
     "RampartError",
+    "RegistryFileError",
     "SeedBlock",
     "SeedMutationError",
     "SeedRegistry",
     "Snapshot",
+    "ToolSchema",
     "UnsupportedFormatError",
     "__version__",
     "count_tokens",
     "get_by_label",
+    "parse_tools",
     "register_parser",
+    "render_tool",
 ]

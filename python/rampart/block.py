@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rampart import _core
+from rampart.errors import UnsupportedFormatError
+from rampart.tools import METADATA_KEY, ToolSchema, check_format, schema_from_metadata
 
 __all__ = ["BlockReport", "CompileResult", "DryRunResult", "InstructionBlock", "Snapshot"]
 
@@ -102,6 +104,27 @@ class InstructionBlock:
         d = self.description
         return f"{d}\n\n{self.content}" if d else self.content
 
+    @property
+    def embedded(self) -> bool:
+        """Whether the registry holds a vector for this block's text (blocks
+        written after cold start get one, batched, before the next gate)."""
+        return self._b.embedded
+
+    @property
+    def embedding_truncated(self) -> bool:
+        """Whether the embedded text was longer than the model's input and was
+        cut (the gate judged only its beginning)."""
+        return self._b.truncated
+
+    @property
+    def tool_schema(self) -> ToolSchema | None:
+        """The tool this block describes (blocks from ``load_tools``), else None.
+
+        A seed file may declare one too, with a ``tool_schema:`` front-matter
+        mapping in :meth:`ToolSchema.to_dict` form; a malformed one raises
+        UnsupportedFormatError naming the block."""
+        return _tool_schema(self._b)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, InstructionBlock):
             return NotImplemented
@@ -117,6 +140,18 @@ class InstructionBlock:
         )
 
 
+def _tool_schema(b: _core.Block) -> ToolSchema | None:
+    raw = b.metadata_json
+    if raw is None or METADATA_KEY not in raw:  # no JSON parse for ordinary blocks
+        return None
+    try:
+        return schema_from_metadata(json.loads(raw))
+    except ValueError as exc:
+        raise UnsupportedFormatError(
+            f"block {b.semantic_name!r} ({b.runtime_id}) holds a malformed tool schema: {exc}"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class BlockReport:
     """Why one block is in or out of a compiled prompt."""
@@ -126,7 +161,9 @@ class BlockReport:
     runtime_id: str
     included: bool
     cost: int  # tokens it cost (included) or would have cost (excluded), separator included
-    reason: str | None  # None when included; "gate" or "budget"
+    # None when included in the prompt; "tools" when included only in the tools
+    # list (tools_in_prompt=False); "gate" or "budget" when excluded.
+    reason: str | None
     score: float | None  # relevance score when a gate ran
     detail: str
 
@@ -198,6 +235,21 @@ class CompileResult:
         except AttributeError:
             self._report: list[BlockReport] = _reports(self._sel)
             return self._report
+
+    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """The schemas of the included tool blocks, in compile order, in ``format``
+        (``"openai"``, ``"openai-responses"``, ``"anthropic"`` or ``"mcp"``): ready
+        for an API's ``tools`` parameter. A tool gated out, cut by the budget or
+        evicted is absent. Two blocks for one tool name give it once (the first in
+        compile order), since APIs refuse duplicate names."""
+        check_format(format)
+        out, seen = [], set()
+        for b in self._sel.included_blocks():
+            schema = _tool_schema(b)
+            if schema is not None and schema.name not in seen:
+                seen.add(schema.name)
+                out.append(schema.to_format(format))
+        return out
 
     def __len__(self) -> int:
         return self._sel.included_count()

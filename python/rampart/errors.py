@@ -17,6 +17,7 @@ __all__ = [
     "OrchestratorMutationError",
     "ParseError",
     "RampartError",
+    "RegistryFileError",
     "SeedMutationError",
     "UnsupportedFormatError",
 ]
@@ -39,7 +40,8 @@ class ParseError(RampartError, ValueError):
 
 
 class UnsupportedFormatError(RampartError, ValueError):
-    """No parser is registered for a file's extension."""
+    """No parser is registered for a file's extension, or a tool definition is in
+    no supported shape (or is invalid); names the file and entry."""
 
 
 class InvalidArgumentError(RampartError, ValueError):
@@ -67,3 +69,8 @@ class OrchestratorMutationError(RampartError):
 
 class EvictionError(RampartError):
     """Eviction of a non-evictable block without ``force=True``."""
+
+
+class RegistryFileError(RampartError, ValueError):
+    """A saved registry file that cannot be loaded: truncated, damaged, not a
+    registry file, or written by a newer rampart. Names the file."""

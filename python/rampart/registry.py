@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import itertools
+import json
 import math
+import os
+import sys
+import tempfile
 import threading
 import weakref
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
 
 from rampart import _core
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
-from rampart.errors import InvalidArgumentError, RampartError
-from rampart.seeds import BlockSource, PathLike, SeedBlock, SeedRegistry, load_sources
+from rampart.errors import InvalidArgumentError, ParseError, RampartError, RegistryFileError
+from rampart.seeds import (
+    BlockSource,
+    PathLike,
+    SeedBlock,
+    SeedRegistry,
+    load_sources,
+    parse_markdown,
+)
 from rampart.tokens import Tokeniser, resolve_tokeniser
+from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
@@ -118,21 +136,63 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-def _vector(value: Any, what: str) -> list[float]:
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "__array__") and hasattr(value, "shape")
+
+
+def _vector(value: Any, what: str) -> bytes:
+    """One vector as native float32 bytes, the form the core stores and scores.
+    Accepts a numpy array or any sequence of numbers (numpy is not required)."""
+    if _is_array(value):
+        import numpy as np
+
+        arr = np.asarray(value, dtype=np.float32)
+        if arr.ndim != 1 or arr.size == 0:
+            raise InvalidArgumentError(
+                f"{what} must be a non-empty 1-d vector, got shape {tuple(arr.shape)}"
+            )
+        if not np.isfinite(arr).all():
+            raise InvalidArgumentError(f"{what} holds NaN or infinite values")
+        return np.ascontiguousarray(arr).tobytes()
+    if isinstance(value, (str, bytes)):
+        raise InvalidArgumentError(f"{what} must be a sequence of numbers, got {value!r}")
     try:
         vec = [float(x) for x in value]
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"{what} must be a sequence of numbers") from None
     if not vec or not all(math.isfinite(x) for x in vec):
         raise InvalidArgumentError(f"{what} must be a non-empty sequence of finite numbers")
-    return vec
+    return array("f", vec).tobytes()
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
+def _encode(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
+    """Embed ``texts`` with any model: (float32 bytes of the (n, dim) matrix, dim,
+    truncated flags). Uses the model's batch and truncation report when it has them."""
+    report = getattr(model, "encode_batch_report", None)
+    if report is not None:
+        vectors, truncated = report(texts)
+    else:
+        batch = getattr(model, "encode_batch", None)
+        vectors = batch(texts) if batch is not None else [model.encode(t) for t in texts]
+        truncated = [False] * len(texts)
+    if _is_array(vectors) and len(getattr(vectors, "shape", ())) == 2:
+        import numpy as np
+
+        arr = np.ascontiguousarray(vectors, dtype=np.float32)
+        if arr.shape[0] != len(texts):
+            raise RampartError(
+                f"embedding model returned {arr.shape[0]} vectors for {len(texts)} texts"
+            )
+        if not np.isfinite(arr).all():
+            raise RampartError("embedding model returned NaN or infinite values")
+        return arr.tobytes(), int(arr.shape[1]), [bool(t) for t in truncated]
+    rows = [_vector(v, "embedding model output") for v in vectors]
+    if len(rows) != len(texts):
+        raise RampartError(f"embedding model returned {len(rows)} vectors for {len(texts)} texts")
+    dims = {len(r) // 4 for r in rows}
+    if len(dims) > 1:
+        raise RampartError(f"embedding model returned vectors of different lengths {dims}")
+    return b"".join(rows), (dims.pop() if dims else 0), [bool(t) for t in truncated]
 
 
 class BlockRegistry:
@@ -146,7 +206,7 @@ class BlockRegistry:
     __slots__ = (
         "__weakref__",
         "_core",
-        "_embed_cache",
+        "_embed_lock",
         "_embedder",
         "_policy",
         "_sep_cache",
@@ -156,12 +216,13 @@ class BlockRegistry:
 
     def __init__(
         self,
-        embedding_model: EmbeddingModel | None = None,
+        embedding_model: EmbeddingModel | str | None = None,
         tokeniser: Any = None,
         eviction_policy: EvictionPolicy | None = None,
         *,
         label: str | None = None,
         default_max_tokens: int | None = 16384,
+        quantise_embeddings: bool = False,
     ) -> None:
         if default_max_tokens is not None:
             _int(default_max_tokens, "default_max_tokens", minimum=0)
@@ -169,12 +230,15 @@ class BlockRegistry:
             raise InvalidArgumentError("eviction_policy must be a callable(block) -> float")
         tok = resolve_tokeniser(tokeniser)
         self._tok: Tokeniser = tok
-        self._embedder = embedding_model
+        self._embedder = _resolve_model(embedding_model)
         self._policy = eviction_policy
         self.default_max_tokens = default_max_tokens
         self._sep_cache: dict[str, int] = {}
-        self._embed_cache: dict[str, list[float]] = {}
+        # One thread embeds pending blocks at a time; the others then find none.
+        self._embed_lock = threading.Lock()
         self._core = _core.Registry(_claim_label(label, self))
+        if quantise_embeddings:
+            self._core.set_quantised(True)
 
     # ---- construction from seeds -------------------------------------------------
 
@@ -182,7 +246,7 @@ class BlockRegistry:
     def from_files(
         cls,
         paths: Iterable[PathLike | BlockSource] | PathLike | BlockSource,
-        embedding_model: EmbeddingModel | None = None,
+        embedding_model: EmbeddingModel | str | None = None,
         tokeniser: Any = None,
         *,
         label: str | None = None,
@@ -194,6 +258,8 @@ class BlockRegistry:
         blocks = load_sources(paths)  # type: ignore[arg-type]
         reg = cls(embedding_model, tokeniser, label=label, **kwargs)
         reg._insert_seeds(blocks)
+        if reg._embedder is not None:
+            reg.embed_pending()  # all seed blocks in one batch
         return reg
 
     @classmethod
@@ -202,7 +268,7 @@ class BlockRegistry:
         seed_registry: SeedRegistry,
         names: Iterable[str],
         must_match: bool = True,
-        embedding_model: EmbeddingModel | None = None,
+        embedding_model: EmbeddingModel | str | None = None,
         tokeniser: Any = None,
         *,
         label: str | None = None,
@@ -221,6 +287,8 @@ class BlockRegistry:
             raise BlockNotFoundError(f"seed registry has no blocks {', '.join(map(repr, missing))}")
         reg = cls(embedding_model, tokeniser, label=label, **kwargs)
         reg._insert_seeds(picked)
+        if reg._embedder is not None:
+            reg.embed_pending()
         return reg
 
     def add_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
@@ -236,7 +304,8 @@ class BlockRegistry:
             (b.name, b.content, b.priority, list(b.tags), b.metadata_json(), n)
             for b, n in zip(blocks, counts)
         ]
-        return self._core.insert_many(rows, "seed", False)
+        tools = ["tool_schema" in b.metadata for b in blocks]
+        return self._core.insert_many(rows, "seed", False, tools if any(tools) else None)
 
     # ---- identity --------------------------------------------------------------------
 
@@ -255,6 +324,12 @@ class BlockRegistry:
     @property
     def embedding_model(self) -> EmbeddingModel | None:
         return self._embedder
+
+    @embedding_model.setter
+    def embedding_model(self, model: EmbeddingModel | str | None) -> None:
+        """Attach (or swap) the model that embeds blocks for the default gate.
+        Stored vectors stay; use a model of the same dimension, or evict first."""
+        self._embedder = _resolve_model(model)
 
     def release(self) -> None:
         """Free this registry's label for another registry (the registry stays usable)."""
@@ -308,7 +383,7 @@ class BlockRegistry:
         if trajectory_id is not None:
             _text(trajectory_id, "trajectory_id")
         vector = None if embedding is None else _vector(embedding, "embedding")
-        rid = self._core.insert(
+        return self._core.insert(
             semantic_name,
             content,
             _priority(priority),
@@ -321,10 +396,8 @@ class BlockRegistry:
             position,
             source == "orchestrator",
             None if author is None else author._core,
+            vector,
         )
-        if vector is not None:
-            self._embed_cache[rid] = vector
-        return rid
 
     def write_agent_block(
         self,
@@ -355,8 +428,8 @@ class BlockRegistry:
         OrchestratorMutationError; another registry's block: BlockPermissionError
         unless ``by`` is its author)."""
         _text(content, "content")
+        # The new text gets a new vector before the gate next scores it.
         self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
-        self._embed_cache.pop(runtime_id, None)  # its embedding described the old text
 
     def update_priority(self, runtime_id: str, priority: float) -> None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
@@ -500,49 +573,79 @@ class BlockRegistry:
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
         self._core.restore(snapshot._snap)
 
-    # ---- gate ----------------------------------------------------------------------------
+    # ---- embeddings and the gate -----------------------------------------------------
 
-    def _embed(self, texts: list[str]) -> list[list[float]]:
+    def _model(self) -> EmbeddingModel:
         model = self._embedder
         if model is None:
             raise RampartError(
-                f"registry {self.label!r} has no embedding model: pass embedding_model= to "
-                "the registry, or a gate= callable to compile"
+                f"registry {self.label!r} has no embedding model: pass embedding_model= "
+                '(e.g. "default" or rampart.default_embedder()) to the registry, vectors with '
+                "write_block(embedding=...), or a gate= callable to compile"
             )
-        batch = getattr(model, "encode_batch", None)
-        vectors = batch(texts) if batch is not None else [model.encode(t) for t in texts]
-        return [[float(x) for x in v] for v in vectors]
+        return model
 
-    def _cosine_scores(
-        self, task_text: str | None, task_embedding: Any, blocks: Sequence[InstructionBlock]
-    ) -> list[float]:
-        query = (
-            _vector(task_embedding, "task_embedding")
-            if task_embedding is not None
-            else self._embed([task_text or ""])[0]
+    def embed_pending(self) -> int:
+        """Embed every block that has no vector yet (seeds at cold start, agent
+        writes, changed content) in one batch; returns how many were embedded.
+        Gating calls this itself, so a written block is never missed; call it
+        yourself to move the cost out of the next compile."""
+        if not self._core.unembedded():  # one comparison while nothing changed
+            return 0
+        with self._embed_lock:
+            pending = self._core.unembedded()
+            if not pending:
+                return 0
+            model = self._model()
+            texts = [InstructionBlock(b).gate_text for b in pending]
+            matrix, dim, truncated = _encode(model, texts)
+            return int(self._core.attach_embeddings(pending, matrix, dim, truncated))
+
+    def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
+        if task_embedding is not None:
+            return _vector(task_embedding, "task_embedding")
+        model = self._model()
+        return _vector(model.encode(_text(task_text, "task_text")), "query embedding")
+
+    def _with_vectors(self, run: Callable[[], Any]) -> Any:
+        """Run a cosine-gate call, embedding blocks written meanwhile until it
+        finds every block with a vector (it returns None otherwise)."""
+        for _ in range(100):
+            self.embed_pending()
+            out = run()
+            if out is not None:
+                return out
+        raise RampartError(
+            f"registry {self.label!r}: blocks kept arriving faster than they could be embedded"
         )
-        cache = self._embed_cache
-        todo = [b for b in blocks if b.runtime_id not in cache]
-        if todo:
-            for b, v in zip(todo, self._embed([b.gate_text for b in todo])):
-                cache[b.runtime_id] = v
-        scores = [_cosine(query, cache[b.runtime_id]) for b in blocks]
-        if len(cache) > 2 * len(blocks) + 64:  # forget evicted blocks now and then
-            live = {b.runtime_id for b in blocks}
-            for rid in [r for r in list(cache) if r not in live]:  # list(): threads
-                cache.pop(rid, None)
-        return scores
+
+    def embedding(self, runtime_id: str) -> Any:
+        """The stored vector of a block (``numpy.ndarray``, float32), or None
+        before it is embedded."""
+        raw = self._core.embedding(self._core.get(runtime_id))
+        if raw is None:
+            return None
+        import numpy as np
+
+        return np.frombuffer(raw, dtype=np.float32).copy()
+
+    def embedding_info(self) -> dict[str, Any]:
+        """Dimension, blocks with vectors, bytes held and whether the int8 copy is on."""
+        dim, rows, nbytes, quantised = self._core.embedding_stats()
+        return {"dim": dim, "embedded": rows, "bytes": nbytes, "quantised": quantised}
+
+    def quantise_embeddings(self, on: bool = True) -> None:
+        """Keep an int8 copy of the embedding matrix: gating scans a quarter of the
+        memory and re-scores the candidates exactly, so results do not change."""
+        self._core.set_quantised(bool(on))
 
     def _gate_scores(
         self,
         view: _core.OrderView,
         task_text: str | None,
-        task_embedding: Any,
-        gate: GateFn | None,
+        gate: GateFn,
     ) -> list[float]:
         blocks = [InstructionBlock(b) for b in view.blocks()]
-        if gate is None:
-            return self._cosine_scores(task_text, task_embedding, blocks)
         scores = list(gate(task_text or "", blocks))
         if len(scores) != len(blocks):
             raise InvalidArgumentError(
@@ -558,18 +661,34 @@ class BlockRegistry:
         return out
 
     def find_relevant(
-        self, task_text: str, top_k: int | None = None, threshold: float | None = None
+        self,
+        task_text: str | None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        *,
+        task_embedding: Any = None,
     ) -> list[tuple[InstructionBlock, float]]:
-        """Blocks by cosine similarity to ``task_text``, descending; ties in registry order."""
-        _text(task_text, "task_text")
-        blocks = [InstructionBlock(b) for b in self._core.view().blocks()]
-        scores = self._cosine_scores(task_text, None, blocks)
-        ranked = sorted(range(len(blocks)), key=lambda i: (-scores[i], i))
-        if threshold is not None:
-            ranked = [i for i in ranked if scores[i] >= threshold]
+        """Blocks by cosine similarity to the task, descending; ties in registry order."""
+        if task_embedding is None:
+            _text(task_text, "task_text")
         if top_k is not None:
-            ranked = ranked[: _int(top_k, "top_k", minimum=0)]
-        return [(blocks[i], scores[i]) for i in ranked]
+            _int(top_k, "top_k", minimum=0)
+        if threshold is not None:
+            threshold = _number(threshold, "threshold")
+        self.embed_pending()  # before the query: a failing model fails first here
+        q = self._query(task_text, task_embedding)
+        ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
+        return [(InstructionBlock(b), s) for b, s in ranked]
+
+    def score_block(
+        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
+    ) -> float:
+        """Cosine score of one block against the task (what the default gate uses)."""
+        if task_text is None and task_embedding is None:
+            raise InvalidArgumentError("score_block needs task_text or task_embedding")
+        q = self._query(task_text, task_embedding)
+        self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
+        return float(self._with_vectors(lambda: self._core.score(runtime_id, q)))
 
     # ---- compile --------------------------------------------------------------------------
 
@@ -589,23 +708,47 @@ class BlockRegistry:
         task_embedding: Any,
         gate: GateFn | None,
         dry_run: bool,
+        tools_in_prompt: bool,
     ) -> tuple[str | None, _core.Selection]:
         budget = self.default_max_tokens if max_tokens is None else max_tokens
         if budget is not None and (type(budget) is not int or budget < 0):
             _check_budget(budget)
         sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
+        tools_in_prompt = bool(tools_in_prompt)
         if relevance_threshold is None and top_k is None:
-            return self._core.compile(budget, sep, self._sep_tokens(sep), dry_run=dry_run)
+            return self._core.compile(
+                budget,
+                sep,
+                self._sep_tokens(sep),
+                dry_run=dry_run,
+                tools_in_prompt=tools_in_prompt,
+            )
         if task_text is None and task_embedding is None:
             raise InvalidArgumentError(
                 "relevance_threshold/top_k need a task: pass task_text or task_embedding"
             )
+        if task_text is not None:
+            _text(task_text, "task_text")
         if top_k is not None:
             _int(top_k, "top_k", minimum=0)
         if relevance_threshold is not None:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
+        if gate is None:
+            # The built-in cosine gate runs in the core: the matrix is scored
+            # with the GIL released for large registries.
+            self.embed_pending()
+            q = self._query(task_text, task_embedding)
+            n = self._sep_tokens(sep)
+            out: tuple[str | None, _core.Selection] = self._with_vectors(
+                lambda: self._core.compile_cosine(
+                    q, relevance_threshold, top_k, budget, sep, n, dry_run, tools_in_prompt
+                )
+            )
+            return out
+        if not callable(gate):
+            raise InvalidArgumentError(f"gate must be a callable(task_text, blocks), got {gate!r}")
         view = self._core.view()
-        scores = self._gate_scores(view, task_text, task_embedding, gate)
+        scores = self._gate_scores(view, task_text, gate)
         return self._core.compile(
             budget,
             sep,
@@ -615,6 +758,7 @@ class BlockRegistry:
             threshold=relevance_threshold,
             top_k=top_k,
             dry_run=dry_run,
+            tools_in_prompt=tools_in_prompt,
         )
 
     def compile(
@@ -627,12 +771,17 @@ class BlockRegistry:
         *,
         task_embedding: Any = None,
         gate: GateFn | None = None,
+        tools_in_prompt: bool = True,
     ) -> CompileResult:
         """Compile the context: (1) gate, when a task and ``relevance_threshold`` or
         ``top_k`` are given; (2) walk the registry in order; (3) cut at the token
         budget, stopping at the first block that does not fit; (4) count an access
-        for each emitted block. Never reorders the registry."""
-        if relevance_threshold is None and top_k is None:
+        for each emitted block. Never reorders the registry.
+
+        ``gate``: a callable ``(task_text, blocks) -> scores`` replacing the
+        built-in cosine gate. ``tools_in_prompt=False``: tool-schema blocks go
+        only to ``result.tools()``, not into the prompt text or its budget."""
+        if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
             if budget is not None and (type(budget) is not int or budget < 0):
@@ -652,6 +801,7 @@ class BlockRegistry:
             task_embedding,
             gate,
             False,
+            tools_in_prompt,
         )
         return CompileResult(prompt or "", sel)
 
@@ -665,6 +815,7 @@ class BlockRegistry:
         *,
         task_embedding: Any = None,
         gate: GateFn | None = None,
+        tools_in_prompt: bool = True,
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
         _, sel = self._select(
@@ -676,6 +827,7 @@ class BlockRegistry:
             task_embedding,
             gate,
             True,
+            tools_in_prompt,
         )
         return DryRunResult(sel)
 
@@ -762,6 +914,256 @@ class BlockRegistry:
 
     def __repr__(self) -> str:
         return f"<BlockRegistry {self.label!r} {len(self)} blocks>"
+
+    # ---- tool schemas -------------------------------------------------------------------
+
+    def load_tools(
+        self,
+        tools: ToolsInput,
+        *,
+        priority: float = 0.5,
+        tags: Iterable[str] | None = None,
+        evictable: bool = True,
+    ) -> list[str]:
+        """Append one block per tool definition; returns their runtime ids, in order.
+
+        ``tools``: a list of OpenAI, Anthropic or MCP definitions (detected per
+        entry), an MCP ``tools/list`` result, or a path to a JSON file holding one
+        (see :func:`rampart.parse_tools`). Each block is a ``seed`` block named after
+        the tool, tagged ``tool`` (plus ``tags``), whose content is
+        :func:`rampart.render_tool`'s description and whose metadata keeps the
+        schema (``block.tool_schema``). Tool blocks are evictable by default, so
+        ``evict(id)`` and ``evict_by_policy`` can drop a tool the task does not
+        need; ``evictable=False`` pins them (then only this registry, with
+        ``force=True``, removes them). All or nothing: every definition is
+        validated, and a name already loaded here refused, before any block is
+        written.
+        """
+        p = _priority(priority)
+        extra = [t for t in _tags(tags) if t != "tool"]
+        schemas = parse_tools(tools)
+        # Every block, not just those tagged "tool": a seed file may declare a tool too.
+        loaded = {t.name: b for b in self.list_blocks() if (t := b.tool_schema)}
+        clash = [s.name for s in schemas if s.name in loaded]
+        if clash:
+            b = loaded[clash[0]]
+            raise InvalidArgumentError(
+                f"registry {self.label!r} already holds tool {clash[0]!r} (block {b.runtime_id}); "
+                "evict it first to load a new version"
+            )
+        texts = [render_tool(s) for s in schemas]
+        counts: list[int | None] = (
+            [None] * len(texts) if self._tok.builtin else list(self._tok.count_many(texts))
+        )
+        rows: list[tuple[str, str, float, list[str], str | None, int | None]] = [
+            (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
+            for s, text, n in zip(schemas, texts, counts)
+        ]
+        return self._core.insert_many(rows, "seed", bool(evictable), [True] * len(rows))
+
+    # ---- persistence --------------------------------------------------------------------
+
+    def _settings(self) -> str:
+        return json.dumps(
+            {
+                "tokeniser": self._tok.name,
+                "default_max_tokens": self.default_max_tokens,
+                "embedding_model": getattr(self._embedder, "model_id", None),
+            }
+        )
+
+    def save(self, path: PathLike) -> None:
+        """Write the whole registry (blocks, order, provenance, access counts,
+        embeddings) to one versioned file, atomically: a temporary file in the
+        same folder, fsync, rename. A crash mid-save leaves the previous file whole."""
+        data = self._core.save_bytes(self._settings())
+        _atomic_write(Path(os.fspath(path)), data)
+
+    @classmethod
+    def load(
+        cls,
+        path: PathLike,
+        embedding_model: EmbeddingModel | str | None = None,
+        tokeniser: Any = None,
+        *,
+        label: str | None = None,
+        **kwargs: Any,
+    ) -> BlockRegistry:
+        """A registry from a file ``save`` wrote, every block under a **new**
+        runtime id. Vectors come back with it (no re-embedding). Blocks the saved
+        registry wrote belong to the new one; other authors keep their identity
+        (so nothing here can force-evict their pinned blocks). A truncated,
+        damaged or newer file raises ``RegistryFileError`` and creates nothing."""
+        p = Path(os.fspath(path))
+        data = p.read_bytes()
+        return cls._from_bytes(data, str(p), embedding_model, tokeniser, label, kwargs)
+
+    @classmethod
+    def _from_bytes(
+        cls,
+        data: bytes,
+        where: str,
+        embedding_model: Any,
+        tokeniser: Any,
+        label: str | None,
+        kwargs: dict[str, Any],
+    ) -> BlockRegistry:
+        try:
+            saved = _core.decode_registry(data)
+            settings = json.loads(saved.settings)
+        except RegistryFileError as e:
+            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
+        except ValueError as e:
+            raise RegistryFileError(
+                f"cannot load registry file {where}: bad settings ({e})"
+            ) from None
+        tok = resolve_tokeniser(tokeniser)
+        if tok.name != settings.get("tokeniser"):
+            raise InvalidArgumentError(
+                f"{where} was saved with tokeniser {settings.get('tokeniser')!r}, whose token "
+                f"counts it holds; pass that tokeniser, not {tok.name!r}"
+            )
+        kwargs.setdefault("default_max_tokens", settings.get("default_max_tokens"))
+        reg = cls(embedding_model, tok, label=label, **kwargs)
+        reg._core.install(saved)
+        return reg
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickling goes through the same state as save(); the copy gets a fresh
+        # label (the original may still hold its own). The tokeniser travels with
+        # it; of embedding models only the shared default one does (vectors
+        # always do).
+        model = (
+            "default" if self._embedder is not None and self._embedder is _default_model() else None
+        )
+        return (
+            _unpickle,
+            (self._core.save_bytes(self._settings()), self._tok, model, self.default_max_tokens),
+        )
+
+    def export_markdown(
+        self, path: PathLike, *, source: str | None = "agent", overwrite: bool = True
+    ) -> int:
+        """Write the chosen blocks (``source``: "agent", "orchestrator", "seed", or
+        None for all) as a seed file that loads back through the ordinary parser
+        with the same names, contents, priorities and tags; provenance (source,
+        trajectory, created, author) goes into front matter. Contents are stored
+        the way seed files hold them: without surrounding blank space. Returns
+        the number of blocks written. A block whose text the seed format cannot
+        hold (a front-matter-like "---" line of its own) raises
+        InvalidArgumentError naming it, and nothing is written."""
+        if source is not None and source not in SOURCES:
+            raise InvalidArgumentError(f"source must be one of {SOURCES} or None, got {source!r}")
+        p = Path(os.fspath(path))
+        if not overwrite and p.exists():
+            raise FileExistsError(f"{p} exists (pass overwrite=True to replace it)")
+        blocks = [b for b in self.list_blocks() if source is None or b.source == source]
+        text = _seed_text(blocks)
+        _check_round_trip(text, blocks, p)
+        _atomic_write(p, text.encode("utf-8"))
+        return len(blocks)
+
+
+def _resolve_model(model: Any) -> Any:
+    if isinstance(model, str):
+        if model != "default":
+            raise InvalidArgumentError(
+                f'embedding_model must be a model object or "default", got {model!r}'
+            )
+        from rampart.embeddings import default_embedder
+
+        return default_embedder()
+    if model is not None and not callable(getattr(model, "encode", None)):
+        raise InvalidArgumentError(
+            "embedding_model needs an encode(text) method (and optionally encode_batch)"
+        )
+    return model
+
+
+def _default_model() -> Any:
+    """The shared default embedder if it was created, without creating it."""
+    mod = sys.modules.get("rampart.embeddings")
+    return getattr(mod, "_DEFAULT", None) if mod is not None else None
+
+
+def _unpickle(
+    data: bytes, tokeniser: Any, model: str | None, default_max_tokens: int | None
+) -> BlockRegistry:
+    return BlockRegistry._from_bytes(
+        data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader (or a crash) sees either the
+    old file or the new one, never a mix: temporary file beside it, fsync, rename,
+    fsync of the folder."""
+    folder = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # not every platform can open a folder
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _seed_text(blocks: Sequence[InstructionBlock]) -> str:
+    parts = []
+    for b in blocks:
+        front: dict[str, Any] = {"name": b.semantic_name, "priority": b.priority}
+        if b.tags:
+            front["tags"] = list(b.tags)
+        front["source"] = b.source
+        if b.trajectory_id:
+            front["trajectory"] = b.trajectory_id
+        front["created"] = datetime.datetime.fromtimestamp(
+            b.created_at, datetime.timezone.utc
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+        author = _label_of(b.author_id)
+        front["author"] = author if author is not None else b.author_id
+        for k, v in b.metadata.items():
+            front.setdefault(k, v)
+        head = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10**9)
+        parts.append(f"---\n{head}---\n\n{b.content.strip()}\n")
+    return "\n".join(parts)
+
+
+def _check_round_trip(text: str, blocks: Sequence[InstructionBlock], path: Path) -> None:
+    """Parse ``text`` with the seed parser and make sure every block comes back."""
+    with tempfile.TemporaryDirectory() as d:
+        probe = Path(d) / (path.stem + ".md")
+        probe.write_text(text, encoding="utf-8")
+        try:
+            back = parse_markdown(probe, default_priority=0.5)
+        except ParseError as e:
+            raise InvalidArgumentError(f"cannot export to {path}: {e}") from None
+    for i, b in enumerate(blocks):
+        got = back[i] if i < len(back) else None
+        if (
+            got is None
+            or got.name != b.semantic_name
+            or got.content != b.content.strip()
+            or got.priority != b.priority
+            or list(got.tags) != list(b.tags)
+        ):
+            raise InvalidArgumentError(
+                f"cannot export block {b.semantic_name!r} ({b.runtime_id}) to {path}: its "
+                "text does not survive the seed format (a line '---' followed by a "
+                "'name:' mapping starts a new block)"
+            )
+    if len(back) != len(blocks):
+        raise InvalidArgumentError(f"cannot export to {path}: the seed format split a block")
 
 
 def _label_of(registry_id: str) -> str | None:

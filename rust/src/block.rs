@@ -272,6 +272,25 @@ impl Block {
         }
     }
 
+    /// A block read back from a saved file: its creation time, access count and
+    /// wrap as they were (a fresh id; the caller maps the author).
+    pub(crate) fn restored(
+        nb: NewBlock,
+        author: BlockId,
+        token_count: u32,
+        created_at: u32,
+        access: u64,
+        wrap: Option<Wrap>,
+    ) -> Block {
+        let mut b = Block::build(nb, author, token_count);
+        b.created_at = created_at;
+        b.access = Arc::new(AtomicU64::new(access));
+        if wrap.is_some() {
+            b = b.with_wrap(wrap);
+        }
+        b
+    }
+
     /// The binding's cache for this block, if set.
     pub fn attachment(&self) -> Option<&Attachment> {
         self.attachment.get().map(|b| &**b)

@@ -34,6 +34,8 @@ pub enum CoreError {
     },
     /// The acting registry is not the block's author.
     Permission(String),
+    /// A saved registry file that cannot be read (truncated, damaged, newer).
+    Corrupt(String),
 }
 
 impl fmt::Display for CoreError {
@@ -72,6 +74,7 @@ impl fmt::Display for CoreError {
                  author, registry '{author}', may remove it with force=True"
             ),
             CoreError::Permission(msg) => f.write_str(msg),
+            CoreError::Corrupt(msg) => f.write_str(msg),
         }
     }
 }

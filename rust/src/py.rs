@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyType};
 use crate::block::{Attachment, Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
 use crate::compile::{select, select_with, Exclusion, Gate, Order, Selection as CoreSelection};
 use crate::error::CoreError;
+use crate::persist::{self, SavedRegistry};
 use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
 use crate::tokens::count_cl100k;
 
@@ -182,6 +183,7 @@ fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
     static ORCH: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static EVICT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static PERM: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static FILE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     let msg = err.to_string();
     let cls = match err {
         CoreError::BlockNotFound { .. } => error_class(py, &NOT_FOUND, "BlockNotFoundError"),
@@ -192,6 +194,7 @@ fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
         }
         CoreError::Eviction { .. } => error_class(py, &EVICT, "EvictionError"),
         CoreError::Permission(_) => error_class(py, &PERM, "BlockPermissionError"),
+        CoreError::Corrupt(_) => error_class(py, &FILE, "RegistryFileError"),
     };
     PyErr::from_type(cls, msg)
 }
@@ -668,21 +671,23 @@ impl PyRegistry {
 
     /// Append seed-like blocks, all or nothing; `token_count=None` rows are
     /// counted with cl100k_base with the GIL released.
-    /// `tool`: the rows are tool-schema blocks.
-    #[pyo3(signature = (rows, source, evictable, tool=false))]
+    /// `tools[i]`: row i is a tool-schema block (default: none is).
+    #[pyo3(signature = (rows, source, evictable, tools=None))]
     fn insert_many(
         &self,
         py: Python<'_>,
         rows: Vec<SeedRow>,
         source: &str,
         evictable: bool,
-        tool: bool,
+        tools: Option<Vec<bool>>,
     ) -> PyResult<Vec<String>> {
         let source = parse_source(source)?;
+        let tools = tools.unwrap_or_default();
         let blocks: Vec<NewBlock> = rows
             .into_iter()
+            .enumerate()
             .map(
-                |(name, content, priority, tags, meta, token_count)| NewBlock {
+                |(i, (name, content, priority, tags, meta, token_count))| NewBlock {
                     name,
                     content,
                     priority,
@@ -691,7 +696,7 @@ impl PyRegistry {
                     trajectory: None,
                     tags,
                     meta,
-                    tool,
+                    tool: tools.get(i).copied().unwrap_or(false),
                     embedding: None,
                     token_count,
                 },
@@ -959,6 +964,24 @@ impl PyRegistry {
         Ok((Some(prompt), PySelection(sel)))
     }
 
+    // ---- persistence ------------------------------------------------------------
+
+    /// The whole registry in the file format of `persist.rs`.
+    fn save_bytes<'py>(&self, py: Python<'py>, settings: &str) -> Bound<'py, PyBytes> {
+        let data = py.detach(|| self.0.save_bytes(settings));
+        PyBytes::new(py, &data)
+    }
+    /// Fill this (empty) registry from a decoded file; returns the block count.
+    fn install(&self, py: Python<'_>, saved: &Bound<'_, PySaved>) -> PyResult<usize> {
+        let taken = saved.get().0.lock().take();
+        let Some(saved) = taken else {
+            return Err(PyValueError::new_err(
+                "this decoded file was already installed",
+            ));
+        };
+        py.detach(|| self.0.install(saved)).py_err(py)
+    }
+
     // ---- embeddings and the cosine gate ----------------------------------------
 
     /// Blocks that have no vector yet, registry order.
@@ -1070,6 +1093,41 @@ impl PyRegistry {
     }
 }
 
+/// A registry file decoded and checked, not yet in any registry.
+#[pyclass(frozen, module = "rampart._core", name = "SavedRegistry")]
+pub struct PySaved(Mutex<Option<SavedRegistry>>, String, usize, usize, String);
+
+#[pymethods]
+impl PySaved {
+    /// Label of the registry that was saved.
+    #[getter]
+    fn label(&self) -> &str {
+        &self.1
+    }
+    fn __len__(&self) -> usize {
+        self.2
+    }
+    /// Embedding dimension (0: no vectors).
+    #[getter]
+    fn dim(&self) -> usize {
+        self.3
+    }
+    /// The settings JSON the binding saved.
+    #[getter]
+    fn settings(&self) -> &str {
+        &self.4
+    }
+}
+
+/// Decode and check a saved registry file's bytes (`RegistryFileError` if bad).
+#[pyfunction]
+fn decode_registry(py: Python<'_>, data: &[u8]) -> PyResult<PySaved> {
+    let saved = py.detach(|| persist::decode(data)).py_err(py)?;
+    let (label, n, dim) = (saved.label.clone(), saved.blocks.len(), saved.dim);
+    let settings = saved.settings.clone();
+    Ok(PySaved(Mutex::new(Some(saved)), label, n, dim, settings))
+}
+
 /// Tokens of `text` under cl100k_base (exact, offline).
 #[pyfunction]
 fn count_tokens(py: Python<'_>, text: &str) -> u32 {
@@ -1090,6 +1148,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySelection>()?;
     m.add_class::<PyOrderView>()?;
     m.add_class::<PySnapshot>()?;
+    m.add_class::<PySaved>()?;
+    m.add_function(wrap_pyfunction!(decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens_many, m)?)?;
     Ok(())

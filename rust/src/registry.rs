@@ -27,6 +27,7 @@ use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_
 use crate::compile::{select, select_with, Gate, Order, Selection};
 use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, MatrixView};
 use crate::error::{CoreError, Result};
+use crate::persist::{encode, Entry, SavedRegistry};
 use crate::tokens::count_cl100k;
 
 /// registry id -> label, for error messages that name another registry (an
@@ -680,6 +681,86 @@ impl Registry {
     ) -> Result<Selection> {
         let order = view.unwrap_or_else(|| self.order());
         select(order, budget, sep_tokens, gate)
+    }
+
+    // ---- persistence ----------------------------------------------------------
+
+    /// The whole registry as one file's bytes (see `persist.rs`).
+    pub fn save_bytes(&self, settings: &str) -> Vec<u8> {
+        let st = self.state.read();
+        let mut authors: Vec<(BlockId, String)> = vec![(self.id, self.label.to_string())];
+        for b in st.order.iter() {
+            if !authors.iter().any(|(id, _)| *id == b.author) {
+                authors.push((b.author, label_of(b.author)));
+            }
+        }
+        let entries: Vec<Entry<'_>> = st
+            .order
+            .iter()
+            .map(|b| Entry {
+                block: b,
+                access: b.access_count(),
+                vector: st.emb.vector(b),
+            })
+            .collect();
+        encode(
+            self.id,
+            &self.label,
+            settings,
+            st.emb.dim(),
+            &authors,
+            &entries,
+        )
+    }
+
+    /// Fill an empty registry from a decoded file: new runtime ids; blocks the
+    /// saved registry wrote are this registry's now, other authors keep their
+    /// ids (no object here can claim them) and their labels for messages.
+    pub fn install(&self, saved: SavedRegistry) -> Result<usize> {
+        {
+            let mut dir = directory().write();
+            for (id, label) in &saved.authors {
+                if *id != saved.registry && !dir.contains_key(id) {
+                    dir.insert(*id, Arc::from(label.as_str()));
+                }
+            }
+        }
+        let mut built = Vec::with_capacity(saved.blocks.len());
+        let mut vectors = Vec::with_capacity(saved.blocks.len());
+        for mut sb in saved.blocks {
+            let author = if sb.author == saved.registry {
+                self.id
+            } else {
+                sb.author
+            };
+            vectors.push(sb.block.embedding.take().map(|v| (v, sb.truncated)));
+            let tokens = sb.block.token_count.unwrap_or(0);
+            built.push(Arc::new(Block::restored(
+                sb.block,
+                author,
+                tokens,
+                sb.created_at,
+                sb.access,
+                sb.wrap,
+            )));
+        }
+        let mut st = self.write();
+        if !st.order.is_empty() {
+            return Err(CoreError::InvalidArgument(format!(
+                "registry '{}' is not empty: a saved registry loads into a new one",
+                self.label
+            )));
+        }
+        st.index.reserve(built.len());
+        for (b, v) in built.iter().zip(&vectors) {
+            if let Some((v, truncated)) = v {
+                st.emb.attach(b, v, *truncated)?;
+            }
+            st.index.insert(Arc::clone(b));
+        }
+        let n = built.len();
+        Arc::make_mut(&mut st.order).extend(built);
+        Ok(n)
     }
 
     // ---- embeddings and the cosine gate --------------------------------------

@@ -1,0 +1,111 @@
+"""pytest-benchmark: the relevance gate.
+
+Gated compile with a precomputed query (top-10, budget 4096) against numpy's
+``M @ q`` + ``argpartition`` on the same matrix, in the same group, at N = 200,
+10 000, 100 000 and 1 000 000; float32 and the int8 mode. The vectors are random
+unit vectors (384-d, like MiniLM's): the cost is memory traffic, not meaning, and
+a million real embeddings would take hours to compute here.
+
+With the real model (skipped when it is not prepared): ``find_relevant`` over the
+31 seed blocks including the query embedding, and the cold start of ``seeds/``
+from files with embeddings.
+
+    python -m pytest benches/test_bench_gate.py --benchmark-only -p no:cacheprovider -q
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import _corpus
+import numpy as np
+import pytest
+import rampart
+from test_bench_compile import _run
+
+DIM = 384
+SIZES = (200, 10_000, 100_000, 1_000_000)
+TOP_K = 10
+
+
+class GateData:
+    def __init__(self, n: int) -> None:
+        rng = np.random.default_rng(n)
+        m = rng.standard_normal((n, DIM), dtype=np.float32)
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+        self.m = m
+        self.q = m[n // 3] + rng.standard_normal(DIM, dtype=np.float32) * 0.05
+        self.q /= np.linalg.norm(self.q)
+        self.reg = rampart.BlockRegistry(default_max_tokens=4096)
+        rows = [(f"b{i}", f"block {i}", 0.5, [], None, 60) for i in range(n)]
+        self.reg._core.insert_many(rows, "seed", False)
+        pending = self.reg._core.unembedded()
+        self.reg._core.attach_embeddings(pending, m.tobytes(), DIM, [False] * n)
+        want = set(np.argsort(-(m @ self.q), kind="stable")[:TOP_K].tolist())
+        got = {int(n[1:]) for n in self.reg.compile(task_embedding=self.q, top_k=TOP_K).included}
+        assert got == want  # same answer as numpy (untimed)
+
+
+_DATA: dict[int, GateData] = {}
+
+
+def _data(n: int) -> GateData:
+    if n not in _DATA:
+        _DATA.clear()  # one size at a time: 1M rows hold ~3 GB
+        _DATA[n] = GateData(n)
+    return _DATA[n]
+
+
+IMPLS = ["numpy-matvec+argpartition", "rampart-gated-compile", "rampart-gated-compile-int8"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n", SIZES, ids=[f"N{n}" for n in SIZES])
+def test_gated_compile(benchmark: Any, n: int, impl: str) -> None:
+    d = _data(n)
+    benchmark.group = f"gate-N{n}"
+    d.reg.quantise_embeddings(impl.endswith("int8"))
+    if impl.startswith("numpy"):
+        m, q = d.m, d.q
+
+        def run() -> Any:
+            return np.argpartition(-(m @ q), TOP_K)[:TOP_K]
+    else:
+        reg, q = d.reg, d.q
+
+        def run() -> Any:
+            return reg.compile(task_embedding=q, top_k=TOP_K)
+
+    _run(benchmark, run, target_s=1.0 if n < 1_000_000 else 3.0, max_rounds=100)
+
+
+# ---- with the real model ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Any:
+    pytest.importorskip("onnxruntime")
+    try:
+        return rampart.default_embedder()
+    except rampart.RampartError as e:  # model package not installed
+        pytest.skip(str(e))
+
+
+def test_find_relevant_seeds_with_query_embedding(benchmark: Any, embedder: Any) -> None:
+    benchmark.group = "gate-real-model"
+    reg = rampart.BlockRegistry.from_files([_corpus.SEEDS], embedder)
+    assert len(reg) == 31
+    task = "Write release notes for the changes since the last tag"
+    assert reg.find_relevant(task, top_k=3)
+    _run(benchmark, lambda: reg.find_relevant(task, top_k=8), target_s=1.0)
+
+
+def test_cold_start_seeds_with_embeddings(benchmark: Any, embedder: Any) -> None:
+    benchmark.group = "gate-real-model"
+
+    def run() -> Any:
+        return rampart.BlockRegistry.from_files([_corpus.SEEDS], embedder)
+
+    reg = run()
+    assert reg.embedding_info()["embedded"] == 31
+    benchmark.pedantic(run, rounds=7, iterations=1, warmup_rounds=1)

@@ -1,0 +1,672 @@
+"""Tool schemas as instruction blocks: parse, validate, render and convert them.
+
+A tool definition arrives in one of four shapes, detected per entry:
+
+* OpenAI Chat Completions: ``{"type": "function", "function": {"name", "description",
+  "parameters", "strict"}}``
+* OpenAI Responses (flat): ``{"type": "function", "name", "description", "parameters",
+  "strict"}``
+* Anthropic Messages: ``{"name", "description", "input_schema"}`` (``"type": "custom"``
+  allowed)
+* MCP ``tools/list``: ``{"name", "title", "description", "inputSchema", "outputSchema",
+  "annotations"}``
+
+and a collection of them as a list, an MCP ``tools/list`` result ``{"tools": [...]}``,
+a JSON-RPC response whose ``result`` is one, a single definition, or a path to a JSON
+file holding any of these. Each becomes a :class:`ToolSchema`; :func:`render_tool`
+turns it into the natural-language text that the prompt and the relevance gate see,
+and ``to_openai`` / ``to_anthropic`` / ``to_mcp`` give it back in the shape an API's
+``tools`` parameter wants.
+
+Fields no other format has are dropped on conversion, because the APIs reject unknown
+keys: OpenAI and Anthropic have no ``title``, ``annotations`` or ``outputSchema``;
+only OpenAI has ``strict``. Keys outside the fields above (``cache_control``, vendor
+extensions) are not kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from rampart.errors import InvalidArgumentError, UnsupportedFormatError
+
+__all__ = [
+    "FORMATS",
+    "METADATA_KEY",
+    "ToolSchema",
+    "ToolsInput",
+    "block_metadata_json",
+    "parse_tools",
+    "render_tool",
+    "schema_from_metadata",
+]
+
+#: Output formats of :meth:`ToolSchema.to_format` and ``CompileResult.tools``.
+FORMATS = ("openai", "openai-responses", "anthropic", "mcp")
+
+#: The block-metadata key under which a tool block keeps its schema.
+METADATA_KEY = "tool_schema"
+
+# OpenAI and Anthropic both require ^[a-zA-Z0-9_-]{1,64}$. MCP allows more (dots, up
+# to 128 characters), but a tool that an API would refuse is useless in a compiled
+# context, so the intersection is the rule: better refused at load than at call time.
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+ToolsInput = Union[str, "os.PathLike[str]", Sequence[Mapping[str, Any]], Mapping[str, Any]]
+
+_EXPECTED = (
+    'expected an OpenAI ({"type": "function", "function": {"name", "parameters", ...}}), '
+    'OpenAI Responses ({"type": "function", "name", "parameters", ...}), '
+    'Anthropic ({"name", "description", "input_schema"}) or '
+    'MCP ({"name", "inputSchema", ...}) tool definition'
+)
+
+
+class _Invalid(Exception):
+    """A problem with one value; the caller adds where it was found."""
+
+
+def _json_copy(value: Any, what: str) -> Any:
+    """A private, plain-JSON copy (tuples become lists); refuses what JSON cannot hold."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise _Invalid(f"{what} is not plain JSON ({exc})") from None
+
+
+def _check_object_schema(schema: Any, what: str) -> None:
+    if not isinstance(schema, Mapping):
+        raise _Invalid(f"{what} must be a JSON Schema object, got {type(schema).__name__}")
+    if schema.get("type") != "object":
+        raise _Invalid(
+            f'{what} must have "type": "object" (tool arguments are a JSON object), '
+            f"got type {schema.get('type')!r}"
+        )
+    props = schema.get("properties")
+    if props is not None and not (
+        isinstance(props, Mapping) and all(isinstance(v, (Mapping, bool)) for v in props.values())
+    ):
+        raise _Invalid(f"{what}.properties must map names to schemas")
+    required = schema.get("required")
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(r, str) for r in required)
+    ):
+        raise _Invalid(f"{what}.required must be a list of strings")
+
+
+def _optional(value: Any, kind: type, what: str) -> Any:
+    if value is not None and not isinstance(value, kind):
+        raise _Invalid(f"{what} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _validated(
+    name: Any,
+    description: Any,
+    input_schema: Any,
+    title: Any,
+    annotations: Any,
+    output_schema: Any,
+    strict: Any,
+    source_format: Any,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """Check every field; return private JSON copies of the three dicts."""
+    if not isinstance(name, str):
+        raise _Invalid(f"name must be a string, got {type(name).__name__}")
+    if not _NAME.fullmatch(name):
+        raise _Invalid(
+            f"name {name!r} is not a valid tool name: 1-64 characters from A-Z a-z 0-9 _ - "
+            "(the rule OpenAI and Anthropic enforce)"
+        )
+    if not isinstance(description, str):
+        raise _Invalid(f"description must be a string, got {type(description).__name__}")
+    _check_object_schema(input_schema, "input schema")
+    _optional(title, str, "title")
+    _optional(annotations, Mapping, "annotations")
+    if output_schema is not None:
+        _check_object_schema(output_schema, "output schema")
+    _optional(strict, bool, "strict")
+    if source_format is not None and source_format not in FORMATS:
+        raise _Invalid(f"source_format must be one of {FORMATS} or None, got {source_format!r}")
+    return (
+        _json_copy(input_schema, "input schema"),
+        None if annotations is None else _json_copy(annotations, "annotations"),
+        None if output_schema is None else _json_copy(output_schema, "output schema"),
+    )
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    """One tool definition, independent of the format it came in.
+
+    ``input_schema`` is the JSON Schema of the arguments (``"type": "object"``).
+    ``title``, ``annotations`` and ``output_schema`` come from MCP, ``strict`` from
+    OpenAI; ``source_format`` records the shape it was parsed from (``None`` when
+    built directly) and takes no part in equality. The dicts are private copies made
+    at construction, and every ``to_*`` method returns fresh dicts, so changing a
+    result never changes the schema.
+    """
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}, hash=False
+    )
+    title: str | None = None
+    annotations: dict[str, Any] | None = field(default=None, hash=False)
+    output_schema: dict[str, Any] | None = field(default=None, hash=False)
+    strict: bool | None = None
+    source_format: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            copies = _validated(
+                self.name,
+                self.description,
+                self.input_schema,
+                self.title,
+                self.annotations,
+                self.output_schema,
+                self.strict,
+                self.source_format,
+            )
+        except _Invalid as exc:
+            raise InvalidArgumentError(f"tool {self.name!r}: {exc}") from None
+        for attr, value in zip(("input_schema", "annotations", "output_schema"), copies):
+            object.__setattr__(self, attr, value)
+
+    # ---- conversions -------------------------------------------------------------
+
+    def _params(self) -> dict[str, Any]:
+        return _json_copy(self.input_schema, "input schema")  # type: ignore[no-any-return]
+
+    def to_openai(self) -> dict[str, Any]:
+        """Chat Completions shape: ``{"type": "function", "function": {...}}``."""
+        fn: dict[str, Any] = {"name": self.name}
+        if self.description:
+            fn["description"] = self.description
+        fn["parameters"] = self._params()
+        if self.strict is not None:
+            fn["strict"] = self.strict
+        return {"type": "function", "function": fn}
+
+    def to_openai_responses(self) -> dict[str, Any]:
+        """Responses API shape: ``{"type": "function", "name", ..., "parameters"}``."""
+        return {"type": "function", **self.to_openai()["function"]}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """Anthropic Messages shape: ``{"name", "description", "input_schema"}``."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out["input_schema"] = self._params()
+        return out
+
+    def to_mcp(self) -> dict[str, Any]:
+        """An MCP ``Tool`` object, as in a ``tools/list`` result."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.title is not None:
+            out["title"] = self.title
+        if self.description:
+            out["description"] = self.description
+        out["inputSchema"] = self._params()
+        if self.output_schema is not None:
+            out["outputSchema"] = _json_copy(self.output_schema, "output schema")
+        if self.annotations is not None:
+            out["annotations"] = _json_copy(self.annotations, "annotations")
+        return out
+
+    def to_format(self, fmt: str) -> dict[str, Any]:
+        """The definition in ``fmt``: one of :data:`FORMATS`."""
+        return _CONVERTERS[check_format(fmt)](self)
+
+    # ---- storage -----------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """rampart's lossless form: every field, ``None`` ones left out."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self._params(),
+        }
+        for key in ("title", "annotations", "output_schema", "strict", "source_format"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = _json_copy(value, key)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolSchema:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored, for forward compatibility)."""
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(f"a stored tool schema must be a dict, got {data!r}")
+        if "name" not in data or "input_schema" not in data:
+            raise InvalidArgumentError(
+                f"a stored tool schema needs 'name' and 'input_schema', got keys {sorted(data)}"
+            )
+        return cls(
+            name=data["name"],
+            description=data.get("description") or "",
+            input_schema=data["input_schema"],
+            title=data.get("title"),
+            annotations=data.get("annotations"),
+            output_schema=data.get("output_schema"),
+            strict=data.get("strict"),
+            source_format=data.get("source_format"),
+        )
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as compact JSON (what a tool block keeps in its metadata)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> ToolSchema:
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"not a stored tool schema: {exc}") from None
+        return cls.from_dict(data)
+
+
+_CONVERTERS = {
+    "openai": ToolSchema.to_openai,
+    "openai-responses": ToolSchema.to_openai_responses,
+    "anthropic": ToolSchema.to_anthropic,
+    "mcp": ToolSchema.to_mcp,
+}
+
+
+def check_format(fmt: Any) -> str:
+    """``fmt`` if it names an output format, else InvalidArgumentError listing them."""
+    if not isinstance(fmt, str) or fmt not in _CONVERTERS:
+        raise InvalidArgumentError(f"tool format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    return fmt
+
+
+# ---- parsing ---------------------------------------------------------------------------
+
+
+def _entry_name(entry: Any) -> str | None:
+    if not isinstance(entry, Mapping):
+        return None
+    name = entry.get("name")
+    fn = entry.get("function")
+    if name is None and isinstance(fn, Mapping):
+        name = fn.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _parse_entry(entry: Any) -> ToolSchema:
+    """One definition, shape detected from its keys; raises _Invalid."""
+    if not isinstance(entry, Mapping):
+        raise _Invalid(f"{_EXPECTED}; got a JSON {_json_kind(entry)}")
+    kind = entry.get("type")
+    if kind == "function":
+        fn = entry.get("function")
+        if fn is not None:
+            if not isinstance(fn, Mapping):
+                raise _Invalid(f'"function" must be an object, got {_json_kind(fn)}')
+            fmt = "openai"
+        else:
+            fn, fmt = entry, "openai-responses"
+        if "name" not in fn:
+            raise _Invalid("OpenAI function definition without a name")
+        # "parameters" may be omitted for a function without arguments (OpenAI documents it).
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        fields: tuple[Any, ...] = (fn["name"], fn.get("description"), params, None, None, None)
+        strict = fn.get("strict")
+    elif "inputSchema" in entry and "input_schema" in entry:
+        raise _Invalid('has both "inputSchema" (MCP) and "input_schema" (Anthropic); pick one')
+    elif "inputSchema" in entry:
+        fmt, strict = "mcp", None
+        fields = (
+            entry.get("name"),
+            entry.get("description"),
+            entry["inputSchema"],
+            entry.get("title"),
+            entry.get("annotations"),
+            entry.get("outputSchema"),
+        )
+    elif "input_schema" in entry and kind in (None, "custom"):
+        fmt, strict = "anthropic", None
+        fields = (entry.get("name"), entry.get("description"), entry["input_schema"])
+        fields += (None, None, None)
+    elif isinstance(kind, str):
+        raise _Invalid(
+            f"tool type {kind!r} is not supported: only function tools that carry a JSON "
+            f"Schema are (built-in and server tools have none); {_EXPECTED}"
+        )
+    elif "parameters" in entry and "name" in entry:
+        raise _Invalid(
+            'looks like a bare OpenAI function: wrap it as {"type": "function", "function": '
+            '{...}} or add "type": "function"'
+        )
+    else:
+        raise _Invalid(f"{_EXPECTED}; got an object with keys {sorted(map(str, entry))}")
+    name, description, schema, title, annotations, output = fields
+    if name is None:
+        raise _Invalid("tool definition without a name")
+    description = "" if description is None else description
+    # Validated here first so that a problem is reported with where it was found.
+    _validated(name, description, schema, title, annotations, output, strict, fmt)
+    return ToolSchema(name, description, schema, title, annotations, output, strict, fmt)
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _entries(obj: Any, where: str) -> tuple[Sequence[Any], str]:
+    """The list of definitions inside ``obj`` and how to name it in messages."""
+    if isinstance(obj, Mapping):
+        if "jsonrpc" in obj:
+            if "error" in obj:
+                raise UnsupportedFormatError(
+                    f"{where}a JSON-RPC error response, not a tools/list result: {obj['error']!r}"
+                )
+            result = obj.get("result")
+            if not isinstance(result, Mapping):
+                raise UnsupportedFormatError(
+                    f'{where}a JSON-RPC response without a "result" object; {_EXPECTED}'
+                )
+            return _entries(result, where)
+        if "tools" in obj:
+            tools = obj["tools"]
+            if not isinstance(tools, (list, tuple)):
+                raise UnsupportedFormatError(
+                    f'{where}"tools" must be an array of tool definitions, got {_json_kind(tools)}'
+                )
+            return tools, "tools"
+        return [obj], "tools"  # a single definition
+    if isinstance(obj, (list, tuple)):
+        return obj, "tools"
+    raise UnsupportedFormatError(
+        f"{where}tools must be a list of tool definitions, an MCP tools/list result or a "
+        f"path to a JSON file holding one; got {type(obj).__name__}"
+    )
+
+
+def _read_json(path: str | os.PathLike[str]) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise UnsupportedFormatError(f"{p}: no such tools file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnsupportedFormatError(f"{p}: cannot read tools file: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnsupportedFormatError(
+            f"{p}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"
+        ) from None
+
+
+def parse_tools(tools: ToolsInput) -> list[ToolSchema]:
+    """Every tool definition in ``tools``, validated, in order.
+
+    ``tools`` is a list of definitions (shapes may be mixed), an MCP ``tools/list``
+    result ``{"tools": [...]}`` or the JSON-RPC response around one, a single
+    definition, or a ``str``/``PathLike`` path to a UTF-8 JSON file holding any of
+    these. All or nothing: the first bad entry raises
+    :class:`~rampart.errors.UnsupportedFormatError` naming the file, the entry's
+    index (``tools[3]``) and name, and what was expected. Two tools with one name
+    are an error too (an API would refuse the list).
+    """
+    where = ""
+    if isinstance(tools, (str, os.PathLike)):
+        where = f"{os.fspath(tools)}: "
+        tools = _read_json(tools)
+    entries, label = _entries(tools, where)
+    out: list[ToolSchema] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        name = _entry_name(entry)
+        loc = f"{where}{label}[{i}]" + (f" ({name!r})" if name is not None else "")
+        try:
+            schema = _parse_entry(entry)
+        except _Invalid as exc:
+            raise UnsupportedFormatError(f"{loc}: {exc}") from None
+        if schema.name in seen:
+            raise UnsupportedFormatError(
+                f"{loc}: duplicate tool name {schema.name!r} (also {label}[{seen[schema.name]}])"
+            )
+        seen[schema.name] = i
+        out.append(schema)
+    return out
+
+
+# ---- blocks ----------------------------------------------------------------------------
+
+
+def block_metadata_json(schema: ToolSchema) -> str:
+    """The metadata a tool block is stored with: ``{"tool_schema": schema.to_dict()}``."""
+    return json.dumps({METADATA_KEY: schema.to_dict()}, ensure_ascii=False, separators=(",", ":"))
+
+
+def schema_from_metadata(metadata: Mapping[str, Any]) -> ToolSchema | None:
+    """The schema a block's metadata holds, or None when it holds none."""
+    data = metadata.get(METADATA_KEY)
+    return None if data is None else ToolSchema.from_dict(data)
+
+
+# ---- rendering -------------------------------------------------------------------------
+
+# Nesting shown in the rendered text; deeper objects are named by type only. Four
+# levels cover real tools (edit lists, option objects) and keep a pathological
+# schema from costing a page of prompt.
+_MAX_DEPTH = 4
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(text.split()) if isinstance(text, str) else ""
+
+
+def _literal(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class _Renderer:
+    """Walks a JSON Schema into bullet lines. Local ``$ref``s (``#/$defs/X``,
+    ``#/definitions/X``) are followed once per path, so recursive models terminate."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.root = root
+
+    def resolve(self, schema: Any, seen: frozenset[str]) -> tuple[Any, frozenset[str]]:
+        while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
+            ref = schema["$ref"]
+            target: Any = self.root if ref.startswith("#/") else None
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(part) if isinstance(target, Mapping) else None
+            if target is None:  # remote or dangling: nothing to say about it
+                return {}, seen
+            if ref in seen:  # a cycle: name the type, list nothing below it
+                kind = target.get("type") if isinstance(target, Mapping) else None
+                return ({"type": kind} if isinstance(kind, str) else {}), seen
+            seen = seen | {ref}
+            # Keywords beside the $ref (a description, a default) win over the target's.
+            extra = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = {**target, **extra} if isinstance(target, Mapping) else target
+        return schema, seen
+
+    def options(self, schema: Mapping[str, Any]) -> list[Any] | None:
+        for key in ("anyOf", "oneOf"):
+            opts = schema.get(key)
+            if isinstance(opts, list) and opts:
+                return opts
+        return None
+
+    def type_of(self, schema: Any, seen: frozenset[str], depth: int = 0) -> str:
+        schema, seen = self.resolve(schema, seen)
+        if schema is True or schema == {}:
+            return "any"
+        if schema is False:
+            return "nothing"
+        if not isinstance(schema, Mapping) or depth > _MAX_DEPTH:
+            return "any"
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            names = [self.type_of({**schema, "type": k}, seen, depth + 1) for k in kind]
+            return " or ".join(dict.fromkeys(names))
+        if kind == "array":
+            items = schema.get("items")
+            if isinstance(items, (Mapping, bool)):
+                return f"array of {self.type_of(items, seen, depth + 1)}"
+            return "array"
+        if kind == "object":
+            props = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            if not props and isinstance(extra, Mapping):
+                return f"object of {self.type_of(extra, seen, depth + 1)}"
+            return "object"
+        if isinstance(kind, str):
+            fmt = schema.get("format")
+            return f"{fmt} {kind}" if isinstance(fmt, str) else kind  # "date-time string"
+        opts = self.options(schema)
+        if opts is not None:
+            return " or ".join(dict.fromkeys(self.type_of(o, seen, depth + 1) for o in opts))
+        if "const" in schema:
+            return _value_type(schema["const"])
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return " or ".join(dict.fromkeys(_value_type(v) for v in enum))
+        if "properties" in schema:
+            return "object"
+        return "any"
+
+    def notes(self, schema: Any) -> list[str]:
+        if not isinstance(schema, Mapping):
+            return []
+        out = []
+        if "const" in schema:
+            out.append(f"always {_literal(schema['const'])}")
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            out.append("one of " + ", ".join(_literal(v) for v in enum))
+        for key, word in (
+            ("minimum", "min"),
+            ("maximum", "max"),
+            ("exclusiveMinimum", "above"),
+            ("exclusiveMaximum", "below"),
+            ("minLength", "min length"),
+            ("maxLength", "max length"),
+            ("minItems", "min items"),
+            ("maxItems", "max items"),
+            ("pattern", "pattern"),
+        ):
+            value = schema.get(key)
+            if value is not None and not isinstance(value, bool):
+                out.append(f"{word} {_literal(value) if key == 'pattern' else value}")
+        if "default" in schema:
+            out.append(f"default {_literal(schema['default'])}")
+        return out
+
+    def children(self, schema: Any, seen: frozenset[str]) -> tuple[Any, frozenset[str]]:
+        """The object whose properties are listed under a parameter: the parameter
+        itself, its array items, or the one non-null option of an anyOf/oneOf."""
+        for _ in range(4):
+            schema, seen = self.resolve(schema, seen)
+            if not isinstance(schema, Mapping):
+                return None, seen
+            if isinstance(schema.get("properties"), Mapping) and schema["properties"]:
+                return schema, seen
+            if schema.get("type") == "array" or "items" in schema:
+                schema = schema.get("items")
+                continue
+            opts = self.options(schema)
+            real = [
+                o for o in opts or [] if not (isinstance(o, Mapping) and o.get("type") == "null")
+            ]
+            if len(real) != 1:
+                return None, seen
+            schema = real[0]
+        return None, seen
+
+    def params(self, schema: Any, seen: frozenset[str], depth: int) -> list[str]:
+        obj, seen = self.children(schema, seen)
+        if obj is None or depth >= _MAX_DEPTH:
+            return []
+        required = obj.get("required") if isinstance(obj.get("required"), list) else []
+        indent = "  " * depth
+        lines = []
+        for name, prop in obj["properties"].items():
+            resolved, inner = self.resolve(prop, seen)
+            parts = [self.type_of(prop, seen), "required" if name in required else "optional"]
+            head = ", ".join(parts)
+            notes = self.notes(resolved)
+            if notes:
+                head += "; " + "; ".join(notes)
+            desc = _one_line(resolved.get("description")) if isinstance(resolved, Mapping) else ""
+            lines.append(f"{indent}- {name} ({head})" + (f": {desc}" if desc else ""))
+            lines.extend(self.params(resolved, inner, depth + 1))
+        return lines
+
+
+def _value_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
+_HINTS = (
+    ("readOnlyHint", "read-only"),
+    ("destructiveHint", "destructive"),
+    ("idempotentHint", "idempotent"),
+    ("openWorldHint", "open-world"),
+)
+
+
+def render_tool(schema: ToolSchema) -> str:
+    """The tool in plain language, as the prompt and the relevance gate see it.
+
+    One header line (name, MCP title, description), the MCP behaviour hints that are
+    set to true, then one bullet per parameter with its type (array item types,
+    ``or`` for unions), required/optional, enum values, bounds and default, and its
+    description collapsed to one line; nested objects (also inside arrays and
+    optional wrappers) are indented below their parameter, up to four levels.
+    Parameters keep the schema's order. The same schema always gives the same text.
+    The output schema is not rendered: it tells the client, not the model, what
+    comes back.
+    """
+    if not isinstance(schema, ToolSchema):
+        raise InvalidArgumentError(f"render_tool takes a ToolSchema, got {type(schema).__name__}")
+    head = f"Tool `{schema.name}`"
+    title = _one_line(schema.title)
+    # An MCP title that only respells the name ("Read File" for read_file) costs
+    # tokens and says nothing.
+    if title and re.sub(r"[\s_-]+", "", title).lower() != re.sub(r"[_-]+", "", schema.name).lower():
+        head += f" ({title})"
+    description = schema.description.strip()
+    lines = [f"{head}: {description}" if description else f"{head}."]
+    notes = schema.annotations or {}
+    hints = [word for key, word in _HINTS if notes.get(key) is True]
+    if hints:
+        lines.append("Hints: " + ", ".join(hints) + ".")
+    params = _Renderer(schema.input_schema).params(schema.input_schema, frozenset(), 0)
+    lines.append("Parameters:" if params else "Parameters: none.")
+    lines.extend(params)
+    return "\n".join(lines)
