@@ -556,3 +556,52 @@ def test_seed_files_may_declare_tools(tmp_path: Path) -> None:
     ]
     with pytest.raises(rampart.InvalidArgumentError, match="already holds tool 'ping'"):
         reg.load_tools([schema])
+
+
+def test_tools_in_prompt_false_sends_tools_only_in_the_tools_list(treg: Any) -> None:
+    treg.write_block("Explain the plan first.", "rule")
+    ids = treg.load_tools(ANTHROPIC)
+    treg.write_block("Answer in English.", "lang")
+    full = treg.compile()
+    lean = treg.compile(tools_in_prompt=False)
+    assert lean.included == ["rule", "lang"]
+    assert "lookup_order" not in lean.prompt and "lookup_order" in full.prompt
+    assert lean.tools("anthropic") == full.tools("anthropic")
+    assert lean.total_tokens < full.total_tokens
+    reasons = {r.name: r.reason for r in lean.report}
+    assert reasons["lookup_order"] == "tools" and reasons["rule"] is None
+    # Tools cost no budget: a budget that fits only the two rules still lists them.
+    fits = treg.get_by_name("rule")[0].cost + treg.get_by_name("lang")[0].cost
+    fits += treg.count_tokens(rampart.DEFAULT_SEPARATOR)
+    tight = treg.compile(max_tokens=fits, tools_in_prompt=False)
+    assert tight.included == ["rule", "lang"] and len(tight.tools("anthropic")) == len(ids)
+    # The walk stopping early does not drop later tools from the list.
+    stopped = treg.compile(max_tokens=0, tools_in_prompt=False)
+    assert stopped.included == [] and len(stopped.tools("anthropic")) == len(ids)
+    # Gated out or evicted: absent from both.
+    gated = treg.compile(
+        task_text="refund",
+        relevance_threshold=0.5,
+        gate=lambda t, bs: [1.0 if "refund" in b.semantic_name else 0.0 for b in bs],
+        tools_in_prompt=False,
+    )
+    assert [t["name"] for t in gated.tools("anthropic")] == ["issue_refund"]
+    assert gated.included == []
+    treg.evict(treg.get_by_name("issue_refund")[0].runtime_id)
+    assert "issue_refund" not in [
+        t["name"] for t in treg.compile(tools_in_prompt=False).tools("anthropic")
+    ]
+    dry = treg.compile_dry_run(tools_in_prompt=False)
+    assert [n for n, _ in dry.included] == ["rule", "lang"]
+    # Emitted as tools counts as an access.
+    assert treg.get_by_name("lookup_order")[0].access_count >= 3
+
+
+def test_saved_tool_blocks_stay_tools(treg: Any, tmp_path: Path) -> None:
+    treg.write_block("Explain the plan first.", "rule")
+    treg.load_tools(GIT)
+    treg.save(tmp_path / "t.rampart")
+    back = rampart.BlockRegistry.load(tmp_path / "t.rampart", tokeniser=words)
+    lean = back.compile(tools_in_prompt=False)
+    assert lean.included == ["rule"]
+    assert lean.tools("mcp") == [t.to_mcp() for t in parse_tools(GIT)]

@@ -244,7 +244,8 @@ class CompileResult:
         compile order), since APIs refuse duplicate names."""
         check_format(format)
         out, seen = [], set()
-        for b in self._sel.included_blocks():
+        # With tools_in_prompt=False the tools come only from tools_only_blocks().
+        for b in [*self._sel.included_blocks(), *self._sel.tools_only_blocks()]:
             schema = _tool_schema(b)
             if schema is not None and schema.name not in seen:
                 seen.add(schema.name)

@@ -19,6 +19,7 @@
 //! whose error bound could reach the cut, so the admitted set equals the
 //! float32 one exactly (see `Quantised::bound`).
 
+use std::borrow::Cow;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -87,16 +88,16 @@ impl Segment {
 
 /// `v` scaled to unit length, so a dot product is the cosine (a zero vector stays
 /// zero and scores 0). Vectors already unit length (MiniLM's) come back as they are.
-pub fn normalised(v: &[f32]) -> Vec<f32> {
+pub fn normalised(v: &[f32]) -> Cow<'_, [f32]> {
     let norm = v
         .iter()
         .map(|x| f64::from(*x) * f64::from(*x))
         .sum::<f64>()
         .sqrt();
     if norm == 0.0 || (norm - 1.0).abs() < 1e-6 {
-        return v.to_vec();
+        return Cow::Borrowed(v);
     }
-    v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+    Cow::Owned(v.iter().map(|x| (f64::from(*x) / norm) as f32).collect())
 }
 
 /// Symmetric int8 quantisation of `v` into `out`; returns (scale, L1 norm of the

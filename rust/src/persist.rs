@@ -166,15 +166,28 @@ pub fn encode(
         w.u64(e.access);
     }
     for v in entries.iter().filter_map(|e| e.vector) {
-        for x in v {
-            w.0.extend_from_slice(&x.to_le_bytes());
-        }
+        put_floats(&mut w.0, v);
     }
     let len = (w.0.len() - start) as u64;
     w.0[start - 8..start].copy_from_slice(&len.to_le_bytes());
     let crc = crc32fast::hash(&w.0[start..]);
     w.u32(crc);
     w.0
+}
+
+/// Append float32 values little-endian: one copy on little-endian machines.
+fn put_floats(out: &mut Vec<u8>, v: &[f32]) {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: any f32 is 4 initialised bytes, u8 has alignment 1, and the
+        // length covers exactly the slice's memory.
+        let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 4) };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
 }
 
 // ---- decode ------------------------------------------------------------------------
