@@ -14,6 +14,8 @@ __all__ = [
     "BlockPermissionError",
     "EvictionError",
     "InvalidArgumentError",
+    "ModelError",
+    "ModelNotFoundError",
     "OrchestratorMutationError",
     "ParseError",
     "RampartError",
@@ -74,3 +76,12 @@ class EvictionError(RampartError):
 class RegistryFileError(RampartError, ValueError):
     """A saved registry file that cannot be loaded: truncated, damaged, not a
     registry file, or written by a newer rampart. Names the file."""
+
+
+class ModelNotFoundError(RampartError, FileNotFoundError):
+    """An embedding model is not installed or its directory/files are missing; the
+    message says what to install or which file is absent."""
+
+
+class ModelError(RampartError, ValueError):
+    """An embedding model's files exist but cannot be used (malformed, unsupported)."""

@@ -369,8 +369,12 @@ class BlockRegistry:
         force-evict the block or change its content. ``embedding`` supplies the
         block's vector for the relevance gate instead of running the model.
         """
-        _text(content, "content")
-        _text(semantic_name, "semantic_name")
+        # Coordination writes are hot (one per message between agents): the common
+        # argument types are checked inline, anything else by the full checks.
+        if type(content) is not str:
+            _text(content, "content")
+        if type(semantic_name) is not str:
+            _text(semantic_name, "semantic_name")
         if source not in SOURCES:
             raise InvalidArgumentError(f"source must be one of {SOURCES}, got {source!r}")
         if author is not None and not isinstance(author, BlockRegistry):
@@ -378,25 +382,26 @@ class BlockRegistry:
                 "author must be a BlockRegistry object (an id string is not a capability), "
                 f"got {type(author).__name__}"
             )
-        if position is not None:
+        if position is not None and not (type(position) is int and -_FAR <= position <= _FAR):
             position = _clamped(position, "position")
-        if trajectory_id is not None:
+        if trajectory_id is not None and type(trajectory_id) is not str:
             _text(trajectory_id, "trajectory_id")
-        vector = None if embedding is None else _vector(embedding, "embedding")
+        if not (type(priority) is float and 0.0 <= priority <= 1.0):
+            priority = _priority(priority)
         return self._core.insert(
             semantic_name,
             content,
-            _priority(priority),
+            priority,
             source,
-            bool(evictable),
+            evictable is True or bool(evictable),
             trajectory_id,
-            _tags(tags),
+            [] if tags is None else _tags(tags),
             None,
-            self._count(content),
+            None if self._tok.builtin else self._tok.count(content),
             position,
             source == "orchestrator",
             None if author is None else author._core,
-            vector,
+            None if embedding is None else _vector(embedding, "embedding"),
         )
 
     def write_agent_block(
