@@ -284,9 +284,7 @@ impl MatrixView {
         let mut out = vec![0f32; self.rows];
         let dim = self.dim;
         self.for_segments(&mut out, |seg, out| {
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = dot(&seg.data[r * dim..(r + 1) * dim], q);
-            }
+            scan(&seg.data[..out.len() * dim], dim, q, out)
         });
         out
     }
@@ -590,6 +588,21 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// `out[r] = dot(row r of data, q)` for consecutive rows, bit-identical to `dot`.
+fn scan(data: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            unsafe { simd::scan_avx2(data, dim, q, out) };
+            return;
+        }
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_portable(&data[r * dim..(r + 1) * dim], q);
+    }
+}
+
 #[inline]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     #[cfg(target_arch = "x86_64")]
@@ -657,6 +670,48 @@ mod simd {
         s
     }
 
+    /// Two rows per pass over `q` (each `q` load serves both rows), with the
+    /// very accumulation order of `dot_avx2`, so scan and re-score agree to the bit.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scan_avx2(data: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
+        let rows = out.len();
+        assert!(data.len() >= rows * dim && q.len() == dim);
+        let pq = q.as_ptr();
+        let mut r = 0;
+        while r + 2 <= rows && dim % 8 == 0 {
+            let pa = data.as_ptr().add(r * dim);
+            let pb = pa.add(dim);
+            let mut a = [_mm256_setzero_ps(); 4];
+            let mut b = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            // SAFETY (all loads): i + 32 <= dim, or i + 8 <= dim below, within
+            // rows r and r + 1 of `data` (asserted above) and within `q`.
+            while i + 32 <= dim {
+                for j in 0..4 {
+                    let y = _mm256_loadu_ps(pq.add(i + 8 * j));
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), y, a[j]);
+                    b[j] = _mm256_fmadd_ps(_mm256_loadu_ps(pb.add(i + 8 * j)), y, b[j]);
+                }
+                i += 32;
+            }
+            while i + 8 <= dim {
+                let y = _mm256_loadu_ps(pq.add(i));
+                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), y, a[0]);
+                b[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pb.add(i)), y, b[0]);
+                i += 8;
+            }
+            let va = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+            let vb = _mm256_add_ps(_mm256_add_ps(b[0], b[1]), _mm256_add_ps(b[2], b[3]));
+            out[r] = hsum(va);
+            out[r + 1] = hsum(vb);
+            r += 2;
+        }
+        while r < rows {
+            out[r] = dot_avx2(&data[r * dim..(r + 1) * dim], q);
+            r += 1;
+        }
+    }
+
     /// int8 dot: |b| (unsigned) times a with b's sign, pairwise into i16
     /// (`maddubs`; |values| <= 127 so no pair saturates), then into i32.
     #[target_feature(enable = "avx2,fma")]
@@ -720,6 +775,24 @@ mod tests {
                 .map(|(&x, &y)| i32::from(x) * i32::from(y))
                 .sum();
             assert_eq!(dot_i8(&qa, &qb), e);
+        }
+    }
+
+    #[test]
+    fn scan_equals_dot_to_the_bit() {
+        let mut s = 5;
+        for dim in [3, 8, 16, 40, 384, 768] {
+            let rows = 7;
+            let data: Vec<f32> = (0..rows * dim).map(|_| lcg(&mut s)).collect();
+            let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+            let mut out = vec![0f32; rows];
+            scan(&data, dim, &q, &mut out);
+            for r in 0..rows {
+                assert_eq!(
+                    out[r].to_bits(),
+                    dot(&data[r * dim..(r + 1) * dim], &q).to_bits()
+                );
+            }
         }
     }
 
