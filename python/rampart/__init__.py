@@ -5,6 +5,8 @@ instruction blocks in an ordered registry; before each model call the context is
 compiled from it under explicit policy (order, relevance gate, token budget).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rampart._core import __version__
 from rampart.block import BlockReport, CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import (
@@ -12,6 +14,8 @@ from rampart.errors import (
     BlockPermissionError,
     EvictionError,
     InvalidArgumentError,
+    ModelError,
+    ModelNotFoundError,
     OrchestratorMutationError,
     ParseError,
     RampartError,
@@ -36,6 +40,9 @@ __all__ = [
     "EvictionError",
     "InstructionBlock",
     "InvalidArgumentError",
+    "ModelError",
+    "ModelNotFoundError",
+    "OnnxEmbedder",
     "OrchestratorMutationError",
     "ParseError",
     "RampartError",
@@ -48,8 +55,24 @@ __all__ = [
     "UnsupportedFormatError",
     "__version__",
     "count_tokens",
+    "default_embedder",
     "get_by_label",
     "parse_tools",
     "register_parser",
     "render_tool",
 ]
+
+if TYPE_CHECKING:
+    from rampart.embeddings import OnnxEmbedder, default_embedder
+
+# The embedder needs numpy/onnxruntime/tokenizers (the "embed" extra); `import rampart`
+# stays light and imports rampart.embeddings only when one of these names is used.
+_LAZY = frozenset({"OnnxEmbedder", "default_embedder"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from rampart import embeddings
+
+        return getattr(embeddings, name)
+    raise AttributeError(f"module 'rampart' has no attribute {name!r}")

@@ -5,11 +5,13 @@ __all__ = [
     "Block",
     "OrderView",
     "Registry",
+    "SavedRegistry",
     "Selection",
     "Snapshot",
     "__version__",
     "count_tokens",
     "count_tokens_many",
+    "decode_registry",
 ]
 __version__: str
 

@@ -3,6 +3,8 @@
 rampart compile seeds/ --max-tokens 2048
 rampart compile seeds/ --task "fix the failing test" --top-k 8 --json
 rampart inspect seeds/
+rampart model prepare          # build and cache the embedding model's ONNX graph
+rampart model info --json
 """
 
 from __future__ import annotations
@@ -20,9 +22,18 @@ from rampart.errors import RampartError
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
 
 
-def _load(paths: Sequence[str], tokeniser: str | None) -> tuple[BlockRegistry, float]:
+def _load(
+    paths: Sequence[str], tokeniser: str | None, *, embed: bool = False
+) -> tuple[BlockRegistry, float]:
+    """Cold start; with ``embed`` every block is embedded by the default model
+    (ONNX MiniLM, prepared by ``rampart model prepare``) for the relevance gate."""
     t0 = time.perf_counter()
-    reg = BlockRegistry.from_files(list(paths), tokeniser=tokeniser, default_max_tokens=None)
+    reg = BlockRegistry.from_files(
+        list(paths),
+        "default" if embed else None,
+        tokeniser=tokeniser,
+        default_max_tokens=None,
+    )
     return reg, time.perf_counter() - t0
 
 
@@ -43,7 +54,8 @@ def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    reg, load_s = _load(args.paths, args.tokeniser)
+    gated = args.task is not None and (args.top_k is not None or args.threshold is not None)
+    reg, load_s = _load(args.paths, args.tokeniser, embed=gated)
     separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
     t0 = time.perf_counter()
     result = reg.compile(
@@ -84,8 +96,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         score = "" if r["score"] is None else f" score={r['score']:.3f}"
         why = "" if r["included"] else f"  [{r['reason']}] {r['detail']}"
         print(f" {mark} {r['index']:>4}  {r['name']:<{width}}  {r['cost']:>6} tok{score}{why}")
+    model = reg.embedding_model
+    embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
+    query = " (incl. embedding the task)" if gated else ""
     print(
-        f"loaded {len(reg)} blocks in {load_s * 1e3:.2f} ms; compiled in {compile_s * 1e6:.1f} µs"
+        f"loaded {len(reg)} blocks in {load_s * 1e3:.2f} ms{embedded}; "
+        f"compiled in {compile_s * 1e3:.3f} ms{query}"
     )
     return 0
 
@@ -126,6 +142,42 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model_prepare(args: argparse.Namespace) -> int:
+    from rampart.embeddings import prepare_model  # numpy/onnx only for this command
+
+    p = prepare_model(args.model_dir, force=args.force)
+    if args.json:
+        out = {
+            "model_dir": str(p.model_dir),
+            "onnx_path": str(p.onnx_path),
+            "weights_sha256": p.weights_sha256,
+            "built": p.built,
+            "seconds": p.seconds,
+        }
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'built' if p.built else 'cached'}: {p.onnx_path}")
+    print(f"weights sha256: {p.weights_sha256}")
+    print(f"{'built' if p.built else 'checked'} in {p.seconds:.2f} s")
+    return 0
+
+
+def _cmd_model_info(args: argparse.Namespace) -> int:
+    from rampart.embeddings import model_info
+
+    info = model_info(args.model_dir, providers=args.providers)
+    if args.json:
+        json.dump(info, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        width = max(len(k) for k in info)
+        for key, value in info.items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            print(f"{key:<{width}}  {shown}")
+    return 0 if info.get("installed") else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rampart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -151,6 +203,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", parents=[common], help="list the blocks of seed files")
     i.set_defaults(func=_cmd_inspect)
+
+    m = sub.add_parser("model", help="the embedding model: prepare its ONNX graph, show info")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    model_common = argparse.ArgumentParser(add_help=False)
+    model_common.add_argument(
+        "--model-dir", default=None, help="model directory (default: packaged all-MiniLM-L6-v2)"
+    )
+    model_common.add_argument("--json", action="store_true", help="machine-readable output")
+    mp = msub.add_parser(
+        "prepare", parents=[model_common], help="build the ONNX graph into the cache (once)"
+    )
+    mp.add_argument("--force", action="store_true", help="rebuild even if cached")
+    mp.set_defaults(func=_cmd_model_prepare)
+    mi = msub.add_parser("info", parents=[model_common], help="model, cache and provider report")
+    mi.add_argument("--providers", default=None, help="comma list to check, e.g. cuda,cpu")
+    mi.set_defaults(func=_cmd_model_info)
     return p
 
 

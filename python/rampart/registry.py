@@ -36,6 +36,7 @@ from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_t
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
 DEFAULT_SEPARATOR = "\n\n---\n\n"
+_QUERY_CACHE = 64  # task texts whose vectors a registry keeps
 SOURCES = ("seed", "agent", "orchestrator")
 
 GateFn = Callable[[str, Sequence[InstructionBlock]], Sequence[float]]
@@ -209,6 +210,7 @@ class BlockRegistry:
         "_embed_lock",
         "_embedder",
         "_policy",
+        "_queries",
         "_sep_cache",
         "_tok",
         "default_max_tokens",
@@ -230,12 +232,13 @@ class BlockRegistry:
             raise InvalidArgumentError("eviction_policy must be a callable(block) -> float")
         tok = resolve_tokeniser(tokeniser)
         self._tok: Tokeniser = tok
-        self._embedder = _resolve_model(embedding_model)
+        self._embedder: EmbeddingModel | None = _resolve_model(embedding_model)
         self._policy = eviction_policy
         self.default_max_tokens = default_max_tokens
         self._sep_cache: dict[str, int] = {}
         # One thread embeds pending blocks at a time; the others then find none.
         self._embed_lock = threading.Lock()
+        self._queries: dict[tuple[int, str], bytes] = {}
         self._core = _core.Registry(_claim_label(label, self))
         if quantise_embeddings:
             self._core.set_quantised(True)
@@ -330,6 +333,7 @@ class BlockRegistry:
         """Attach (or swap) the model that embeds blocks for the default gate.
         Stored vectors stay; use a model of the same dimension, or evict first."""
         self._embedder = _resolve_model(model)
+        self._queries.clear()
 
     def release(self) -> None:
         """Free this registry's label for another registry (the registry stays usable)."""
@@ -610,7 +614,17 @@ class BlockRegistry:
         if task_embedding is not None:
             return _vector(task_embedding, "task_embedding")
         model = self._model()
-        return _vector(model.encode(_text(task_text, "task_text")), "query embedding")
+        text = _text(task_text, "task_text")
+        # Agents compile for the same task before every model call: its vector is
+        # kept (per model, a few dozen tasks) instead of running the model again.
+        key = (id(model), text)
+        q = self._queries.get(key)
+        if q is None:
+            q = _vector(model.encode(text), "query embedding")
+            if len(self._queries) >= _QUERY_CACHE:
+                self._queries.clear()
+            self._queries[key] = q
+        return q
 
     def _with_vectors(self, run: Callable[[], Any]) -> Any:
         """Run a cosine-gate call, embedding blocks written meanwhile until it
