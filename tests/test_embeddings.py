@@ -714,3 +714,51 @@ def test_import_rampart_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+# ---- the on-disk vector cache -----------------------------------------------------------------
+
+
+def test_vector_cache_returns_what_the_model_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAMPART_CACHE_DIR", str(tmp_path))
+    fresh = E.OnnxEmbedder(providers=["cpu"])
+    assert fresh.vector_cache is not None and fresh.vector_cache.path.parent == tmp_path
+    long_text = "word " * 400
+    texts = ["fix the failing test", long_text, "write release notes"]
+    first, trunc = fresh.encode_batch_report(texts)
+    assert trunc == [False, True, False]
+    # A second embedder (a restarted process) reads them back: same bits, same flags.
+    again = E.OnnxEmbedder(providers=["cpu"])
+    calls: list[int] = []
+    real_run = again._run
+    monkeypatch.setattr(again, "_run", lambda b: calls.append(len(b)) or real_run(b))
+    second, trunc2 = again.encode_batch_report([*texts, "a new text"])
+    np.testing.assert_array_equal(second[:3], first)
+    assert trunc2 == [False, True, False, False] and calls == [1]  # only the new text ran
+    # The cache never changes an answer: off, the model gives the same vectors.
+    off = E.OnnxEmbedder(providers=["cpu"], vector_cache=False)
+    assert off.vector_cache is None
+    np.testing.assert_allclose(off.encode_batch(texts), first, atol=1e-6)
+    monkeypatch.setenv("RAMPART_VECTOR_CACHE", "0")
+    assert E.OnnxEmbedder(providers=["cpu"]).vector_cache is None
+
+
+def test_vector_cache_keys_by_model_and_survives_a_damaged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = E.VectorCache(tmp_path / "v.sqlite", "model-a", 3)
+    b = E.VectorCache(tmp_path / "v.sqlite", "model-b", 3)
+    v = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    a.put_many([(a.key("x"), v, True)])
+    got = a.get_many([a.key("x")])
+    np.testing.assert_array_equal(got[a.key("x")][0], v)
+    assert got[a.key("x")][1] is True
+    assert b.get_many([b.key("x")]) == {}  # another model's vector is not this one's
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    c = E.VectorCache(bad, "model-a", 3)
+    with pytest.warns(RuntimeWarning, match="disabled"):
+        assert c.get_many([c.key("x")]) == {}
+    c.put_many([(c.key("x"), v, False)])  # off now: no second warning, no error
