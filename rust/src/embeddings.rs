@@ -290,33 +290,30 @@ impl MatrixView {
         out
     }
 
-    /// Approximate scores from the int8 copy, and each row's error bound.
-    fn score_rows_q8(&self, q: &Quantised) -> (Vec<f32>, Vec<f32>) {
-        let mut approx = vec![0f32; self.rows];
+    /// Per row, from the int8 copy: a lower and an upper bound of the exact
+    /// (float32) score against `q`.
+    fn bounds_q8(&self, q: &Quantised) -> Vec<[f32; 2]> {
+        let mut out = vec![[0f32; 2]; self.rows];
         let dim = self.dim;
-        self.for_segments(&mut approx, |seg, out| {
-            let (q8, scale) = (seg.q8.as_deref().unwrap(), seg.qscale.as_deref().unwrap());
+        self.for_segments(&mut out, |seg, out| {
+            let q8 = seg.q8.as_deref().expect("quantised segment");
+            let scale = seg.qscale.as_deref().expect("quantised segment");
+            let l1 = seg.ql1.as_deref().expect("quantised segment");
             for (r, o) in out.iter_mut().enumerate() {
-                *o = dot_i8(&q8[r * dim..(r + 1) * dim], &q.values) as f32 * (q.scale * scale[r]);
+                let approx =
+                    dot_i8(&q8[r * dim..(r + 1) * dim], &q.values) as f32 * (q.scale * scale[r]);
+                let b = q.bound(scale[r], l1[r], dim);
+                *o = [approx - b, approx + b];
             }
         });
-        let mut bound = vec![0f32; self.rows];
-        for (k, seg) in self.segments.iter().enumerate() {
-            let lo = k * SEGMENT_ROWS;
-            let hi = (lo + SEGMENT_ROWS).min(self.rows);
-            let (scale, l1) = (seg.qscale.as_deref().unwrap(), seg.ql1.as_deref().unwrap());
-            for r in lo..hi {
-                bound[r] = q.bound(scale[r - lo], l1[r - lo], dim);
-            }
-        }
-        (approx, bound)
+        out
     }
 
     /// Run `f(segment, its slice of out)` over all segments, on two threads or
     /// more for large matrices (the scan is memory-bound; one core does not
     /// saturate the memory bus).
-    fn for_segments(&self, out: &mut [f32], f: impl Fn(&Segment, &mut [f32]) + Sync) {
-        let parts: Vec<(&Segment, &mut [f32])> = self
+    fn for_segments<T: Send>(&self, out: &mut [T], f: impl Fn(&Segment, &mut [T]) + Sync) {
+        let parts: Vec<(&Segment, &mut [T])> = self
             .segments
             .iter()
             .map(|s| &**s)
@@ -424,58 +421,79 @@ pub fn cosine_gate(
         return Scored { scores, admitted };
     }
     let qq = Quantised::new(q);
-    let (approx, bound) = m.score_rows_q8(&qq);
+    let bounds = m.bounds_q8(&qq);
     let n = rows.len();
-    // Bounds per position: the exact score lies in [lo, hi].
-    let hi = |i: usize| f64::from(approx[rows[i] as usize] + bound[rows[i] as usize]);
-    let lo = |i: usize| f64::from(approx[rows[i] as usize] - bound[rows[i] as usize]);
+    let estimate = |r: u32| {
+        let [lo, hi] = bounds[r as usize];
+        f64::from(lo) * 0.5 + f64::from(hi) * 0.5
+    };
     // The cut no exact score of an admitted block can be below: the threshold,
     // raised to the k-th best lower bound (k blocks are surely at least that).
     let mut cut = threshold.unwrap_or(f64::NEG_INFINITY);
     if let Some(k) = top_k {
         if k == 0 {
             return Scored {
-                scores: (0..n)
-                    .map(|i| f64::from(approx[rows[i] as usize]))
-                    .collect(),
+                scores: rows.iter().map(|&r| estimate(r)).collect(),
                 admitted: vec![false; n],
             };
         }
         if k <= n {
-            let lows: Vec<f64> = (0..n).map(lo).collect();
-            let kth = top_k_positions(&lows, k)
-                .iter()
-                .map(|&i| lows[i as usize])
-                .fold(f64::INFINITY, f64::min);
-            cut = cut.max(kth);
+            let kth = kth_largest(rows.iter().map(|&r| bounds[r as usize][0]), k);
+            cut = cut.max(f64::from(kth));
         }
     }
-    // Candidates: every block whose exact score could reach the cut. The rest
-    // can be neither above the threshold nor among the k best.
-    let mut scores: Vec<f64> = (0..n)
-        .map(|i| f64::from(approx[rows[i] as usize]))
-        .collect();
-    let mut candidate = vec![false; n];
-    for i in 0..n {
-        if hi(i) >= cut {
-            candidate[i] = true;
-            scores[i] = f64::from(dot(m.row(rows[i]), q));
+    // Candidates: every block whose exact score could reach the cut, re-scored
+    // in float32. The rest can be neither above the threshold nor among the k best.
+    let mut scores = Vec::with_capacity(n);
+    let mut candidates: Vec<u32> = Vec::new();
+    for (i, &r) in rows.iter().enumerate() {
+        if f64::from(bounds[r as usize][1]) >= cut {
+            candidates.push(i as u32);
+            scores.push(f64::from(dot(m.row(r), q)));
+        } else {
+            scores.push(estimate(r));
         }
     }
-    let masked: Vec<f64> = (0..n)
-        .map(|i| {
-            if candidate[i] {
-                scores[i]
-            } else {
-                f64::NEG_INFINITY
-            }
-        })
-        .collect();
-    let mut admitted = admit_scores(&masked, threshold, top_k);
-    for (a, c) in admitted.iter_mut().zip(&candidate) {
-        *a &= *c;
+    // Admission among the candidates only (in position order, so ties still go
+    // to the lower position).
+    let exact: Vec<f64> = candidates.iter().map(|&i| scores[i as usize]).collect();
+    let mut admitted = vec![false; n];
+    for (&i, a) in candidates
+        .iter()
+        .zip(admit_scores(&exact, threshold, top_k))
+    {
+        admitted[i as usize] = a;
     }
     Scored { scores, admitted }
+}
+
+/// The k-th largest of `values` (1 <= k <= count). A bounded heap of order keys:
+/// almost every value is rejected by one comparison with the heap's minimum.
+fn kth_largest(values: impl Iterator<Item = f32>, k: usize) -> f32 {
+    use std::cmp::Reverse;
+    // Order-preserving map of f32 to u32 (total order, NaN-free input).
+    fn key(x: f32) -> u32 {
+        let b = x.to_bits();
+        if b >> 31 == 1 {
+            !b
+        } else {
+            b | 0x8000_0000
+        }
+    }
+    fn value(k: u32) -> f32 {
+        f32::from_bits(if k >> 31 == 1 { k & 0x7fff_ffff } else { !k })
+    }
+    let mut heap: BinaryHeap<Reverse<u32>> = BinaryHeap::with_capacity(k + 1);
+    for x in values {
+        let kx = key(x);
+        if heap.len() < k {
+            heap.push(Reverse(kx));
+        } else if kx > heap.peek().expect("k >= 1").0 {
+            heap.pop();
+            heap.push(Reverse(kx));
+        }
+    }
+    value(heap.peek().expect("k >= 1").0)
 }
 
 /// Admission by scores: >= threshold, then the top_k best (ties: lower position).
@@ -817,6 +835,18 @@ mod tests {
     }
 
     #[test]
+    fn kth_largest_matches_sorting() {
+        let mut s = 9;
+        let v: Vec<f32> = (0..1000).map(|_| lcg(&mut s)).collect();
+        let mut sorted = v.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        for k in [1, 2, 10, 999, 1000] {
+            assert_eq!(kth_largest(v.iter().copied(), k), sorted[k - 1]);
+        }
+        assert_eq!(kth_largest([-1.0f32, -3.0, 2.0].into_iter(), 2), -1.0);
+    }
+
+    #[test]
     fn top_k_breaks_ties_by_position() {
         let s = [0.5, 0.9, 0.5, 0.9, 0.1];
         let mut k = top_k_positions(&s, 3);
@@ -830,5 +860,65 @@ mod tests {
             admit_scores(&s, Some(0.5), Some(2)),
             [false, true, false, true, false]
         );
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::block::NewBlock;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Where a gated compile's time goes at 100 000 rows:
+    /// `cargo test --release --lib timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn gate_timing() {
+        let (n, dim) = (100_000, 384);
+        let mut e = Embeddings::default();
+        let mut s = 3u64;
+        let blocks: Vec<Block> = (0..n)
+            .map(|i| {
+                Block::build(
+                    NewBlock::new(format!("b{i}"), "x"),
+                    crate::BlockId::random(),
+                    1,
+                )
+            })
+            .collect();
+        for b in &blocks {
+            let v: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+            e.attach(b, &v, false).unwrap();
+        }
+        let rows: Vec<u32> = blocks.iter().map(|b| b.row().unwrap()).collect();
+        let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+        let q = normalised(&q).into_owned();
+        for quantised in [false, true] {
+            e.set_quantised(quantised);
+            let view = e.view();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                let sc = if quantised {
+                    view.bounds_q8(&Quantised::new(&q)).len()
+                } else {
+                    view.score_rows(&q).len()
+                };
+                let t1 = t.elapsed();
+                let t = std::time::Instant::now();
+                let g = cosine_gate(&view, &rows, &q, None, Some(10));
+                let t2 = t.elapsed();
+                eprintln!(
+                    "quantised={quantised} scan {t1:?} whole gate {t2:?} ({} {})",
+                    sc,
+                    g.scores.len()
+                );
+            }
+        }
     }
 }
