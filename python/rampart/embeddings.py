@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rampart._files import FILE_MODE, atomic_write
 from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
 try:
@@ -95,7 +96,7 @@ _BATCH_GPU = (128, 32768)
 
 # Cache files are world-readable (mkstemp makes 0600): a cache prepared by root in an
 # image build is then usable by the service account that runs the embedder.
-_FILE_MODE = 0o644
+_FILE_MODE = FILE_MODE
 _MEMO_FILE = "hashes.json"
 _MEMO_MAX = 256
 _MEMO_LOCK = threading.Lock()
@@ -268,24 +269,9 @@ def _remember_hash(p: Path, digest: str) -> None:
         while len(memo) > _MEMO_MAX:  # oldest first (dicts keep insertion order)
             memo.pop(next(iter(memo)))
         try:  # the memo is only an accelerator: a read-only cache just means re-hashing
-            _atomic_write(memo_path, json.dumps({"version": 1, "files": memo}).encode())
+            atomic_write(memo_path, json.dumps({"version": 1, "files": memo}).encode())
         except OSError:
             pass
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fsync(path: Path) -> None:
@@ -453,7 +439,7 @@ def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) 
                 "config": repr(cfg),
                 **entries,
             }
-            _atomic_write(manifest_path, json.dumps(manifest, indent=1).encode())
+            atomic_write(manifest_path, json.dumps(manifest, indent=1).encode())
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return done(True)

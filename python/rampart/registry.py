@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import itertools
 import json
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 import yaml
 
 from rampart import _core
+from rampart._files import atomic_write
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, ParseError, RampartError, RegistryFileError
 from rampart.seeds import (
@@ -996,7 +996,7 @@ class BlockRegistry:
         embeddings) to one versioned file, atomically: a temporary file in the
         same folder, fsync, rename. A crash mid-save leaves the previous file whole."""
         data = self._core.save_bytes(self._settings())
-        _atomic_write(Path(os.fspath(path)), data)
+        atomic_write(Path(os.fspath(path)), data)
 
     @classmethod
     def load(
@@ -1079,7 +1079,7 @@ class BlockRegistry:
         blocks = [b for b in self.list_blocks() if source is None or b.source == source]
         text = _seed_text(blocks)
         _check_round_trip(text, blocks, p)
-        _atomic_write(p, text.encode("utf-8"))
+        atomic_write(p, text.encode("utf-8"))
         return len(blocks)
 
 
@@ -1111,30 +1111,6 @@ def _unpickle(
     return BlockRegistry._from_bytes(
         data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
     )
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader (or a crash) sees either the
-    old file or the new one, never a mix: temporary file beside it, fsync, rename,
-    fsync of the folder."""
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # not every platform can open a folder
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def _seed_text(blocks: Sequence[InstructionBlock]) -> str:

@@ -861,19 +861,6 @@ mod tests {
             [false, true, false, true, false]
         );
     }
-}
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-    use crate::block::NewBlock;
-
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
 
     /// Where a gated compile's time goes at 100 000 rows:
     /// `cargo test --release --lib timing -- --ignored --nocapture`.
@@ -886,7 +873,7 @@ mod timing {
         let blocks: Vec<Block> = (0..n)
             .map(|i| {
                 Block::build(
-                    NewBlock::new(format!("b{i}"), "x"),
+                    crate::block::NewBlock::new(format!("b{i}"), "x"),
                     crate::BlockId::random(),
                     1,
                 )

@@ -1,0 +1,36 @@
+"""Writing files so that a crash or a concurrent reader never sees half of one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+FILE_MODE = 0o644  # mkstemp's 0o600 would hide saved registries and cached models
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``: a temporary file beside it, fsync, rename over the
+    target, fsync of the folder. A reader, or the disk after a crash, sees the old
+    file or the new one, never a mix; a failed write leaves no temporary file."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # not every platform can open a folder
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
