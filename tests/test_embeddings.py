@@ -762,3 +762,17 @@ def test_vector_cache_keys_by_model_and_survives_a_damaged_file(
     with pytest.warns(RuntimeWarning, match="disabled"):
         assert c.get_many([c.key("x")]) == {}
     c.put_many([(c.key("x"), v, False)])  # off now: no second warning, no error
+
+
+def test_a_registry_block_says_its_text_was_truncated(emb: E.OnnxEmbedder) -> None:
+    reg = rampart.BlockRegistry(emb)
+    short = reg.write_block("Run the tests before you commit.", "short")
+    long = reg.write_block(" ".join(f"step{i} check the output" for i in range(200)), "long")
+    assert not reg.get_by_id(long).embedded  # embedded lazily, before the next gate
+    hits = reg.find_relevant("run the tests", top_k=1)
+    assert hits[0][0].runtime_id == short
+    assert reg.get_by_id(long).embedding_truncated
+    assert not reg.get_by_id(short).embedding_truncated
+    np.testing.assert_allclose(
+        reg.embedding(short), emb.encode("Run the tests before you commit."), atol=1e-6
+    )

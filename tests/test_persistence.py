@@ -246,3 +246,5 @@ def test_save_load_and_export_preserve_every_block(tmp_path: Path, specs: list) 
         (b.semantic_name, b.content.strip(), b.priority, tuple(b.tags)) for b in reg
     ]
     assert [b.metadata["source"] for b in parsed] == [b.source for b in reg]
+    labels = {reg.registry_id: reg.label, other.registry_id: other.label}
+    assert [b.metadata["author"] for b in parsed] == [labels[b.author_id] for b in reg]
