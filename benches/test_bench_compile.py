@@ -89,7 +89,8 @@ def test_compile(
 
 def test_write_agent_block(benchmark: Any, fresh_registry: Any) -> None:
     """Append one ~60-token agent block to a 200-block registry; the previous write is
-    evicted in (untimed) setup so the registry stays at 200/201 blocks."""
+    evicted in (untimed) setup so the registry stays at 200/201 blocks. (Its token
+    count is left to the first compile that reaches it.)"""
     benchmark.group = "write_agent_block N=200"
     reg = fresh_registry(200)
     last: list[str] = []

@@ -126,6 +126,8 @@ impl Extra {
     }
 }
 
+/// `Block::token_count` before the first count.
+const UNCOUNTED: u32 = u32::MAX;
 /// `Block::row` when the block has no vector yet.
 const NO_ROW: u32 = u32::MAX;
 /// Set in `Block::row` when the embedded text was truncated; rows stay below it.
@@ -204,7 +206,11 @@ pub struct Block {
     /// vector without making a new version (every version of the same content
     /// shares one row); written only under the registry's write lock.
     row: AtomicU32,
-    pub token_count: u32,
+    /// Tokens of `content` under the registry's tokeniser; `UNCOUNTED` until
+    /// first needed for a block written with the built-in cl100k_base (a single
+    /// write then costs no counting; the first compile or read that needs the
+    /// count pays it once). Every version of the same text carries the count on.
+    pub(crate) token_count: AtomicU32,
     /// Tokens of the wrap text, copied out of `extra` so the budget walk never
     /// follows a second pointer.
     pub wrap_tokens: u32,
@@ -241,7 +247,8 @@ pub fn valid_tag(tag: &str) -> bool {
 
 impl Block {
     /// Build a block; the caller has validated the fields and counted tokens.
-    pub(crate) fn build(nb: NewBlock, author: BlockId, token_count: u32) -> Block {
+    /// `token_count == None`: counted with cl100k_base when first needed.
+    pub(crate) fn build(nb: NewBlock, author: BlockId, token_count: Option<u32>) -> Block {
         let extra = Extra {
             trajectory: nb.trajectory.map(String::into_boxed_str),
             meta: nb.meta.map(String::into_boxed_str),
@@ -262,7 +269,7 @@ impl Block {
             },
             priority: nb.priority,
             access: Arc::new(AtomicU64::new(0)),
-            token_count,
+            token_count: AtomicU32::new(token_count.map_or(UNCOUNTED, |n| n.min(UNCOUNTED - 1))),
             wrap_tokens: 0,
             created_at: now_unix(),
             source: nb.source,
@@ -282,7 +289,7 @@ impl Block {
         access: u64,
         wrap: Option<Wrap>,
     ) -> Block {
-        let mut b = Block::build(nb, author, token_count);
+        let mut b = Block::build(nb, author, Some(token_count));
         b.created_at = created_at;
         b.access = Arc::new(AtomicU64::new(access));
         if wrap.is_some() {
@@ -334,10 +341,23 @@ impl Block {
     pub(crate) fn record_access(&self) {
         self.access.fetch_add(1, Ordering::Relaxed);
     }
+    /// Tokens of the content (counted with cl100k_base on first use when the
+    /// block was written without a count). Racing threads count the same text
+    /// and store the same number, so no lock is needed.
+    #[inline]
+    pub fn token_count(&self) -> u32 {
+        let n = self.token_count.load(Ordering::Relaxed);
+        if n != UNCOUNTED {
+            return n;
+        }
+        let n = crate::tokens::count_cl100k(self.content()).min(UNCOUNTED - 1);
+        self.token_count.store(n, Ordering::Relaxed);
+        n
+    }
     /// Cost of this block in a prompt, separator excluded.
     #[inline]
     pub fn cost(&self) -> u64 {
-        u64::from(self.token_count) + u64::from(self.wrap_tokens)
+        u64::from(self.token_count()) + u64::from(self.wrap_tokens)
     }
     /// Bytes this block adds to a rendered prompt, separator excluded.
     #[inline]
@@ -375,7 +395,7 @@ impl Block {
             name_len: self.name_len,
             tags_len: self.tags_len,
             row: AtomicU32::new(self.row.load(Ordering::Relaxed)),
-            token_count: self.token_count,
+            token_count: AtomicU32::new(self.token_count.load(Ordering::Relaxed)),
             wrap_tokens: self.wrap_tokens,
             created_at: self.created_at,
             source: self.source,
@@ -410,7 +430,7 @@ impl Block {
     pub(crate) fn with_content(&self, content: &str, token_count: u32) -> Block {
         let mut b = self.version();
         b.text = join_text(self.name(), self.tags_str(), content);
-        b.token_count = token_count;
+        b.token_count = AtomicU32::new(token_count.min(UNCOUNTED - 1));
         // New text, new vector: the gate embeds it before it next scores.
         b.row = AtomicU32::new(NO_ROW);
         b
@@ -451,7 +471,7 @@ mod tests {
     fn name_and_content_split() {
         let mut nb = NewBlock::new("rules", "Always run the tests.");
         nb.tags = vec!["a".into(), "bc".into()];
-        let b = Block::build(nb, BlockId::random(), 5);
+        let b = Block::build(nb, BlockId::random(), Some(5));
         assert_eq!(b.name(), "rules");
         assert_eq!(b.content(), "Always run the tests.");
         assert_eq!(b.tags().collect::<Vec<_>>(), ["a", "bc"]);
@@ -459,7 +479,7 @@ mod tests {
         let c = b.with_content("New text.", 2);
         assert_eq!((c.name(), c.content()), ("rules", "New text."));
         assert_eq!(c.tags().count(), 2);
-        let untagged = Block::build(NewBlock::new("n", "x"), BlockId::random(), 1);
+        let untagged = Block::build(NewBlock::new("n", "x"), BlockId::random(), Some(1));
         assert_eq!(untagged.tags().count(), 0);
         assert_eq!(b.rendered_len(), "Always run the tests.".len());
     }
@@ -475,7 +495,7 @@ mod tests {
 
     #[test]
     fn wrap_changes_cost_and_rendering() {
-        let b = Block::build(NewBlock::new("n", "body"), BlockId::random(), 3);
+        let b = Block::build(NewBlock::new("n", "body"), BlockId::random(), Some(3));
         let w = b.with_wrap(Some(Wrap {
             prefix: "<c>".into(),
             suffix: "</c>".into(),

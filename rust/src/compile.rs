@@ -269,7 +269,7 @@ mod tests {
                     Arc::new(Block::build(
                         NewBlock::new(format!("b{i}"), format!("c{i}")),
                         author,
-                        c,
+                        Some(c),
                     ))
                 })
                 .collect(),

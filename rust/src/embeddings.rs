@@ -875,7 +875,7 @@ mod tests {
                 Block::build(
                     crate::block::NewBlock::new(format!("b{i}"), "x"),
                     crate::BlockId::random(),
-                    1,
+                    Some(1),
                 )
             })
             .collect();

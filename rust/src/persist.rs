@@ -160,7 +160,7 @@ pub fn encode(
             .position(|(id, _)| *id == b.author)
             .expect("every author is listed") as u32;
         w.u32(author);
-        w.u32(b.token_count);
+        w.u32(b.token_count());
         w.u32(b.wrap_tokens);
         w.u32(b.created_at);
         w.u64(e.access);

@@ -288,7 +288,7 @@ impl PyBlock {
     }
     #[getter]
     fn token_count(&self) -> u32 {
-        self.0.token_count
+        self.0.token_count()
     }
     #[getter]
     fn wrap_tokens(&self) -> u32 {
@@ -664,7 +664,7 @@ impl PyRegistry {
             (None, false) => Position::Back,
         };
         let author = self.actor(author);
-        let big = nb.token_count.is_none() && nb.content.len() > 1 << 16;
+        let big = nb.token_count.is_none() && nb.content.len() > 1 << 16; // counted now
         let id = detach_if(py, big, || self.0.insert(nb, author, pos)).py_err(py)?;
         Ok(id.to_hyphenated())
     }

@@ -146,6 +146,10 @@ impl Drop for Registry {
     }
 }
 
+/// Longer texts are counted at write time, outside every lock (and, from the
+/// binding, with the GIL released), rather than inside a later compile.
+const LAZY_COUNT_MAX: usize = 4096;
+
 fn clamp(pos: i64, len: usize) -> usize {
     pos.clamp(0, len as i64) as usize
 }
@@ -259,7 +263,9 @@ impl Registry {
         Ok(st.position(b))
     }
 
-    fn prepare(&self, nb: NewBlock, author: BlockId) -> Result<Block> {
+    /// Validate and build a block. `lazy`: leave a missing token count to the
+    /// first compile or read that needs it (single writes); otherwise count now.
+    fn prepare(&self, nb: NewBlock, author: BlockId, lazy: bool) -> Result<Block> {
         check_priority(nb.priority)?;
         if nb.name.trim().is_empty() {
             return Err(CoreError::InvalidArgument(
@@ -290,16 +296,18 @@ impl Registry {
             ));
         }
         let tokens = match nb.token_count {
-            Some(t) => t,
-            None => count_cl100k(&nb.content),
+            None if !lazy || nb.content.len() > LAZY_COUNT_MAX => Some(count_cl100k(&nb.content)),
+            t => t,
         };
         Ok(Block::build(nb, author, tokens))
     }
 
-    /// Insert one block; tokens are counted before the write lock is taken.
+    /// Insert one block. A short text written without a token count is counted
+    /// when a compile first reaches it: a coordination write costs no counting,
+    /// and a block evicted or rolled back unseen never pays for it.
     pub fn insert(&self, mut nb: NewBlock, author: BlockId, position: Position) -> Result<BlockId> {
         let vector = nb.embedding.take();
-        let block = Arc::new(self.prepare(nb, author)?);
+        let block = Arc::new(self.prepare(nb, author, true)?);
         let id = block.id;
         let mut st = self.write();
         if let Some(v) = &vector {
@@ -325,7 +333,7 @@ impl Registry {
             .into_iter()
             .map(|mut nb| {
                 vectors.push(nb.embedding.take());
-                self.prepare(nb, author).map(Arc::new)
+                self.prepare(nb, author, false).map(Arc::new)
             })
             .collect::<Result<_>>()?;
         let ids = built.iter().map(|b| b.id).collect();
@@ -978,6 +986,33 @@ mod tests {
 
     fn names(r: &Registry) -> Vec<String> {
         r.order().iter().map(|b| b.name().to_string()).collect()
+    }
+
+    #[test]
+    fn single_writes_count_tokens_when_first_needed() {
+        let r = Registry::new("lazy");
+        let text = "Review the diff for security issues first.";
+        let id = r
+            .insert(NewBlock::new("plan", text), r.id(), Position::Front)
+            .unwrap();
+        let b = r.get(id).unwrap();
+        assert_eq!(
+            b.token_count.load(Ordering::Relaxed),
+            u32::MAX,
+            "not counted yet"
+        );
+        let (_, sel) = r.compile(None, Some(1000), "\n", 1, None).unwrap();
+        assert_eq!(sel.total_tokens, u64::from(count_cl100k(text)));
+        assert_eq!(b.token_count(), count_cl100k(text));
+        // A new version of the same text keeps the count; new content is counted at once.
+        r.update_priority(id, 0.9).unwrap();
+        assert_eq!(r.get(id).unwrap().token_count(), count_cl100k(text));
+        let long = "word ".repeat(2000);
+        let id2 = r
+            .insert(NewBlock::new("long", long.clone()), r.id(), Position::Back)
+            .unwrap();
+        let b2 = r.get(id2).unwrap();
+        assert_eq!(b2.token_count.load(Ordering::Relaxed), count_cl100k(&long));
     }
 
     #[test]
