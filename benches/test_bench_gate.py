@@ -58,7 +58,7 @@ def _data(n: int) -> GateData:
 
 # numpy runs last in each group: OpenBLAS leaves its worker threads spinning for a
 # while after a call, and on two cores they would steal the second core from
-# whatever runs next (rampart's scan uses both cores from 65 536 rows up).
+# whatever runs next (rampart's scan uses both cores from 8 192 rows up).
 IMPLS = ["rampart-gated-compile", "rampart-gated-compile-int8", "numpy-matvec+argpartition"]
 
 

@@ -108,7 +108,7 @@ class Registry:
         source: str,
         evictable: bool,
         trajectory: str | None,
-        tags: list[str],
+        tags: list[str] | None,
         meta: str | None,
         token_count: int | None,
         position: int | None,

@@ -399,7 +399,7 @@ class BlockRegistry:
             source,
             evictable is True or bool(evictable),
             trajectory_id,
-            [] if tags is None else _tags(tags),
+            None if tags is None else _tags(tags),
             None,
             None if self._tok.builtin else self._tok.count(content),
             position,

@@ -44,6 +44,12 @@ impl BlockId {
     pub fn to_hyphenated(self) -> String {
         uuid::Uuid::from_bytes(self.0).hyphenated().to_string()
     }
+    /// The hyphenated form written into `buf`, without allocating.
+    pub fn encode_hyphenated(self, buf: &mut [u8; 36]) -> &str {
+        uuid::Uuid::from_bytes(self.0)
+            .hyphenated()
+            .encode_lower(buf)
+    }
 }
 
 impl Hash for BlockId {

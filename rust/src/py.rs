@@ -624,23 +624,23 @@ impl PyRegistry {
 
     #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author, embedding=None))]
     #[allow(clippy::too_many_arguments)]
-    fn insert(
+    fn insert<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         name: String,
         content: String,
         priority: f64,
         source: &str,
         evictable: bool,
         trajectory: Option<String>,
-        tags: Vec<String>,
+        tags: Option<Vec<String>>,
         meta: Option<String>,
         token_count: Option<u32>,
         position: Option<i64>,
         front: bool,
         author: Option<&Bound<'_, PyRegistry>>,
         embedding: Option<&[u8]>,
-    ) -> PyResult<String> {
+    ) -> PyResult<Bound<'py, PyString>> {
         let embedding = match embedding {
             Some(b) => Some(floats(py, b, "embedding")?),
             None => None,
@@ -652,7 +652,7 @@ impl PyRegistry {
             source: parse_source(source)?,
             evictable,
             trajectory,
-            tags,
+            tags: tags.unwrap_or_default(),
             meta,
             tool: false,
             embedding,
@@ -666,7 +666,9 @@ impl PyRegistry {
         let author = self.actor(author);
         let big = nb.token_count.is_none() && nb.content.len() > 1 << 16; // counted now
         let id = detach_if(py, big, || self.0.insert(nb, author, pos)).py_err(py)?;
-        Ok(id.to_hyphenated())
+        // The id straight into a Python str: this call is the hot path of
+        // shared-registry coordination.
+        Ok(PyString::new(py, id.encode_hyphenated(&mut [0; 36])))
     }
 
     /// Append seed-like blocks, all or nothing; `token_count=None` rows are
