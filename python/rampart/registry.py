@@ -298,11 +298,15 @@ class BlockRegistry:
         """Append one seed block (no file I/O); returns its new runtime id."""
         return self._insert_seeds([seed_registry.get(name)])[0]
 
-    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+    def _counts(self, texts: list[str]) -> list[int | None]:
+        """Token counts for a batch of new blocks; None lets the core count with
+        the built-in cl100k_base (GIL released)."""
         if self._tok.builtin:
-            counts: list[int | None] = [None] * len(blocks)
-        else:
-            counts = list(self._tok.count_many([b.content for b in blocks]))
+            return [None] * len(texts)
+        return list(self._tok.count_many(texts))
+
+    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+        counts = self._counts([b.content for b in blocks])
         rows = [
             (b.name, b.content, b.priority, list(b.tags), b.metadata_json(), n)
             for b, n in zip(blocks, counts)
@@ -694,7 +698,6 @@ class BlockRegistry:
             _int(top_k, "top_k", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
-        self.embed_pending()  # before the query: a failing model fails first here
         q = self._query(task_text, task_embedding)
         ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
@@ -754,8 +757,8 @@ class BlockRegistry:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
         if gate is None:
             # The built-in cosine gate runs in the core: the matrix is scored
-            # with the GIL released for large registries.
-            self.embed_pending()
+            # with the GIL released for large registries. _with_vectors embeds
+            # any block still without a vector first.
             q = self._query(task_text, task_embedding)
             n = self._sep_tokens(sep)
             out: tuple[str | None, _core.Selection] = self._with_vectors(
@@ -971,9 +974,7 @@ class BlockRegistry:
                 "evict it first to load a new version"
             )
         texts = [render_tool(s) for s in schemas]
-        counts: list[int | None] = (
-            [None] * len(texts) if self._tok.builtin else list(self._tok.count_many(texts))
-        )
+        counts = self._counts(texts)
         rows: list[tuple[str, str, float, list[str], str | None, int | None]] = [
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)

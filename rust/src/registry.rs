@@ -850,18 +850,13 @@ impl Registry {
     fn gate_inputs(&self, q: &[f32]) -> Result<Option<GateInputs>> {
         let (order, generation, view) = {
             let st = self.state.read();
+            if !st.order.is_empty() {
+                st.emb.check_dim(q.len(), "task embedding", &self.label)?;
+            }
             (Arc::clone(&st.order), st.generation, st.emb.view())
         };
         if order.is_empty() {
             return Ok(Some((order, Arc::new(Vec::new()), view)));
-        }
-        if q.len() != view.dim() {
-            return Err(CoreError::InvalidArgument(format!(
-                "task embedding has {} dimensions; registry '{}' holds {}-dimensional embeddings",
-                q.len(),
-                self.label,
-                view.dim()
-            )));
         }
         let cached = self
             .rows
@@ -940,16 +935,8 @@ impl Registry {
     pub fn score(&self, id: BlockId, q: &[f32]) -> Result<Option<f64>> {
         let st = self.state.read();
         let b = self.lookup(&st, id)?;
-        match st.emb.vector(&b) {
-            Some(v) if v.len() == q.len() => Ok(Some(f64::from(dot(v, &normalised(q))))),
-            Some(v) => Err(CoreError::InvalidArgument(format!(
-                "task embedding has {} dimensions; registry '{}' holds {}-dimensional embeddings",
-                q.len(),
-                self.label,
-                v.len()
-            ))),
-            None => Ok(None),
-        }
+        st.emb.check_dim(q.len(), "task embedding", &self.label)?;
+        Ok(st.emb.vector(&b).map(|v| f64::from(dot(v, &normalised(q)))))
     }
 
     /// All four stages: the prompt and the selection it came from.
