@@ -5,11 +5,15 @@ rampart compile seeds/ --task "fix the failing test" --top-k 8 --json
 rampart inspect seeds/
 rampart model prepare          # build and cache the embedding model's ONNX graph
 rampart model info --json
+rampart probe sweep --out results/            # SmolLM2 in process (llama-cpp-python)
+rampart probe sweep --base-url http://127.0.0.1:8080/v1 --model qwen --out results/
+rampart probe report results/
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -18,7 +22,7 @@ from typing import Any
 
 from rampart import __version__
 from rampart.block import CompileResult
-from rampart.errors import RampartError
+from rampart.errors import InvalidArgumentError, RampartError
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
 
 
@@ -178,6 +182,182 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     return 0 if info.get("installed") else 1
 
 
+def _probe_backend(args: argparse.Namespace) -> Any:
+    from rampart.probe import LlamaCppBackend, OpenAIBackend
+
+    if args.base_url:
+        if not args.model:
+            raise InvalidArgumentError("--base-url needs --model (the server's model name)")
+        return OpenAIBackend(
+            args.base_url,
+            args.model,
+            api_key=args.api_key,
+            timeout=args.timeout,
+            concurrency=args.concurrency or 4,
+            native_tools=args.native_tools,
+        )
+    backend = LlamaCppBackend(args.model or "smollm2", n_ctx=args.n_ctx, n_threads=args.threads)
+    if not args.quiet:
+        print(
+            f"loaded {backend.describe()['model_file']} in {backend.load_s:.2f} s", file=sys.stderr
+        )
+    return backend
+
+
+def _probe_common(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "n_blocks": args.n_blocks,
+        "trials": args.trials,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "seeds": args.seeds,
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+        "retries": args.retries,
+        "progress": None if args.quiet else sys.stderr,
+    }
+
+
+def _print_probe(result: Any) -> int:
+    from rampart.probe import format_table
+
+    print(format_table(result.rows))
+    st = result.stats
+    if st.harness_ms:
+        med = sorted(st.harness_ms)[len(st.harness_ms) // 2]
+        model = sorted(st.model_s)[len(st.model_s) // 2] if st.model_s else float("nan")
+        print(
+            f"ran {st.ran} trials ({st.skipped} already done, {st.failed} failed) in "
+            f"{st.wall_s:.1f} s; median model call {model:.3f} s, harness {med:.3f} ms/trial"
+        )
+    else:
+        print(f"nothing to run: all {st.planned} trials are already in {result.out}")
+    for f in result.files:
+        print(f"wrote {f}")
+    return 0
+
+
+def _cmd_probe_sweep(args: argparse.Namespace) -> int:
+    from rampart.probe import sweep
+
+    groups = [int(g) for g in str(args.group).split(",")]
+    placements = [p.strip() for p in args.placement.split(",")]
+    with contextlib.closing(_probe_backend(args)) as backend:
+        result = sweep(
+            backend,
+            args.out,
+            positions=args.positions,
+            placements=placements,
+            groups=groups,
+            **({"task": args.task} if args.task else {}),
+            **_probe_common(args),
+        )
+    return _print_probe(result)
+
+
+def _cmd_probe_gating(args: argparse.Namespace) -> int:
+    from rampart.probe import gating
+
+    with contextlib.closing(_probe_backend(args)) as backend:
+        result = gating(
+            backend,
+            args.out,
+            positions=args.positions,
+            placement=args.placement,
+            top_k=None if args.threshold is not None and args.top_k is None else (args.top_k or 8),
+            threshold=args.threshold,
+            **({"task": args.task} if args.task else {}),
+            **_probe_common(args),
+        )
+    return _print_probe(result)
+
+
+def _cmd_probe_schema(args: argparse.Namespace) -> int:
+    from rampart.probe import schema
+
+    with contextlib.closing(_probe_backend(args)) as backend:
+        result = schema(
+            backend,
+            args.out,
+            placement=args.placement,
+            **({"task": args.task} if args.task else {}),
+            **_probe_common(args),
+        )
+    return _print_probe(result)
+
+
+def _cmd_probe_report(args: argparse.Namespace) -> int:
+    from rampart.probe import format_table, report
+
+    rows, files = report(args.out)
+    print(format_table(rows))
+    for f in files:
+        print(f"wrote {f}")
+    return 0
+
+
+def _add_probe_parser(sub: Any) -> None:
+    pr = sub.add_parser("probe", help="rerun the paper's experiments against a real LLM")
+    psub = pr.add_subparsers(dest="probe_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--base-url",
+        default=None,
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
+        "(default: llama-cpp-python in process)",
+    )
+    common.add_argument(
+        "--model",
+        default=None,
+        help="server model name; in process: smollm2 (default), qwen2.5-coder-1.5b or a .gguf path",
+    )
+    common.add_argument(
+        "--seeds", nargs="+", default=None, help="filler seed files (default: built-in)"
+    )
+    common.add_argument("--n-blocks", type=int, default=31, help="registry size N (default 31)")
+    common.add_argument("--trials", type=int, default=3, help="trials per condition and position")
+    common.add_argument("--temperature", type=float, default=0.7)
+    common.add_argument(
+        "--seed", type=int, default=0, help="sampling seed of trial 0 (+1 per trial)"
+    )
+    common.add_argument("--out", default="probe-results", help="results folder (resumable)")
+    common.add_argument("--task", default=None, help="replace the built-in task text")
+    common.add_argument("--max-tokens", type=int, default=48, help="answer length cap")
+    common.add_argument("--concurrency", type=int, default=None, help="calls in flight (HTTP: 4)")
+    common.add_argument("--retries", type=int, default=3, help="retries of a failed call")
+    common.add_argument("--timeout", type=float, default=120.0, help="seconds per HTTP call")
+    common.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
+    common.add_argument(
+        "--native-tools", action="store_true", help="also send tool schemas in the request"
+    )
+    common.add_argument("--n-ctx", type=int, default=4096, help="in-process context size")
+    common.add_argument("--threads", type=int, default=None, help="in-process CPU threads")
+    common.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    s = psub.add_parser("sweep", parents=[common], help="critical block at every position")
+    s.add_argument("--positions", default=None, help="e.g. 0-6,15,30 (default: all)")
+    s.add_argument(
+        "--placement", default="after,before", help="task after, before or both (comma list)"
+    )
+    s.add_argument("--group", default="0", help="promote with K neighbours; comma list, e.g. 0,3")
+    s.set_defaults(func=_cmd_probe_sweep)
+
+    g = psub.add_parser("gating", parents=[common], help="gated vs full vs promoted registry")
+    g.add_argument("--positions", default=None, help="e.g. 0,10,20,30 (default: all)")
+    g.add_argument("--placement", default="after")
+    g.add_argument("--top-k", type=int, default=None, help="gate: keep the k most relevant (8)")
+    g.add_argument("--threshold", type=float, default=None, help="gate: minimum cosine score")
+    g.set_defaults(func=_cmd_probe_gating)
+
+    c = psub.add_parser("schema", parents=[common], help="tool schema present vs evicted")
+    c.add_argument("--placement", default="after")
+    c.set_defaults(func=_cmd_probe_schema, trials=10, max_tokens=64)
+
+    r = psub.add_parser("report", help="summary.csv and plots from a results folder")
+    r.add_argument("out", help="results folder")
+    r.set_defaults(func=_cmd_probe_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rampart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -219,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     mi = msub.add_parser("info", parents=[model_common], help="model, cache and provider report")
     mi.add_argument("--providers", default=None, help="comma list to check, e.g. cuda,cpu")
     mi.set_defaults(func=_cmd_model_info)
+    _add_probe_parser(sub)
     return p
 
 

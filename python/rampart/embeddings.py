@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rampart._files import FILE_MODE, atomic_write
+from rampart._files import FILE_MODE, atomic_write, cache_dir, sha256_file
 from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
 try:
@@ -214,15 +214,6 @@ def _vector_cache_wanted(arg: bool | None) -> bool:
     return os.environ.get(VECTOR_CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def cache_dir() -> Path:
-    """``$RAMPART_CACHE_DIR``, else ``$XDG_CACHE_HOME/rampart``, else ``~/.cache/rampart``."""
-    env = os.environ.get("RAMPART_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "rampart"
-
-
 def _read_memo(path: Path) -> dict[str, list[Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -230,14 +221,6 @@ def _read_memo(path: Path) -> dict[str, list[Any]]:
         return files if isinstance(files, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -254,7 +237,7 @@ def file_sha256(path: str | Path) -> str:
         hit = _read_memo(memo_path).get(str(p))
     if isinstance(hit, list) and len(hit) == 3 and hit[:2] == stamp:
         return str(hit[2])
-    digest = _sha256(p)
+    digest = sha256_file(p)
     _remember_hash(p, digest)
     return digest
 
@@ -429,7 +412,7 @@ def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) 
                 os.chmod(tmp / path.name, _FILE_MODE)
                 entries[key] = {
                     "size": (tmp / path.name).stat().st_size,
-                    "sha256": _sha256(tmp / path.name),
+                    "sha256": sha256_file(tmp / path.name),
                 }
                 os.replace(tmp / path.name, path)
                 _remember_hash(path, entries[key]["sha256"])

@@ -1,0 +1,160 @@
+"""A small OpenAI-compatible chat server on 127.0.0.1 for the probe tests.
+
+Real HTTP (``ThreadingHTTPServer``, keep-alive), scripted answers: a behaviour is a
+function of the request payload and its sequence number that returns
+``(status, body, delay_s)``. The server records every payload and the most calls it
+ever had in flight at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Behaviour = Callable[[dict[str, Any], int], tuple[int, bytes, float]]
+
+IDENTIFIER = "zorblax_refresh_v7"
+TOOL = "zorblax_cache_rotate"
+CONTEXT_HEAD = "Project instructions:\n\n"
+
+
+def completion(text: str, payload: dict[str, Any], tool_calls: list[str] | None = None) -> bytes:
+    prompt_words = sum(len(m["content"].split()) for m in payload["messages"])
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": "{}"}}
+            for i, n in enumerate(tool_calls)
+        ]
+    return json.dumps(
+        {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "model": payload.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_words, "completion_tokens": len(text.split())},
+        }
+    ).encode()
+
+
+def critical_index(payload: dict[str, Any]) -> int | None:
+    """Which block of the context holds the identifier (blocks are separated by blank
+    lines), or None when it is absent."""
+    user = payload["messages"][-1]["content"]
+    start = user.find(CONTEXT_HEAD)
+    at = user.find(IDENTIFIER)
+    if start < 0 or at < 0:
+        return None
+    return user[start + len(CONTEXT_HEAD) : at].count("\n\n")
+
+
+def cliff(after: int, before: int) -> Behaviour:
+    """Finds the identifier only when its block is early enough: within the first
+    ``after`` blocks when the task follows the context, ``before`` when it precedes
+    it (the paper's cliff, as a deterministic rule)."""
+
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        idx = critical_index(payload)
+        user = payload["messages"][-1]["content"]
+        task_first = not user.startswith(CONTEXT_HEAD)
+        limit = before if task_first else after
+        if idx is not None and idx < limit:
+            return 200, completion(f"Call `{IDENTIFIER}()` to rotate it.", payload), 0.0
+        return 200, completion("Delete the files in the cache folder.", payload), 0.0
+
+    return answer
+
+
+def tool_caller(native: bool) -> Behaviour:
+    """Calls the target tool when its schema is in the prompt (or, with ``native``, in
+    the request's ``tools``)."""
+
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        names = [t["function"]["name"] for t in payload.get("tools", [])]
+        if native and TOOL in names:
+            return 200, completion("", payload, [TOOL]), 0.0
+        if TOOL in payload["messages"][-1]["content"]:
+            text = json.dumps({"tool": TOOL, "arguments": {"region": "eu-west"}})
+            return 200, completion(text, payload), 0.0
+        return 200, completion("No tool can rotate the cache.", payload), 0.0
+
+    return answer
+
+
+def flaky(fail_first: int, then: Behaviour, status: int = 500) -> Behaviour:
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        if n < fail_first:
+            return status, b'{"error": {"message": "model overloaded"}}', 0.0
+        return then(payload, n)
+
+    return answer
+
+
+def constant(status: int, body: bytes, delay: float = 0.0) -> Behaviour:
+    return lambda payload, n: (status, body, delay)
+
+
+class FakeOpenAI:
+    """``with FakeOpenAI(behaviour) as server: server.base_url``."""
+
+    def __init__(self, behaviour: Behaviour, *, delay: float = 0.0) -> None:
+        self.behaviour = behaviour
+        self.delay = delay
+        self.payloads: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = json.loads(self.rfile.read(length))
+                with fake._lock:
+                    n = len(fake.payloads)
+                    fake.payloads.append(payload)
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                try:
+                    if self.path != "/v1/chat/completions":
+                        status, body, delay = 404, b'{"error": "no such route"}', 0.0
+                    else:
+                        status, body, delay = fake.behaviour(payload, n)
+                    time.sleep(delay + fake.delay)
+                finally:
+                    with fake._lock:
+                        fake.in_flight -= 1
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and hung up
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def calls(self) -> int:
+        return len(self.payloads)
+
+    def __enter__(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
