@@ -97,7 +97,7 @@ def test_needle_bench_rejects_bad_sizes_and_leaky_fillers(tmp_path: Path) -> Non
         NeedleBench(4)
     leaky = tmp_path / "leaky.md"
     leaky.write_text(f"---\nname: leak\n---\nUse {IDENTIFIER} everywhere.\n")
-    with pytest.raises(InvalidArgumentError, match="leak.*occur nowhere"):
+    with pytest.raises(InvalidArgumentError, match=r"leak.*occur nowhere"):
         NeedleBench(5, [leaky])
     bench = NeedleBench(31)
     with pytest.raises(InvalidArgumentError, match="group"):
@@ -147,7 +147,7 @@ def test_sweep_records_every_trial_and_shows_the_cliff(tmp_path: Path) -> None:
         assert r["harness_ms"] > 0 and r["error"] is None and r["attempts"] == 1
     # the request carried the sampling settings, one seed per trial index
     assert {p["seed"] for p in server.payloads} == {0, 1}
-    assert {p["temperature"] for p in server.payloads} == {0.7}
+    assert {p["temperature"] for p in server.payloads} == {0.3}
     # summary.csv: per position and overall
     with open(tmp_path / "summary.csv") as f:
         rows = list(csv.DictReader(f))
@@ -243,7 +243,7 @@ def test_resume_after_a_torn_last_line(tmp_path: Path) -> None:
 def test_changed_settings_are_refused_not_mixed(tmp_path: Path) -> None:
     with fake.FakeOpenAI(fake.cliff(7, 12)) as server:
         sweep(backend(server), tmp_path, positions="0", trials=1, progress=None)
-        with pytest.raises(ProbeError, match="temperature=0.7.*temperature=0.2"):
+        with pytest.raises(ProbeError, match=r"temperature=0.3.*temperature=0.2"):
             sweep(
                 backend(server), tmp_path, positions="0", trials=1, temperature=0.2, progress=None
             )
@@ -341,7 +341,7 @@ def test_malformed_answers_are_recorded(tmp_path: Path, body: bytes, message: st
 def test_timeouts_are_recorded_and_a_dead_server_stops_the_run(tmp_path: Path) -> None:
     with fake.FakeOpenAI(fake.constant(200, b"{}", delay=1.0)) as server:
         b = backend(server, timeout=0.1)
-        with pytest.raises(ProbeError, match="3 failed trials in a row.*no answer within"):
+        with pytest.raises(ProbeError, match=r"3 failed trials in a row.*no answer within"):
             from rampart.probe.runner import TrialStore, run_trials
 
             bench = NeedleBench(31)
@@ -567,3 +567,26 @@ def test_model_aliases_and_paths(tmp_path: Path) -> None:
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     assert probe_models.resolve_model(str(f)) == f
+
+
+def test_cli_defaults_per_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sweep: 3 trials per position and placement (after, before); schema: 10 per
+    condition, longer answers; neither default leaks into the other."""
+    with fake.FakeOpenAI(fake.tool_caller(native=False)) as server:
+        base = ["--base-url", server.base_url, "--model", "fake", "--quiet"]
+        assert cli_main(["probe", "schema", *base, "--out", str(tmp_path / "s")]) == 0
+        assert server.calls == 20 and {p["max_tokens"] for p in server.payloads} == {64}
+        assert (
+            cli_main(["probe", "sweep", *base, "--positions", "0", "--out", str(tmp_path / "w")])
+            == 0
+        )
+        assert server.calls == 20 + 6
+        assert {p["max_tokens"] for p in server.payloads[20:]} == {48}
+    capsys.readouterr()
+
+
+def test_plot_smooths_long_curves(tmp_path: Path) -> None:
+    from rampart.probe.report import _moving_rate
+
+    pts = [{"hits": h, "answered": 3} for h in (3, 0, 3, 0, 3)]
+    assert _moving_rate(pts) == pytest.approx([100 * 6 / 9, 50.0, 60.0, 50.0, 100 * 6 / 9])

@@ -205,13 +205,14 @@ def _probe_backend(args: argparse.Namespace) -> Any:
 
 
 def _probe_common(args: argparse.Namespace) -> dict[str, Any]:
+    # Defaults differ per experiment, so unset options are left to the API's own.
+    given = {"trials": args.trials, "max_tokens": args.max_tokens}
     return {
+        **{k: v for k, v in given.items() if v is not None},
         "n_blocks": args.n_blocks,
-        "trials": args.trials,
         "temperature": args.temperature,
         "seed": args.seed,
         "seeds": args.seeds,
-        "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
         "retries": args.retries,
         "progress": None if args.quiet else sys.stderr,
@@ -315,14 +316,18 @@ def _add_probe_parser(sub: Any) -> None:
         "--seeds", nargs="+", default=None, help="filler seed files (default: built-in)"
     )
     common.add_argument("--n-blocks", type=int, default=31, help="registry size N (default 31)")
-    common.add_argument("--trials", type=int, default=3, help="trials per condition and position")
-    common.add_argument("--temperature", type=float, default=0.7)
+    common.add_argument(
+        "--trials", type=int, default=None, help="trials per condition and position (3; schema 10)"
+    )
+    common.add_argument("--temperature", type=float, default=0.3, help="sampling (default 0.3)")
     common.add_argument(
         "--seed", type=int, default=0, help="sampling seed of trial 0 (+1 per trial)"
     )
     common.add_argument("--out", default="probe-results", help="results folder (resumable)")
     common.add_argument("--task", default=None, help="replace the built-in task text")
-    common.add_argument("--max-tokens", type=int, default=48, help="answer length cap")
+    common.add_argument(
+        "--max-tokens", type=int, default=None, help="answer length cap (48; schema 64)"
+    )
     common.add_argument("--concurrency", type=int, default=None, help="calls in flight (HTTP: 4)")
     common.add_argument("--retries", type=int, default=3, help="retries of a failed call")
     common.add_argument("--timeout", type=float, default=120.0, help="seconds per HTTP call")
@@ -351,7 +356,7 @@ def _add_probe_parser(sub: Any) -> None:
 
     c = psub.add_parser("schema", parents=[common], help="tool schema present vs evicted")
     c.add_argument("--placement", default="after")
-    c.set_defaults(func=_cmd_probe_schema, trials=10, max_tokens=64)
+    c.set_defaults(func=_cmd_probe_schema)
 
     r = psub.add_parser("report", help="summary.csv and plots from a results folder")
     r.add_argument("out", help="results folder")

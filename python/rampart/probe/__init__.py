@@ -36,6 +36,7 @@ from rampart.probe.backends import (
     parse_completion,
 )
 from rampart.probe.experiments import (
+    DEFAULT_TEMPERATURE,
     EXPERIMENTS,
     IDENTIFIER,
     NEEDLE_TASK,
@@ -57,6 +58,7 @@ from rampart.probe.report import format_table, load_trials, report, summarise
 from rampart.probe.runner import ProbeError, RunStats, TrialStore, check_config, run_trials
 
 __all__ = [
+    "DEFAULT_TEMPERATURE",
     "EXPERIMENTS",
     "IDENTIFIER",
     "NEEDLE_TASK",
@@ -172,7 +174,7 @@ def sweep(
     placements: Sequence[str] = ("after", "before"),
     groups: Sequence[int] = (0,),
     trials: int = 3,
-    temperature: float = 0.7,
+    temperature: float = DEFAULT_TEMPERATURE,
     seed: int = 0,
     seeds: Sequence[str | Path] | None = None,
     task: str = NEEDLE_TASK,
@@ -218,7 +220,7 @@ def gating(
     top_k: int | None = 8,
     threshold: float | None = None,
     trials: int = 3,
-    temperature: float = 0.7,
+    temperature: float = DEFAULT_TEMPERATURE,
     seed: int = 0,
     seeds: Sequence[str | Path] | None = None,
     task: str = NEEDLE_TASK,
@@ -267,7 +269,7 @@ def schema(
     n_blocks: int = 31,
     placement: str = "after",
     trials: int = 10,
-    temperature: float = 0.7,
+    temperature: float = DEFAULT_TEMPERATURE,
     seed: int = 0,
     seeds: Sequence[str | Path] | None = None,
     task: str = SCHEMA_TASK,

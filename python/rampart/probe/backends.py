@@ -18,7 +18,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -208,7 +207,7 @@ class OpenAIBackend:
             conn.request("POST", self._path, body=body, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
-        except (TimeoutError, socket.timeout) as exc:
+        except TimeoutError as exc:
             conn.close()  # a late answer must not be read as the next request's
             raise BackendError(
                 f"{where}: no answer within {self._timeout:g} s", retryable=True

@@ -37,6 +37,9 @@ IDENTIFIER = "zorblax_refresh_v7"
 # every model finds the identifier; asked to write code that uses it, tiny models
 # almost never do. This wording sits between the two, so position can matter.
 NEEDLE_TASK = "How do I rotate the cache in this project? Answer in one sentence."
+# Low enough that SmolLM2 stays near its greedy answer, high enough that trials differ
+# (at 0 every trial repeats trial 0; greedy decoding also falls into "1. 1.1.1…" loops).
+DEFAULT_TEMPERATURE = 0.3
 SYSTEM = (
     "You are a coding assistant working in a software project. Follow the project instructions."
 )
@@ -199,7 +202,7 @@ class NeedleBench(_Bench):
         unit = [self.critical, *self.neighbours[:group]]
         if position <= self.n_blocks - 1 - group:
             self.reg.promote_group(unit, to_position=position)
-        else:  # near the end the neighbours go first, so the critical block still lands on `position`
+        else:  # near the end the neighbours go first, so the critical block lands on `position`
             self.reg.promote_group(unit[1:] + unit[:1], to_position=position - group)
         return self.reg.index_of(self.critical)
 

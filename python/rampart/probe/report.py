@@ -4,7 +4,9 @@ summary.csv has one row per (experiment, condition, position) and one ``all`` ro
 per (experiment, condition): trials, answered, hits, success rate (of answered
 trials), failed calls, mean prompt and context tokens, median model latency and
 median harness overhead. Plots (matplotlib, headless): success rate by position,
-one line per condition, for the sweep and gating probes; bars for the schema probe.
+one line per condition (a 5-position moving average over the raw per-position dots
+once a condition has 9 or more positions), for the sweep and gating probes; bars
+for the schema probe.
 """
 
 from __future__ import annotations
@@ -103,6 +105,21 @@ def write_summary(out: str | Path, rows: Sequence[dict[str, Any]]) -> Path:
     return path
 
 
+SMOOTH_FROM = 9  # positions; below this the line joins the raw rates
+SMOOTH_HALF = 2  # moving average over 2 * 2 + 1 = 5 positions
+
+
+def _moving_rate(points: Sequence[dict[str, Any]]) -> list[float]:
+    """Success rate (%) pooled over each point and its SMOOTH_HALF neighbours each side."""
+    out = []
+    for i in range(len(points)):
+        window = points[max(0, i - SMOOTH_HALF) : i + SMOOTH_HALF + 1]
+        hits = sum(r["hits"] for r in window)
+        answered = sum(r["answered"] for r in window)
+        out.append(100 * hits / answered if answered else 0.0)
+    return out
+
+
 def plot(out: str | Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
     """One PNG per experiment present; needs matplotlib (the ``probe`` extra)."""
     import matplotlib
@@ -142,8 +159,13 @@ def plot(out: str | Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
                     None,
                 )
                 label = cond if tok is None else f"{cond} (~{tok:.0f} context tokens)"
-                style = "o" if len(xs) == 1 else "o-"
-                ax.plot(xs, ys, style, label=label, markersize=4)
+                if len(xs) >= SMOOTH_FROM:
+                    # A few trials per position make a jagged line; the moving average
+                    # (pooled over neighbouring positions) shows the trend, dots the data.
+                    (dots,) = ax.plot(xs, ys, "o", markersize=3, alpha=0.35)
+                    ax.plot(xs, _moving_rate(pts), "-", color=dots.get_color(), label=label)
+                else:
+                    ax.plot(xs, ys, "o" if len(xs) == 1 else "o-", label=label, markersize=4)
             ax.set_xlabel("critical block position in the registry")
             ax.set_ylabel("success (%)")
             ax.set_title(f"{exp} probe: success by position")
