@@ -374,7 +374,7 @@ def test_cache_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 def test_prepare_builds_once_then_reuses(own_cache: Path) -> None:
     first = E.prepare_model()
     assert first.built and first.onnx_path.parent == own_cache / "models"
-    assert first.weights_sha256 == E._sha256(first.model_dir / "model.safetensors")
+    assert first.weights_sha256 == E.sha256_file(first.model_dir / "model.safetensors")
     onnx_file, data_file, manifest = cache_files(own_cache)
     assert onnx_file == first.onnx_path and data_file.stat().st_size > 80_000_000
     assert json.loads(manifest.read_text())["weights_sha256"] == first.weights_sha256
@@ -411,8 +411,8 @@ def test_hash_memo(own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     f = tmp_path / "weights.bin"
     f.write_bytes(b"a" * 1000)
     calls: list[Path] = []
-    real = E._sha256
-    monkeypatch.setattr(E, "_sha256", lambda p: calls.append(p) or real(p))
+    real = E.sha256_file
+    monkeypatch.setattr(E, "sha256_file", lambda p: calls.append(p) or real(p))
     h1 = E.file_sha256(f)
     assert E.file_sha256(f) == h1 and len(calls) == 1  # second call: stat only
     st = f.stat()

@@ -309,8 +309,10 @@ def sweep_plan(
 
 def gating_plan(positions: Sequence[int], placement: str, trials: int) -> Iterator[TrialSpec]:
     """Full registry and gated registry at each position; the critical block promoted to
-    the front once (its prompt does not depend on where it started)."""
-    for t in range(trials):
+    the front, whose prompt does not depend on where it started: recorded at position
+    0, with as many trials (distinct seeds) as each other condition has in all, so the
+    three success rates rest on samples of one size."""
+    for t in range(trials * len(positions)):
         yield TrialSpec("gating", "promoted", placement, 0, 0, t)
     for condition in ("full", "gated"):
         for position in positions:

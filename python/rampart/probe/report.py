@@ -143,6 +143,7 @@ def plot(out: str | Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
             ax.set_ylabel("tool called (%)")
             ax.set_title("schema probe: target tool's block present vs evicted")
         else:
+            wide = len({r["position"] for r in mine}) > 2  # "all" and at least 2 positions
             for cond in sorted({r["condition"] for r in mine}):
                 pts = [r for r in mine if r["condition"] == cond and r["position"] != "all"]
                 pts = [r for r in pts if r["success_rate"] is not None]
@@ -159,7 +160,11 @@ def plot(out: str | Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
                     None,
                 )
                 label = cond if tok is None else f"{cond} (~{tok:.0f} context tokens)"
-                if len(xs) >= SMOOTH_FROM:
+                if len(xs) == 1 and wide:
+                    # A position-independent condition (gating's "promoted") is a level
+                    # to compare the curves with, not a point at position 0.
+                    ax.axhline(ys[0], linestyle="--", color="0.35", label=label)
+                elif len(xs) >= SMOOTH_FROM:
                     # A few trials per position make a jagged line; the moving average
                     # (pooled over neighbouring positions) shows the trend, dots the data.
                     (dots,) = ax.plot(xs, ys, "o", markersize=3, alpha=0.35)
