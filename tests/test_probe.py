@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -586,3 +587,47 @@ def test_plot_smooths_long_curves(tmp_path: Path) -> None:
 
     pts = [{"hits": h, "answered": 3} for h in (3, 0, 3, 0, 3)]
     assert _moving_rate(pts) == pytest.approx([100 * 6 / 9, 50.0, 60.0, 50.0, 100 * 6 / 9])
+
+
+def test_ctrl_c_keeps_finished_trials_and_a_rerun_resumes(tmp_path: Path) -> None:
+    """A real SIGINT to a real `rampart probe sweep` process mid-run."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "res"
+    with fake.FakeOpenAI(fake.cliff(7, 12), delay=0.1) as server:
+        cmd = [
+            sys.executable,
+            "-m",
+            "rampart",
+            "probe",
+            "sweep",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "fake",
+            "--out",
+            str(out),
+            "--trials",
+            "1",
+            "--placement",
+            "after",
+            "--concurrency",
+            "1",
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while server.calls < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "rerun the same command to resume" in err
+        done = len(load_trials(out))
+        assert 4 <= done < 31
+        code = cli_main([*cmd[3:], "--quiet"])
+        assert code == 0
+    recs = load_trials(out)
+    assert len(recs) == 31 and all(r["error"] is None for r in recs)
+    assert server.calls <= 31 + 1  # at most the one call in flight at the interrupt repeats

@@ -415,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RampartError, FileNotFoundError, ImportError) as exc:
         print(f"rampart: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a probe run has already said how to resume
+        print("rampart: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `rampart inspect … | head`
         sys.stderr.close()
         return 0

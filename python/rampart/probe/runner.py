@@ -331,6 +331,11 @@ def run_trials(
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         bar.render(final=True)
+        if progress is not None:
+            progress.write(
+                f"interrupted: {stats.skipped + stats.ran} of {stats.planned} trials are in "
+                f"{store.path}; rerun the same command to resume\n"
+            )
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
