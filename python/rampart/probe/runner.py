@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -82,9 +82,6 @@ class TrialStore:
                 f.write(line)
                 f.flush()
             self.records[str(record["key"])] = record
-
-    def latest(self) -> list[dict[str, Any]]:
-        return list(self.records.values())
 
 
 def check_config(out: Path, experiment: str, config: Mapping[str, Any]) -> None:
@@ -174,9 +171,6 @@ class RunStats:
     harness_ms: list[float] = field(default_factory=list)
     model_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _call(
