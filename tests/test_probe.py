@@ -213,6 +213,11 @@ def test_resume_skips_finished_trials_and_extends(tmp_path: Path) -> None:
         )
         assert server.calls == 8 + (18 - 8) and more.stats.skipped == 8
     assert len(load_trials(tmp_path)) == 18
+    # resuming never pads the file: one line per trial, no blank lines
+    assert (tmp_path / "trials.jsonl").read_text().splitlines() == [
+        line for line in (tmp_path / "trials.jsonl").read_text().splitlines() if line.strip()
+    ]
+    assert len((tmp_path / "trials.jsonl").read_text().splitlines()) == 18
 
 
 def test_resume_after_a_torn_last_line(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from typing import Any
 from rampart import __version__
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError, RampartError
+from rampart.probe.experiments import DEFAULT_TEMPERATURE
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
 
 
@@ -219,22 +221,26 @@ def _probe_common(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _print_probe(result: Any) -> int:
+def _print_report(rows: list[dict[str, Any]], files: list[Any]) -> None:
     from rampart.probe import format_table
 
-    print(format_table(result.rows))
+    print(format_table(rows))
+    for f in files:
+        print(f"wrote {f}")
+
+
+def _print_probe(result: Any) -> int:
     st = result.stats
     if st.harness_ms:
-        med = sorted(st.harness_ms)[len(st.harness_ms) // 2]
-        model = sorted(st.model_s)[len(st.model_s) // 2] if st.model_s else float("nan")
+        med = statistics.median(st.harness_ms)
+        model = statistics.median(st.model_s) if st.model_s else float("nan")
         print(
             f"ran {st.ran} trials ({st.skipped} already done, {st.failed} failed) in "
             f"{st.wall_s:.1f} s; median model call {model:.3f} s, harness {med:.3f} ms/trial"
         )
     else:
         print(f"nothing to run: all {st.planned} trials are already in {result.out}")
-    for f in result.files:
-        print(f"wrote {f}")
+    _print_report(result.rows, result.files)
     return 0
 
 
@@ -265,7 +271,8 @@ def _cmd_probe_gating(args: argparse.Namespace) -> int:
             args.out,
             positions=args.positions,
             placement=args.placement,
-            top_k=None if args.threshold is not None and args.top_k is None else (args.top_k or 8),
+            # --threshold alone gates by score only; otherwise top 8 unless --top-k says
+            top_k=args.top_k if args.top_k is not None or args.threshold is not None else 8,
             threshold=args.threshold,
             **({"task": args.task} if args.task else {}),
             **_probe_common(args),
@@ -288,12 +295,9 @@ def _cmd_probe_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe_report(args: argparse.Namespace) -> int:
-    from rampart.probe import format_table, report
+    from rampart.probe import report
 
-    rows, files = report(args.out)
-    print(format_table(rows))
-    for f in files:
-        print(f"wrote {f}")
+    _print_report(*report(args.out))
     return 0
 
 
@@ -319,7 +323,12 @@ def _add_probe_parser(sub: Any) -> None:
     common.add_argument(
         "--trials", type=int, default=None, help="trials per condition and position (3; schema 10)"
     )
-    common.add_argument("--temperature", type=float, default=0.3, help="sampling (default 0.3)")
+    common.add_argument(
+        "--temperature",
+        type=float,
+        default=DEFAULT_TEMPERATURE,
+        help=f"sampling (default {DEFAULT_TEMPERATURE})",
+    )
     common.add_argument(
         "--seed", type=int, default=0, help="sampling seed of trial 0 (+1 per trial)"
     )

@@ -47,7 +47,6 @@ from rampart.probe.experiments import (
     Prompt,
     SchemaBench,
     TrialSpec,
-    fillers_digest,
     gating_plan,
     parse_positions,
     schema_plan,
@@ -148,11 +147,12 @@ def _run(
             "max_tokens": max_tokens,
         },
     )
+    store = TrialStore(folder)
     stats = run_trials(
         specs,
         build,
         backend,
-        TrialStore(folder),
+        store,
         temperature=temperature,
         seed=seed,
         max_tokens=max_tokens,
@@ -161,7 +161,7 @@ def _run(
         progress=progress,
         label=experiment,
     )
-    rows, files = report(folder, plots=plots)
+    rows, files = report(folder, plots=plots, records=store.records.values())
     return ProbeResult(folder, stats, rows, files)
 
 
@@ -192,7 +192,7 @@ def sweep(
         if not 0 <= g <= bench.max_group:
             raise InvalidArgumentError(f"group must be in 0..{bench.max_group}, got {g}")
     pos = parse_positions(positions, n_blocks)
-    config = {"n_blocks": n_blocks, "task": task, "fillers": fillers_digest(seeds)}
+    config = {"n_blocks": n_blocks, "task": task, "fillers": bench.digest}
     return _run(
         "sweep",
         backend,
@@ -240,7 +240,7 @@ def gating(
     config = {
         "n_blocks": n_blocks,
         "task": task,
-        "fillers": fillers_digest(seeds),
+        "fillers": bench.digest,
         "top_k": top_k,
         "threshold": threshold,
         "embedding_model": getattr(bench.reg.embedding_model, "model_id", None),
@@ -283,7 +283,7 @@ def schema(
     _check_common(trials, temperature, max_tokens)
     _check_placements([placement])
     bench = SchemaBench(n_blocks, seeds, task=task)
-    config = {"n_blocks": n_blocks, "task": task, "fillers": fillers_digest(seeds)}
+    config = {"n_blocks": n_blocks, "task": task, "fillers": bench.digest}
     return _run(
         "schema",
         backend,

@@ -108,14 +108,6 @@ def _seed_registry(paths: Sequence[str | Path] | None) -> SeedRegistry:
     return SeedRegistry.from_files(list(paths) if paths else [FILLERS])
 
 
-def fillers_digest(paths: Sequence[str | Path] | None) -> str:
-    """Identifies the filler set in a run's config, so resuming with other seeds fails."""
-    h = hashlib.sha256()
-    for b in _seed_registry(paths).blocks():
-        h.update(b.name.encode() + b"\0" + b.content.encode() + b"\0")
-    return h.hexdigest()[:16]
-
-
 class _Bench:
     """A registry, its pristine snapshot, and the id of the block each trial moves."""
 
@@ -125,7 +117,6 @@ class _Bench:
         seeds: Sequence[str | Path] | None,
         reserved: int,
         *,
-        embed: bool,
         target: str,
     ) -> None:
         if n_blocks < reserved + 1:
@@ -148,7 +139,14 @@ class _Bench:
         self.target = target
         self.fillers = fillers
         self.filler_names = names[:need]
-        self.embed = embed
+
+    @property
+    def digest(self) -> str:
+        """Identifies the filler set in a run's config, so resuming with other seeds fails."""
+        h = hashlib.sha256()
+        for b in self.fillers.blocks():
+            h.update(b.name.encode() + b"\0" + b.content.encode() + b"\0")
+        return h.hexdigest()[:16]
 
 
 class NeedleBench(_Bench):
@@ -165,7 +163,7 @@ class NeedleBench(_Bench):
         needle = SeedRegistry.from_files([NEEDLE])
         needle_names = needle.list_names()
         critical_name, neighbour_names = needle_names[0], needle_names[1:]
-        super().__init__(n_blocks, seeds, 1 + len(neighbour_names), embed=embed, target=IDENTIFIER)
+        super().__init__(n_blocks, seeds, 1 + len(neighbour_names), target=IDENTIFIER)
         self.task = task
         # Neighbours sit at evenly spaced home positions among the fillers, so an
         # ungrouped critical block is usually far from them, a grouped one beside them.
@@ -246,7 +244,7 @@ class SchemaBench(_Bench):
         task: str = SCHEMA_TASK,
     ) -> None:
         tools = json.loads(TOOLS.read_text(encoding="utf-8"))["tools"]
-        super().__init__(n_blocks, seeds, len(tools), embed=False, target=SCHEMA_TOOL)
+        super().__init__(n_blocks, seeds, len(tools), target=SCHEMA_TOOL)
         self.task = task
         # Two registries built once: one with every tool block, one where the target
         # tool's block has been evicted (the primitive under test).

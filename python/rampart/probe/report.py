@@ -188,13 +188,20 @@ def plot(out: str | Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
     return written
 
 
-def report(out: str | Path, *, plots: bool = True) -> tuple[list[dict[str, Any]], list[Path]]:
+def report(
+    out: str | Path,
+    *,
+    plots: bool = True,
+    records: Iterable[dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], list[Path]]:
     """Write ``summary.csv`` (and PNGs, when matplotlib is installed) for a results folder.
 
-    Returns the summary rows and the files written. Without matplotlib the CSV is
-    still written and the missing plots are reported by a RuntimeWarning.
+    ``records``: the folder's trials when the caller holds them already (a run's
+    store), instead of reading ``trials.jsonl`` again. Returns the summary rows and
+    the files written. Without matplotlib the CSV is still written and the missing
+    plots are reported by a RuntimeWarning.
     """
-    rows = summarise(load_trials(out))
+    rows = summarise(load_trials(out) if records is None else records)
     files = [write_summary(out, rows)]
     if plots:
         try:

@@ -66,8 +66,10 @@ class TrialStore:
     def _repair_tail(self) -> None:
         """Make sure the file ends with a newline, so a torn line stays one bad line."""
         with open(self.path, "rb+") as f:
-            f.seek(0, 2)
-            if f.tell() and (f.seek(-1, 2) or f.read(1) != b"\n"):
+            if f.seek(0, 2) == 0:
+                return
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
                 f.write(b"\n")
 
     def done(self, key: str) -> bool:
