@@ -11,14 +11,13 @@ import sys
 import tempfile
 import threading
 import weakref
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
-from rampart import _core
+from rampart import _args, _core
 from rampart._files import atomic_write
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, ParseError, RampartError, RegistryFileError
@@ -79,91 +78,18 @@ def get_by_label(label: str) -> BlockRegistry | None:
         return _LABELS.get(label)
 
 
-# ---- argument checks ------------------------------------------------------------------
+# ---- argument checks (rampart._args) ----------------------------------------------------
 
-
-def _int(value: Any, what: str, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidArgumentError(f"{what} must be >= {minimum}, got {value}")
-    return value
-
-
-# Positions and steps clamp (SPEC §3), so any Python int is valid; the core takes
-# i64, and +-2**62 is already past the end of any registry.
-_FAR = 2**62
-
-
-def _clamped(value: Any, what: str) -> int:
-    return max(-_FAR, min(_FAR, _int(value, what)))
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"{what} must be a number, got {value!r}")
-    return float(value)
-
-
-def _check_budget(budget: Any) -> None:
-    """Raise for a budget the fast path did not accept (an int subclass is fine)."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
-
-
-def _priority(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
-    p = float(value)
-    if not 0.0 <= p <= 1.0:
-        raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
-    return p
-
-
-def _tags(tags: Iterable[str] | None) -> list[str]:
-    if tags is None:
-        return []
-    if isinstance(tags, str):
-        raise InvalidArgumentError(f"tags must be a list of strings, not the string {tags!r}")
-    out = list(tags)
-    if not all(isinstance(t, str) for t in out):
-        raise InvalidArgumentError(f"tags must be strings, got {out!r}")
-    return out
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
-    return value
-
-
-def _is_array(value: Any) -> bool:
-    return hasattr(value, "__array__") and hasattr(value, "shape")
-
-
-def _vector(value: Any, what: str) -> bytes:
-    """One vector as native float32 bytes, the form the core stores and scores.
-    Accepts a numpy array or any sequence of numbers (numpy is not required)."""
-    if _is_array(value):
-        import numpy as np
-
-        arr = np.asarray(value, dtype=np.float32)
-        if arr.ndim != 1 or arr.size == 0:
-            raise InvalidArgumentError(
-                f"{what} must be a non-empty 1-d vector, got shape {tuple(arr.shape)}"
-            )
-        if not np.isfinite(arr).all():
-            raise InvalidArgumentError(f"{what} holds NaN or infinite values")
-        return np.ascontiguousarray(arr).tobytes()
-    if isinstance(value, (str, bytes)):
-        raise InvalidArgumentError(f"{what} must be a sequence of numbers, got {value!r}")
-    try:
-        vec = [float(x) for x in value]
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{what} must be a sequence of numbers") from None
-    if not vec or not all(math.isfinite(x) for x in vec):
-        raise InvalidArgumentError(f"{what} must be a non-empty sequence of finite numbers")
-    return array("f", vec).tobytes()
+_int = _args.int_arg
+_clamped = _args.clamped
+_number = _args.number
+_check_budget = _args.check_budget
+_priority = _args.priority
+_tags = _args.tags
+_text = _args.text
+_is_array = _args.is_array
+_vector = _args.vector
+_FAR = _args.FAR
 
 
 def _encode(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:

@@ -1,0 +1,168 @@
+"""Argument checks shared by the public API: one place that turns a Python value
+into what the core takes, or raises :class:`InvalidArgumentError` naming it.
+
+The checks accept what ``operator.index`` (integers) and ``float()`` (numbers)
+accept, so numpy scalars work like the builtins; ``bool`` is refused where a
+number is meant, since ``True`` as a priority or budget is always a mistake.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+from rampart.errors import InvalidArgumentError
+
+__all__ = [
+    "FAR",
+    "MAX_INT",
+    "check_budget",
+    "clamped",
+    "int_arg",
+    "is_array",
+    "number",
+    "priority",
+    "tags",
+    "text",
+    "vector",
+]
+
+# Positions and steps clamp (SPEC §3), so any Python int is valid; the core takes
+# i64, and +-2**62 is already past the end of any registry.
+FAR = 2**62
+# Counts (budgets, top-k, n) go to the core as u64/usize; a larger one is no
+# meaningful request and would overflow the conversion.
+MAX_INT = 2**63 - 1
+
+
+def _is_bool(value: Any) -> bool:
+    # numpy.bool_ is not a bool subclass but is just as much a mistake here.
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def int_arg(value: Any, what: str, *, minimum: int | None = None) -> int:
+    """An integer (int, numpy integer, anything with ``__index__``; not bool)."""
+    if _is_bool(value):
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
+    if type(value) is not int:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise InvalidArgumentError(f"{what} must be an int, got {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(f"{what} must be >= {minimum}, got {value}")
+    if value > MAX_INT:
+        raise InvalidArgumentError(f"{what} must be <= 2**63 - 1, got {value}")
+    return int(value)
+
+
+def clamped(value: Any, what: str) -> int:
+    """A position or step: any integer, clamped to +-2**62."""
+    if _is_bool(value):
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}") from None
+    return max(-FAR, min(FAR, v))
+
+
+def number(value: Any, what: str, *, finite: bool = True) -> float:
+    """A real number (int, float, numpy scalar, anything ``float()`` takes that is
+    not a string or bool). NaN is refused always: it compares false with
+    everything, so a NaN threshold silently gates out every block; infinities
+    only when ``finite`` is False."""
+    if _is_bool(value) or isinstance(value, (str, bytes, bytearray)):
+        raise InvalidArgumentError(f"{what} must be a number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(f"{what} must be a number, got {value!r}") from None
+    if math.isnan(f) or (finite and math.isinf(f)):
+        raise InvalidArgumentError(f"{what} must be a finite number, got {value!r}")
+    return f
+
+
+def check_budget(budget: Any) -> int:
+    """A token budget: an int in [0, 2**63 - 1]."""
+    if _is_bool(budget):
+        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
+    try:
+        b = operator.index(budget)
+    except TypeError:
+        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}") from None
+    if b < 0 or b > MAX_INT:
+        raise InvalidArgumentError(f"max_tokens must be an int in [0, 2**63 - 1], got {budget!r}")
+    return int(b)
+
+
+def priority(value: Any) -> float:
+    """A priority in [0, 1]."""
+    if _is_bool(value) or isinstance(value, (str, bytes, bytearray)):
+        raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
+    try:
+        p = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}") from None
+    if not 0.0 <= p <= 1.0:  # also false for NaN
+        raise InvalidArgumentError(f"priority must be a number in [0, 1], got {value!r}")
+    return p
+
+
+def tags(value: Iterable[str] | None) -> list[str]:
+    """A list of tag strings (a lone string is refused: it would be split into letters)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise InvalidArgumentError(f"tags must be a list of strings, not the string {value!r}")
+    try:
+        out = list(value)
+    except TypeError:
+        raise InvalidArgumentError(f"tags must be a list of strings, got {value!r}") from None
+    if not all(isinstance(t, str) for t in out):
+        raise InvalidArgumentError(f"tags must be strings, got {out!r}")
+    return out
+
+
+def text(value: Any, what: str) -> str:
+    """A str (refuses bytes and everything else)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
+    return value
+
+
+def is_array(value: Any) -> bool:
+    return hasattr(value, "__array__") and hasattr(value, "shape")
+
+
+def vector(value: Any, what: str) -> bytes:
+    """One vector as native float32 bytes, the form the core stores and scores.
+    Accepts a numpy array or any sequence of numbers (numpy is not required)."""
+    if is_array(value):
+        import numpy as np
+
+        try:
+            arr = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{what} must be an array of numbers") from None
+        if arr.ndim != 1 or arr.size == 0:
+            raise InvalidArgumentError(
+                f"{what} must be a non-empty 1-d vector, got shape {tuple(arr.shape)}"
+            )
+        if not np.isfinite(arr).all():
+            raise InvalidArgumentError(f"{what} holds NaN or infinite values")
+        return np.ascontiguousarray(arr).tobytes()
+    if isinstance(value, (str, bytes)):
+        raise InvalidArgumentError(f"{what} must be a sequence of numbers, got {value!r}")
+    try:
+        vec = [float(x) for x in value]
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(f"{what} must be a sequence of numbers") from None
+    # float32 overflows to inf above ~3.4e38: check after the narrowing.
+    packed = array("f", vec) if vec else None
+    if packed is None or not all(math.isfinite(x) for x in packed):
+        raise InvalidArgumentError(f"{what} must be a non-empty sequence of finite numbers")
+    return packed.tobytes()
