@@ -10,6 +10,7 @@ SKILL.md or CLAUDE.md imports unchanged.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from typing import Any, Union
 
 import yaml
 
+from rampart._files import FileProblem, read_regular_file
 from rampart.errors import BlockNotFoundError, ParseError, UnsupportedFormatError
 
 __all__ = [
@@ -34,7 +36,87 @@ __all__ = [
     "register_parser",
 ]
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Resource limits on untrusted seed files (docs/limits.md). Real seed and skill
+# files are kilobytes; these leave two orders of magnitude of room and keep a
+# hostile file (an alias bomb, /dev/zero, a FIFO) from taking memory or time.
+MAX_SEED_BYTES = 16 << 20
+"""Largest seed or skill file read, in bytes; a larger one is a ParseError."""
+MAX_FRONT_MATTER_BYTES = 256 << 10
+"""Largest front-matter section (the YAML between two ``---`` lines), in bytes."""
+MAX_YAML_NODES = 100_000
+"""Most YAML nodes a front-matter section may stand for once its aliases are
+expanded (what the metadata becomes in JSON): bounds the 'billion laughs'."""
+MAX_NAME_BYTES = 65535
+"""Longest block name and longest tag list (UTF-8 bytes), as the core enforces."""
+MAX_METADATA_DEPTH = 64
+"""Deepest nesting of lists and mappings in front-matter metadata."""
+
+
+class _YamlTooLarge(Exception):
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _expanded_size(root: Any) -> None:
+    """Raise _YamlTooLarge when the node graph under ``root``, with every alias
+    expanded, holds more than MAX_YAML_NODES nodes, nests deeper than
+    MAX_METADATA_DEPTH, or refers to itself. Aliases share node objects, so sizes
+    are memoised per node: the check costs the *written* size, not the expanded one."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    busy: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        else:
+            size[key], depth[key] = 1, 0
+            continue
+        if done:
+            busy.discard(key)
+            total = 1 + sum(size[id(k)] for k in kids)
+            deep = 1 + max((depth[id(k)] for k in kids), default=0)
+            line = node.start_mark.line if node.start_mark is not None else 0
+            if total > MAX_YAML_NODES:
+                raise _YamlTooLarge(
+                    f"front matter expands to more than {MAX_YAML_NODES} YAML nodes "
+                    "(aliases repeat what they refer to)",
+                    line,
+                )
+            if deep > MAX_METADATA_DEPTH:
+                raise _YamlTooLarge(
+                    f"front matter nests deeper than {MAX_METADATA_DEPTH} levels", line
+                )
+            size[key], depth[key] = total, deep
+            continue
+        if key in size:
+            continue
+        if key in busy:
+            line = node.start_mark.line if node.start_mark is not None else 0
+            raise _YamlTooLarge("front matter holds an alias to itself (a cycle)", line)
+        busy.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in size)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    """The safe loader, bounded: the node graph is measured before any Python
+    object is built from it."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return self.construct_document(node)
+
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _NAME_KEY = re.compile(r"^name\s*:")
@@ -63,8 +145,18 @@ class SeedBlock:
     def metadata_json(self) -> str | None:
         if not self.metadata:
             return None
-        # YAML may hold dates and the like: keep them as text rather than fail.
-        return json.dumps(dict(self.metadata), default=str, ensure_ascii=False)
+        try:
+            # YAML may hold dates and the like: keep them as text rather than fail
+            # (the parser has already turned them into text; a custom parser may not).
+            text = json.dumps(dict(self.metadata), default=str, ensure_ascii=False)
+            text.encode("utf-8")  # a lone surrogate cannot reach the core
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ParseError(
+                f"block {self.name!r}: metadata cannot be stored as JSON ({exc})",
+                path=self.path or None,
+                line=self.line,
+            ) from None
+        return text
 
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -90,11 +182,9 @@ def stem_name(path: Path) -> str:
 
 def _read_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ParseError("file not found", path=path) from None
-    except IsADirectoryError:
-        raise ParseError("is a directory, not a seed file", path=path) from None
+        raw = read_regular_file(path, MAX_SEED_BYTES)
+    except FileProblem as exc:
+        raise ParseError(str(exc), path=path) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -128,8 +218,17 @@ def _find_close(lines: list[str], start: int) -> int | None:
 
 
 def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
+    text = "\n".join(lines)
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
+        raise ParseError(
+            f"front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes",
+            path=path,
+            line=first_line,
+        )
     try:
-        return yaml.load("\n".join(lines), Loader=_Loader)
+        return yaml.load(text, Loader=_Loader)
+    except _YamlTooLarge as exc:
+        raise ParseError(str(exc), path=path, line=first_line + exc.line) from None
     except yaml.YAMLError as exc:
         # An unclosed bracket is reported at the end of the text; where it opened
         # (the context mark) is the line a person needs to look at.
@@ -137,6 +236,14 @@ def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
         line = first_line + (mark.line if mark is not None else 0)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ParseError(f"malformed YAML front matter: {problem}", path=path, line=line) from None
+    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as exc:
+        # Constructors raise these for values YAML allows but Python cannot build
+        # (a timestamp out of range, an unhashable key).
+        raise ParseError(
+            f"malformed YAML front matter: {type(exc).__name__}: {exc}",
+            path=path,
+            line=first_line,
+        ) from None
 
 
 def _key_line(fm: list[str], key: str, first_line: int) -> int:
@@ -220,22 +327,113 @@ def _sections(text: str, path: Path) -> list[_Section]:
 
 
 def _check_priority(value: Any, path: Path, line: int) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        p = float(value)  # numpy scalars from a custom parser are numbers too
+    except (TypeError, ValueError, OverflowError):
         raise ParseError(
-            f"priority must be a number in [0, 1], got {value!r}", path=path, line=line
-        )
-    p = float(value)
+            f"priority must be a number in [0, 1], got {_short(value)}", path=path, line=line
+        ) from None
     if not math.isfinite(p) or not 0.0 <= p <= 1.0:
-        raise ParseError(f"priority must be in [0, 1], got {value!r}", path=path, line=line)
+        raise ParseError(f"priority must be in [0, 1], got {_short(value)}", path=path, line=line)
     return p
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _utf8_len(text: str, what: str, path: Path, line: int) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ParseError(
+            f"{what} holds a lone surrogate (an escape such as \\ud800), which is not text",
+            path=path,
+            line=line,
+        ) from None
 
 
 def _check_tags(value: Any, path: Path, line: int) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise ParseError(f"tags must be a list of strings, got {value!r}", path=path, line=line)
+        raise ParseError(
+            f"tags must be a list of strings, got {_short(value)}", path=path, line=line
+        )
+    total = 0
+    for t in value:
+        # The core's rule: a tag is non-empty and free of U+001F (its separator).
+        if not t or "\x1f" in t:
+            raise ParseError(
+                f"tag {_short(t)} is empty or holds the control character U+001F",
+                path=path,
+                line=line,
+            )
+        total += _utf8_len(t, "a tag", path, line) + 1
+    if total > MAX_NAME_BYTES:
+        raise ParseError(
+            f"tags take {total} bytes together; at most {MAX_NAME_BYTES} are allowed",
+            path=path,
+            line=line,
+        )
     return tuple(value)
+
+
+def _check_name(name: Any, path: Path, line: int) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ParseError(
+            f"name must be a non-empty string, got {_short(name)}", path=path, line=line
+        )
+    stripped: str = name.strip()
+    n = _utf8_len(stripped, "the name", path, line)
+    if n > MAX_NAME_BYTES:
+        raise ParseError(
+            f"name is {n} bytes long; at most {MAX_NAME_BYTES} are allowed", path=path, line=line
+        )
+    return stripped
+
+
+def _plain(value: Any, path: Path, line: int) -> Any:
+    """Front-matter metadata as plain JSON values: dates (keys or values) become
+    their text, as ``json.dumps(default=str)`` did; binary data, sets and other
+    types JSON has no form for are a ParseError here rather than a TypeError at
+    insert. Depth is already bounded by the loader (MAX_METADATA_DEPTH)."""
+    if isinstance(value, str):
+        _utf8_len(value, "a front-matter value", path, line)
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return str(value)
+    if isinstance(value, list):
+        return [_plain(v, path, line) for v in value]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if isinstance(k, str):
+                _utf8_len(k, "a front-matter key", path, line)
+                key = k
+            elif k is None or isinstance(k, (bool, int, float)):
+                key = json.dumps(k)  # what json.dumps does with such a key
+            elif isinstance(k, (datetime.date, datetime.datetime)):
+                key = str(k)
+            else:
+                raise ParseError(
+                    f"front-matter key {_short(k)} is a {type(k).__name__}; keys must be text",
+                    path=path,
+                    line=line,
+                )
+            out[key] = _plain(v, path, line)
+        return out
+    kind = "binary data (!!binary)" if isinstance(value, bytes) else type(value).__name__
+    raise ParseError(
+        f"front matter holds {kind}, which has no JSON form; use a string",
+        path=path,
+        line=line,
+    )
 
 
 def _block_from_section(
@@ -249,11 +447,7 @@ def _block_from_section(
     meta = dict(sec.meta)
     fm_first = sec.fm_line + 1
     if "name" in meta:
-        name = meta.pop("name")
-        if not isinstance(name, str) or not name.strip():
-            line = _key_line(sec.fm, "name", fm_first)
-            raise ParseError(f"name must be a non-empty string, got {name!r}", path=path, line=line)
-        name = name.strip()
+        name = _check_name(meta.pop("name"), path, _key_line(sec.fm, "name", fm_first))
     elif first:
         name = stem_name(path)
     else:  # pragma: no cover - later sections are only recognised by their name
@@ -264,6 +458,10 @@ def _block_from_section(
             meta.pop("priority"), path, _key_line(sec.fm, "priority", fm_first)
         )
     tags = _check_tags(meta.pop("tags", None), path, _key_line(sec.fm, "tags", fm_first))
+    plain: dict[str, Any] = {}
+    for k, v in meta.items():
+        plain.update(_plain({k: v}, path, _key_line(sec.fm, str(k), fm_first)))
+    meta = plain
     return SeedBlock(name, content, priority, tags, meta, str(path), sec.fm_line)
 
 
@@ -316,6 +514,12 @@ def _from_custom(parser: ParserFn, path: Path) -> list[SeedBlock]:
     out: list[SeedBlock] = []
     for k, row in enumerate(rows):
         if isinstance(row, SeedBlock):
+            line = row.line if row.path else k + 1
+            _check_name(row.name, path, line)
+            _utf8_len(row.content, "the content", path, line)
+            _check_priority(row.priority, path, line)
+            _check_tags(list(row.tags), path, line)
+            row.metadata_json()
             out.append(row)
             continue
         if not isinstance(row, (tuple, list)) or len(row) != 4:
@@ -326,9 +530,10 @@ def _from_custom(parser: ParserFn, path: Path) -> list[SeedBlock]:
         name, content, priority, tags = row
         if not isinstance(name, str) or not name.strip() or not isinstance(content, str):
             raise ParseError(f"entry {k}: name and content must be strings", path=path)
+        _utf8_len(content, "the content", path, k + 1)
         out.append(
             SeedBlock(
-                name.strip(),
+                _check_name(name, path, k + 1),
                 content,
                 _check_priority(priority, path, k + 1),
                 _check_tags(list(tags) if isinstance(tags, tuple) else tags, path, k + 1),
@@ -514,7 +719,8 @@ def parse_skill_file(
             name, content = pair
             if not isinstance(name, str) or not name.strip() or not isinstance(content, str):
                 raise ParseError(f"splitter entry {k}: name and content must be strings", path=p)
-            out.append(SeedBlock(name.strip(), content.strip(), prio, (), {}, str(p), 1))
+            _utf8_len(content, "the content", p, 1)
+            out.append(SeedBlock(_check_name(name, p, 1), content.strip(), prio, (), {}, str(p), 1))
         return out
     sections = _split_headers(text, p, prio)
     if sections is not None:
