@@ -239,3 +239,130 @@ def test_odd_file_names_are_read(tmp_path: Path) -> None:
     p = write(tmp_path, "we ird\t-name -- ü.md", "just text\n")
     (b,) = parse_file(p)
     assert b.name == "we_ird_name_ü" and b.content == "just text"
+
+
+# ---- tool schemas: $ref fan-out and depth -------------------------------------------------
+
+
+def fan_out_tool(levels: int = 5, width: int = 12) -> dict[str, object]:
+    """Every property of definition D<i> refers to D<i+1>: rendered naively, the text
+    grows as width**levels (this one: ~5 KB of JSON, tens of MB of text)."""
+    defs: dict[str, object] = {}
+    for i in range(levels):
+        if i + 1 < levels:
+            prop: dict[str, object] = {"$ref": f"#/$defs/D{i + 1}", "description": "see below"}
+        else:
+            prop = {"type": "string", "description": "a leaf value"}
+        defs[f"D{i}"] = {"type": "object", "properties": {f"p{j}": prop for j in range(width)}}
+    root = {f"r{j}": {"$ref": "#/$defs/D0"} for j in range(width)}
+    schema = {"type": "object", "properties": root, "$defs": defs}
+    return {"name": "fan", "description": "Fan-out.", "inputSchema": schema}
+
+
+def test_ref_fan_out_renders_each_definition_once() -> None:
+    import json
+
+    tool = fan_out_tool()
+    assert len(json.dumps(tool)) < 6000
+    (schema,) = rampart.parse_tools([tool])
+    text = rampart.render_tool(schema)
+    assert len(text) < 20_000
+    assert text.count("- (fields of D0 as listed above)") == 11  # r1..r11
+    assert "  - p0 (object, optional): see below" in text
+    reg = rampart.BlockRegistry(default_max_tokens=None)
+    (rid,) = reg.load_tools([tool])
+    assert reg.get_by_id(rid).content == text
+    reg.release()
+
+
+def test_union_fan_out_is_refused_with_unsupported_format() -> None:
+    defs: dict[str, object] = {
+        f"D{i}": {"anyOf": [{"$ref": f"#/$defs/D{i + 1}"}, {"$ref": f"#/$defs/E{i + 1}"}] * 15}
+        for i in range(6)
+    }
+    defs.update({f"E{i}": {"$ref": f"#/$defs/D{i}"} for i in range(1, 7)})
+    defs["D6"] = {"type": "string"}
+    tool = {
+        "name": "union",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/D0"}},
+            "$defs": defs,
+        },
+    }
+    (schema,) = rampart.parse_tools([tool])
+    with pytest.raises(rampart.UnsupportedFormatError, match="tool 'union' cannot be rendered"):
+        rampart.render_tool(schema)
+    reg = rampart.BlockRegistry(default_max_tokens=None)
+    with pytest.raises(rampart.UnsupportedFormatError):
+        reg.load_tools([tool])
+    assert len(reg) == 0
+    reg.release()
+
+
+def test_rendered_size_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rampart import tools
+
+    monkeypatch.setattr(tools, "MAX_RENDERED_CHARS", 500)
+    props = {f"p{i}": {"type": "string", "description": "d" * 50} for i in range(20)}
+    (schema,) = rampart.parse_tools(
+        [{"name": "wide", "inputSchema": {"type": "object", "properties": props}}]
+    )
+    with pytest.raises(rampart.UnsupportedFormatError, match="longer than 500 characters"):
+        rampart.render_tool(schema)
+
+
+def nested(n: int) -> dict[str, object]:
+    x: dict[str, object] = {"type": "object"}
+    for _ in range(n):
+        x = {"type": "object", "properties": {"a": x}}
+    return x
+
+
+@pytest.mark.parametrize("depth", [40, 5000])
+def test_deeply_nested_schema_is_refused_not_recursion_error(depth: int) -> None:
+    tool = {"name": "deep", "inputSchema": nested(depth)}
+    with pytest.raises(rampart.UnsupportedFormatError, match="nests deeper than 64 levels"):
+        rampart.parse_tools([tool])
+    with pytest.raises(rampart.InvalidArgumentError, match="nests deeper"):
+        rampart.ToolSchema("deep", input_schema=nested(depth))
+
+
+def test_real_depth_still_loads() -> None:
+    (schema,) = rampart.parse_tools([{"name": "ok", "inputSchema": nested(25)}])
+    assert "- a (object, optional)" in rampart.render_tool(schema)
+
+
+def test_deep_json_file_and_nested_rpc_are_refused(tmp_path: Path) -> None:
+    p = write(tmp_path, "tools.json", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(rampart.UnsupportedFormatError, match="nested too deeply"):
+        rampart.parse_tools(p)
+    rpc: dict[str, object] = {"tools": []}
+    for _ in range(5000):
+        rpc = {"jsonrpc": "2.0", "result": rpc}
+    assert rampart.parse_tools(rpc) == []
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    with pytest.raises(rampart.UnsupportedFormatError):
+        rampart.parse_tools([{"name": "c", "inputSchema": {"type": "object", "x": cyclic}}])
+
+
+def test_tools_file_special_files_and_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rampart import tools
+
+    link = tmp_path / "zero.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(rampart.UnsupportedFormatError, match="not a regular file"):
+        rampart.parse_tools(link)
+    monkeypatch.setattr(tools, "MAX_TOOLS_FILE_BYTES", 10)
+    with pytest.raises(rampart.UnsupportedFormatError, match="at most 10"):
+        rampart.parse_tools(write(tmp_path, "t.json", "[" + " " * 20 + "]"))
+
+
+def test_tool_text_with_lone_surrogate_is_refused() -> None:
+    bad = {"name": "s", "description": "bad \ud800", "inputSchema": {"type": "object"}}
+    with pytest.raises(rampart.UnsupportedFormatError, match="lone surrogate"):
+        rampart.parse_tools([bad])
+    prop = {"type": "object", "properties": {"\udc00": {"type": "string"}}}
+    with pytest.raises(rampart.UnsupportedFormatError, match="not plain JSON"):
+        rampart.parse_tools([{"name": "s", "inputSchema": prop}])

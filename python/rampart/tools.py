@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from rampart._files import FileProblem, read_regular_file
 from rampart.errors import InvalidArgumentError, UnsupportedFormatError
 
 __all__ = [
@@ -68,15 +69,46 @@ _EXPECTED = (
 )
 
 
+# Resource limits on untrusted tool definitions (docs/limits.md).
+MAX_TOOLS_FILE_BYTES = 16 << 20
+"""Largest tools JSON file read, in bytes."""
+MAX_SCHEMA_DEPTH = 64
+"""Deepest nesting of objects and arrays in a tool's schemas (real tools: under 20)."""
+MAX_RENDERED_CHARS = 256 << 10
+"""Longest text :func:`render_tool` produces for one tool."""
+MAX_RENDER_STEPS = 100_000
+"""Most schema nodes :func:`render_tool` visits for one tool (``$ref`` fan-out)."""
+
+
 class _Invalid(Exception):
     """A problem with one value; the caller adds where it was found."""
 
 
+def _check_depth(value: Any, what: str) -> None:
+    """Refuse nesting deeper than MAX_SCHEMA_DEPTH, iteratively: json and the
+    renderer recurse, and a RecursionError is no answer to a bad schema."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, Mapping):
+            kids: Any = v.values()
+        elif isinstance(v, (list, tuple)):
+            kids = v
+        else:
+            continue
+        if depth >= MAX_SCHEMA_DEPTH:
+            raise _Invalid(f"{what} nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        stack.extend((k, depth + 1) for k in kids)
+
+
 def _json_copy(value: Any, what: str) -> Any:
     """A private, plain-JSON copy (tuples become lists); refuses what JSON cannot hold."""
+    _check_depth(value, what)
     try:
-        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")  # a lone surrogate is not text the core can hold
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise _Invalid(f"{what} is not plain JSON ({exc})") from None
 
 
@@ -126,6 +158,12 @@ def _validated(
         )
     if not isinstance(description, str):
         raise _Invalid(f"description must be a string, got {type(description).__name__}")
+    for text, what in ((description, "description"), (title, "title")):
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Invalid(f"{what} holds a lone surrogate, which is not text") from None
     _check_object_schema(input_schema, "input schema")
     _optional(title, str, "title")
     _optional(annotations, Mapping, "annotations")
@@ -269,7 +307,7 @@ class ToolSchema:
     def from_json(cls, text: str) -> ToolSchema:
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"not a stored tool schema: {exc}") from None
         return cls.from_dict(data)
 
@@ -373,17 +411,19 @@ def _json_kind(value: Any) -> str:
 def _entries(obj: Any, where: str) -> tuple[Sequence[Any], str]:
     """The list of definitions inside ``obj`` and how to name it in messages."""
     if isinstance(obj, Mapping):
-        if "jsonrpc" in obj:
+        # A loop, not recursion: responses nested in responses cannot exhaust the stack.
+        while "jsonrpc" in obj:
             if "error" in obj:
                 raise UnsupportedFormatError(
-                    f"{where}a JSON-RPC error response, not a tools/list result: {obj['error']!r}"
+                    f"{where}a JSON-RPC error response, not a tools/list result: "
+                    f"{_clip(repr(obj['error']))}"
                 )
             result = obj.get("result")
             if not isinstance(result, Mapping):
                 raise UnsupportedFormatError(
                     f'{where}a JSON-RPC response without a "result" object; {_EXPECTED}'
                 )
-            return _entries(result, where)
+            obj = result
         if "tools" in obj:
             tools = obj["tools"]
             if not isinstance(tools, (list, tuple)):
@@ -400,19 +440,32 @@ def _entries(obj: Any, where: str) -> tuple[Sequence[Any], str]:
     )
 
 
+def _clip(text: str, n: int = 200) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _read_json(path: str | os.PathLike[str]) -> Any:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UnsupportedFormatError(f"{p}: no such tools file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = read_regular_file(p, MAX_TOOLS_FILE_BYTES)
+    except FileProblem as exc:
+        if str(exc) == "file not found":
+            raise UnsupportedFormatError(f"{p}: no such tools file") from None
+        raise UnsupportedFormatError(f"{p}: cannot read tools file: {exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
         raise UnsupportedFormatError(f"{p}: cannot read tools file: {exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnsupportedFormatError(
             f"{p}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise UnsupportedFormatError(
+            f"{p}: not usable JSON: nested too deeply (at most {MAX_SCHEMA_DEPTH} levels "
+            "are accepted in a schema)"
         ) from None
 
 
@@ -480,14 +533,36 @@ def _literal(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+class _TooLarge(Exception):
+    """The rendered text would pass MAX_RENDERED_CHARS or MAX_RENDER_STEPS."""
+
+
 class _Renderer:
     """Walks a JSON Schema into bullet lines. Local ``$ref``s (``#/$defs/X``,
-    ``#/definitions/X``) are followed once per path, so recursive models terminate."""
+    ``#/definitions/X``) are followed once per path, so recursive models terminate,
+    and a definition's fields are listed once per tool: a later reference says
+    where they are instead of repeating them (many properties sharing one
+    definition would otherwise multiply the text at every level)."""
 
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
+        self.listed: set[str] = set()  # definitions whose fields are already shown
+        self.steps = 0
+        self.chars = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_RENDER_STEPS:
+            raise _TooLarge(f"its schema takes more than {MAX_RENDER_STEPS} steps to describe")
+
+    def emit(self, lines: list[str], line: str) -> None:
+        self.chars += len(line) + 1
+        if self.chars > MAX_RENDERED_CHARS:
+            raise _TooLarge(f"its description would be longer than {MAX_RENDERED_CHARS} characters")
+        lines.append(line)
 
     def resolve(self, schema: Any, seen: frozenset[str]) -> tuple[Any, frozenset[str]]:
+        self.step()
         while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
             ref = schema["$ref"]
             target: Any = self.root if ref.startswith("#/") else None
@@ -513,6 +588,7 @@ class _Renderer:
         return None
 
     def type_of(self, schema: Any, seen: frozenset[str], depth: int = 0) -> str:
+        self.step()
         schema, seen = self.resolve(schema, seen)
         if schema is True or schema == {}:
             return "any"
@@ -599,22 +675,30 @@ class _Renderer:
         return None, seen
 
     def params(self, schema: Any, seen: frozenset[str], depth: int) -> list[str]:
-        obj, seen = self.children(schema, seen)
+        obj, inner_seen = self.children(schema, seen)
         if obj is None or depth >= _MAX_DEPTH:
             return []
-        required = obj.get("required") if isinstance(obj.get("required"), list) else []
         indent = "  " * depth
-        lines = []
+        entered = sorted(inner_seen - seen)
+        if entered and depth > 0:
+            shown = [ref for ref in entered if ref in self.listed]
+            if shown:
+                name = shown[0].rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+                return [f"{indent}- (fields of {name} as listed above)"]
+            self.listed.update(entered)
+        seen = inner_seen
+        required = obj.get("required") if isinstance(obj.get("required"), list) else []
+        lines: list[str] = []
         for name, prop in obj["properties"].items():
-            resolved, inner = self.resolve(prop, seen)
+            resolved, _ = self.resolve(prop, seen)
             parts = [self.type_of(prop, seen), "required" if name in required else "optional"]
             head = ", ".join(parts)
             notes = self.notes(resolved)
             if notes:
                 head += "; " + "; ".join(notes)
             desc = _one_line(resolved.get("description")) if isinstance(resolved, Mapping) else ""
-            lines.append(f"{indent}- {name} ({head})" + (f": {desc}" if desc else ""))
-            lines.extend(self.params(resolved, inner, depth + 1))
+            self.emit(lines, f"{indent}- {name} ({head})" + (f": {desc}" if desc else ""))
+            lines.extend(self.params(prop, seen, depth + 1))
         return lines
 
 
@@ -666,7 +750,12 @@ def render_tool(schema: ToolSchema) -> str:
     hints = [word for key, word in _HINTS if notes.get(key) is True]
     if hints:
         lines.append("Hints: " + ", ".join(hints) + ".")
-    params = _Renderer(schema.input_schema).params(schema.input_schema, frozenset(), 0)
+    try:
+        params = _Renderer(schema.input_schema).params(schema.input_schema, frozenset(), 0)
+    except _TooLarge as exc:
+        raise UnsupportedFormatError(
+            f"tool {schema.name!r} cannot be rendered: {exc} (see docs/limits.md)"
+        ) from None
     lines.append("Parameters:" if params else "Parameters: none.")
     lines.extend(params)
     return "\n".join(lines)
