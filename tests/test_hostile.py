@@ -366,3 +366,146 @@ def test_tool_text_with_lone_surrogate_is_refused() -> None:
     prop = {"type": "object", "properties": {"\udc00": {"type": "string"}}}
     with pytest.raises(rampart.UnsupportedFormatError, match="not plain JSON"):
         rampart.parse_tools([{"name": "s", "inputSchema": prop}])
+
+
+# ---- saved registry files: valid checksum, hostile contents ------------------------------
+
+
+def reframe(payload: bytes) -> bytes:
+    """A registry file around ``payload``: header and a correct checksum."""
+    import struct
+    import zlib
+
+    head = b"RAMPART\0" + struct.pack("<IQ", 1, len(payload))
+    return head + payload + struct.pack("<I", zlib.crc32(payload))
+
+
+def swap_str(data: bytes, old: bytes, new: bytes) -> bytes:
+    """Replace one length-prefixed string of a saved registry, checksum redone."""
+    import struct
+
+    payload = data[20:-4]
+    framed = struct.pack("<I", len(old)) + old
+    assert payload.count(framed) == 1
+    return reframe(payload.replace(framed, struct.pack("<I", len(new)) + new))
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[bytes, bytes, bytes]:
+    """A saved registry with one block carrying metadata, and its settings and
+    metadata strings as stored."""
+    seed = write(tmp_path, "s.md", "---\nname: a\nowner: platform\n---\nbody\n")
+    reg = rampart.BlockRegistry.from_files(seed)
+    reg.save(tmp_path / "good")
+    data = (tmp_path / "good").read_bytes()
+    settings = reg._settings().encode()
+    meta = reg.list_blocks()[0]._b.metadata_json.encode()
+    reg.release()
+    return data, settings, meta
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("which", "new", "match"),
+    [
+        ("meta", b'{"owner"= "platform"}', "metadata of block #0 \\('a'\\) is not valid JSON"),
+        ("meta", b"[]", "must be a JSON object, got list"),
+        ("meta", DEEP, "is not valid JSON \\(RecursionError"),
+        ("meta", b'{"x": ' + b"[" * 200 + b"]" * 200 + b"}", "nests deeper than 128"),
+        ("meta", b'{"tool_schema": {"name": 5}}', "malformed tool schema"),
+        ("settings", b"[]", "must be a JSON object, got list"),
+        ("settings", b"null", "must be a JSON object, got NoneType"),
+        ("settings", DEEP, "settings is not valid JSON"),
+        ("settings", b"{nope", "settings is not valid JSON"),
+        ("settings", b'{"tokeniser": 5}', "no tokeniser"),
+        ("settings", b'{"tokeniser": "cl100k_base", "default_max_tokens": -1}', "default_max"),
+        ("settings", b'{"tokeniser": "cl100k_base", "default_max_tokens": true}', "default_max"),
+        ("settings", b'{"tokeniser": "cl100k_base", "embedding_model": [1]}', "embedding_model"),
+    ],
+)
+def test_damaged_contents_with_valid_checksum_raise_only_registry_file_error(
+    tmp_path: Path, saved: tuple[bytes, bytes, bytes], which: str, new: bytes, match: str
+) -> None:
+    data, settings, meta = saved
+    bad = swap_str(data, meta if which == "meta" else settings, new)
+    p = write(tmp_path, "bad.rampart", bad)
+    with pytest.raises(rampart.RegistryFileError, match=match) as exc:
+        rampart.BlockRegistry.load(p, label="must-stay-free")
+    assert str(p) in str(exc.value)
+    assert rampart.get_by_label("must-stay-free") is None
+    # The same bytes through pickle's path.
+    with pytest.raises(rampart.RegistryFileError):
+        rampart.BlockRegistry._from_bytes(bad, "x", None, None, "must-stay-free", {})
+    assert rampart.get_by_label("must-stay-free") is None
+
+
+def test_unchanged_file_still_loads(tmp_path: Path, saved: tuple[bytes, bytes, bytes]) -> None:
+    data, _, meta = saved
+    back = rampart.BlockRegistry.load(write(tmp_path, "ok.rampart", swap_str(data, meta, meta)))
+    assert back.list_blocks()[0].metadata == {"owner": "platform"}
+    back.release()
+
+
+def test_registry_header_is_checked_before_reading(tmp_path: Path) -> None:
+    import struct
+
+    huge = b"RAMPART\0" + struct.pack("<IQ", 1, 2**62) + b"tiny"
+    p = write(tmp_path, "huge.rampart", huge)
+    with pytest.raises(rampart.RegistryFileError, match="header says 4611686018427387904"):
+        rampart.BlockRegistry.load(p)
+    link = tmp_path / "zero.rampart"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(rampart.RegistryFileError, match="not a regular file"):
+        rampart.BlockRegistry.load(link)
+    with pytest.raises(rampart.RegistryFileError, match="is a directory"):
+        rampart.BlockRegistry.load(tmp_path)
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "pipe.rampart"
+        os.mkfifo(fifo)
+        with pytest.raises(rampart.RegistryFileError, match="not a regular file"):
+            rampart.BlockRegistry.load(fifo)
+    with pytest.raises(FileNotFoundError):
+        rampart.BlockRegistry.load(tmp_path / "missing.rampart")
+
+
+# ---- a failed cold start leaves nothing behind ---------------------------------------------
+
+
+class BrokenModel:
+    """An embedding model that fails the way a real one can (file gone, OOM)."""
+
+    def encode(self, text: str) -> list[float]:
+        raise RuntimeError("model file vanished")
+
+
+def test_failed_from_files_frees_its_label(tmp_path: Path) -> None:
+    seed = write(tmp_path, "s.md", "---\nname: a\n---\nbody\n")
+    with pytest.raises(RuntimeError, match="vanished") as exc:
+        rampart.BlockRegistry.from_files(seed, BrokenModel(), label="retry-me")
+    assert exc.value is not None  # the traceback is still alive here
+    assert rampart.get_by_label("retry-me") is None
+    reg = rampart.BlockRegistry.from_files(seed, label="retry-me")
+    assert rampart.get_by_label("retry-me") is reg
+    reg.release()
+
+
+def test_failed_from_seed_and_core_failure_free_the_label(tmp_path: Path) -> None:
+    seed = write(tmp_path, "s.md", "---\nname: a\n---\nbody\n")
+    lib = rampart.SeedRegistry.from_files(seed)
+    with pytest.raises(RuntimeError):
+        rampart.BlockRegistry.from_seed(lib, ["a"], embedding_model=BrokenModel(), label="again")
+    assert rampart.get_by_label("again") is None
+
+    # A tokeniser that fails after the registry exists (during the block inserts).
+    with pytest.raises(rampart.InvalidArgumentError, match="expected an int"):
+        rampart.BlockRegistry.from_files(seed, tokeniser=lambda t: 2**40, label="again")
+    assert rampart.get_by_label("again") is None
+    # A block the core refuses (a SeedRegistry built by hand skips the parser's checks).
+    bad = rampart.SeedRegistry([("x.bad", rampart.SeedBlock("bad", "body", tags=("",)))])
+    with pytest.raises(rampart.InvalidArgumentError, match="tag"):
+        rampart.BlockRegistry.from_seed(bad, ["bad"], label="again")
+    assert rampart.get_by_label("again") is None
+    reg = rampart.BlockRegistry.from_seed(lib, ["a"], label="again")
+    reg.release()

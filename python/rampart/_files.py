@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 FILE_MODE = 0o644  # mkstemp's 0o600 would hide saved registries and cached models
 
@@ -57,7 +59,12 @@ def sha256_file(path: Path) -> str:
 
 
 class FileProblem(Exception):
-    """Why a file could not be read; the caller names the file in its own error class."""
+    """Why a file could not be read; the caller names the file in its own error class.
+    ``missing``: the file does not exist (callers may keep FileNotFoundError for it)."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
@@ -72,7 +79,7 @@ def open_regular(path: Path) -> int:
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
-        raise FileProblem("file not found") from None
+        raise FileProblem("file not found", missing=True) from None
     except IsADirectoryError:
         raise FileProblem("is a directory, not a file") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
@@ -107,3 +114,110 @@ def read_regular_file(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise FileProblem(f"is larger than {limit} bytes, the most that is read")
     return data
+
+
+# ---- saved registries -------------------------------------------------------------------
+
+# The frame of a saved registry (rust/src/persist.rs): magic, format version u32,
+# payload length u64, payload, crc32 u32, little-endian. Only the frame is checked
+# here, so that a file that is not one, or whose size disagrees with its header,
+# is refused before it is read into memory; the core checks everything else.
+REGISTRY_MAGIC = b"RAMPART\0"
+_HEADER = 8 + 4 + 8
+_TRAILER = 4
+MAX_SAVED_JSON_DEPTH = 128
+"""Deepest nesting accepted in a saved registry's settings and block metadata."""
+
+
+def read_registry_bytes(path: Path) -> bytes:
+    """The bytes of a saved registry file whose magic and length header agree
+    with its size, else FileProblem (what is wrong, in the core's words)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(_HEADER)
+            if len(head) < 8 or head[:8] != REGISTRY_MAGIC:
+                raise FileProblem("it is not a rampart registry file (bad magic bytes)")
+            if len(head) < _HEADER:
+                raise FileProblem(f"it is truncated ({size} bytes, shorter than its header)")
+            length = int.from_bytes(head[12:20], "little")
+            if size - _HEADER - _TRAILER != length:
+                raise FileProblem(
+                    f"it is truncated or has trailing bytes (header says {length} payload "
+                    f"bytes, file holds {max(size - _HEADER - _TRAILER, 0)})"
+                )
+            rest = f.read(length + _TRAILER + 1)
+        except OSError as exc:
+            raise FileProblem(f"cannot read: {exc}") from None
+    if len(rest) != length + _TRAILER:  # it changed while being read
+        raise FileProblem("it changed size while being read")
+    return head + rest
+
+
+def _depth_at_most(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            kids: Any = v.values()
+        elif isinstance(v, list):
+            kids = v
+        else:
+            continue
+        if depth >= limit:
+            return False
+        stack.extend((k, depth + 1) for k in kids)
+    return True
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object nesting at most MAX_SAVED_JSON_DEPTH
+    levels, else FileProblem naming ``what``. Deeper text is refused by json's own
+    recursion guard (a RecursionError, turned into a FileProblem here)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FileProblem(f"{what} is not valid JSON ({type(exc).__name__}: {exc})") from None
+    if not isinstance(value, dict):
+        raise FileProblem(f"{what} must be a JSON object, got {type(value).__name__}")
+    if not _depth_at_most(value, MAX_SAVED_JSON_DEPTH):
+        raise FileProblem(f"{what} nests deeper than {MAX_SAVED_JSON_DEPTH} levels")
+    return value
+
+
+def registry_settings(text: str) -> dict[str, Any]:
+    """The binding's settings from a saved registry, every field checked."""
+    settings = json_object(text, "its settings")
+    tok = settings.get("tokeniser")
+    if not isinstance(tok, str):
+        raise FileProblem(f"its settings name no tokeniser (got {type(tok).__name__})")
+    budget = settings.get("default_max_tokens")
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget < 2**63
+    ):
+        raise FileProblem(f"its settings hold a bad default_max_tokens {budget!r:.60}")
+    model = settings.get("embedding_model")
+    if model is not None and not isinstance(model, str):
+        raise FileProblem(f"its settings hold a bad embedding_model {model!r:.60}")
+    return settings
+
+
+def check_block_metadata(blocks: Any) -> None:
+    """Every block's metadata is a JSON object of bounded depth, and a tool
+    block's schema is valid: what reading ``metadata`` or ``tool_schema`` later
+    would otherwise raise as JSONDecodeError or RecursionError."""
+    from rampart.tools import METADATA_KEY, schema_from_metadata
+
+    for k, b in enumerate(blocks):
+        raw = b.metadata_json
+        if raw is None:
+            continue
+        meta = json_object(raw, f"the metadata of block #{k} ({b.semantic_name!r:.80})")
+        if METADATA_KEY in meta:
+            try:
+                schema_from_metadata(meta)
+            except ValueError as exc:
+                raise FileProblem(
+                    f"block #{k} ({b.semantic_name!r:.80}) holds a malformed tool schema: {exc}"
+                ) from None

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from rampart import _args, _core
+from rampart import _args, _core, _files
 from rampart._files import atomic_write
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, ParseError, RampartError, RegistryFileError
@@ -186,9 +186,14 @@ class BlockRegistry:
         any bad file raises before a registry exists."""
         blocks = load_sources(paths)  # type: ignore[arg-type]
         reg = cls(embedding_model, tokeniser, label=label, **kwargs)
-        reg._insert_seeds(blocks)
-        if reg._embedder is not None:
-            reg.embed_pending()  # all seed blocks in one batch
+        try:
+            reg._insert_seeds(blocks)
+            if reg._embedder is not None:
+                reg.embed_pending()  # all seed blocks in one batch
+        except BaseException:
+            reg._drop()  # the core or the model failed: the label is free again
+            del reg
+            raise
         return reg
 
     @classmethod
@@ -215,9 +220,14 @@ class BlockRegistry:
 
             raise BlockNotFoundError(f"seed registry has no blocks {', '.join(map(repr, missing))}")
         reg = cls(embedding_model, tokeniser, label=label, **kwargs)
-        reg._insert_seeds(picked)
-        if reg._embedder is not None:
-            reg.embed_pending()
+        try:
+            reg._insert_seeds(picked)
+            if reg._embedder is not None:
+                reg.embed_pending()
+        except BaseException:
+            reg._drop()
+            del reg
+            raise
         return reg
 
     def add_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
@@ -270,6 +280,11 @@ class BlockRegistry:
         with _LABELS_LOCK:
             if _LABELS.get(self.label) is self:
                 del _LABELS[self.label]
+
+    def _drop(self) -> None:
+        """Undo a construction that failed half-way (a load, a cold start): free the
+        label, so that a retry under the same label works."""
+        self.release()
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under this registry's tokeniser."""
@@ -941,7 +956,14 @@ class BlockRegistry:
         (so nothing here can force-evict their pinned blocks). A truncated,
         damaged or newer file raises ``RegistryFileError`` and creates nothing."""
         p = Path(os.fspath(path))
-        data = p.read_bytes()
+        try:
+            # The magic and the length header are checked before the file is read
+            # whole; FIFOs and devices are refused, not read.
+            data = _files.read_registry_bytes(p)
+        except _files.FileProblem as e:
+            if e.missing:
+                raise FileNotFoundError(f"no registry file {p}") from None
+            raise RegistryFileError(f"cannot load registry file {p}: {e}") from None
         return cls._from_bytes(data, str(p), embedding_model, tokeniser, label, kwargs)
 
     @classmethod
@@ -956,13 +978,11 @@ class BlockRegistry:
     ) -> BlockRegistry:
         try:
             saved = _core.decode_registry(data)
-            settings = json.loads(saved.settings)
+            settings = _files.registry_settings(saved.settings)
         except RegistryFileError as e:
             raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
-        except ValueError as e:
-            raise RegistryFileError(
-                f"cannot load registry file {where}: bad settings ({e})"
-            ) from None
+        except _files.FileProblem as e:
+            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
         tok = resolve_tokeniser(tokeniser)
         if tok.name != settings.get("tokeniser"):
             raise InvalidArgumentError(
@@ -971,7 +991,17 @@ class BlockRegistry:
             )
         kwargs.setdefault("default_max_tokens", settings.get("default_max_tokens"))
         reg = cls(embedding_model, tok, label=label, **kwargs)
-        reg._core.install(saved)
+        try:
+            reg._core.install(saved)
+            # Block metadata is opaque to the core: checked here, before the
+            # registry is handed out, so that reading it later cannot fail.
+            _files.check_block_metadata(reg._core.blocks())
+        except BaseException as e:
+            reg._drop()
+            del reg  # this frame, kept by the traceback, no longer holds it
+            if isinstance(e, _files.FileProblem):
+                raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
+            raise
         return reg
 
     def __reduce__(self) -> tuple[Any, ...]:
