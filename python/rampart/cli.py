@@ -1,13 +1,9 @@
-"""``rampart`` command line: compile seed files into a prompt, or list their blocks.
+"""The ``rampart`` command line: compile seed files into a prompt, list their blocks,
+prepare the embedding model and rerun the paper's probes.
 
-rampart compile seeds/ --max-tokens 2048
-rampart compile seeds/ --task "fix the failing test" --top-k 8 --json
-rampart inspect seeds/
-rampart model prepare          # build and cache the embedding model's ONNX graph
-rampart model info --json
-rampart probe sweep --out results/            # SmolLM2 in process (llama-cpp-python)
-rampart probe sweep --base-url http://127.0.0.1:8080/v1 --model qwen --out results/
-rampart probe report results/
+Every error is one line on stderr (``rampart: error: …``) and exit status 2; a
+warning is one line starting ``rampart: warning:``. ``RAMPART_DEBUG=1`` shows the
+traceback of an unexpected error instead.
 """
 
 from __future__ import annotations
@@ -15,17 +11,85 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from rampart import __version__
-from rampart.block import CompileResult
+from rampart.block import BlockReport, CompileResult
 from rampart.errors import InvalidArgumentError, RampartError
 from rampart.probe.experiments import DEFAULT_TEMPERATURE
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+
+_DESCRIPTION = """\
+rampart: compile an agent's instruction blocks into a prompt (RAMPART).
+
+examples:
+  rampart compile seeds/ --max-tokens 2048
+  rampart compile seeds/ --task "fix the failing test" --top-k 8 --max-tokens 2048
+  rampart compile seeds/ --task "fix the failing test" --top-k 8 --prompt-only
+  rampart inspect seeds/ --json
+  rampart model prepare && rampart model info
+  rampart probe sweep --out results/ && rampart probe report results/
+
+`rampart COMMAND --help` describes each command.
+"""
+
+
+class CliError(Exception):
+    """A usage mistake the command line itself detects (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the message and where to find help, no usage
+    block (the rule for every CLI error is one line on stderr, exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _int_in(low: int, high: int) -> Any:
+    """An argparse type: an integer in low..high (argparse names the flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _finite_float(text: str) -> float:
+    """An argparse type: a finite number (NaN would silently gate out everything)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+# Budgets and counts go to the core as 64-bit integers.
+_MAX_COUNT = 2**63 - 1
+
+
+def _check_paths(paths: Sequence[str]) -> None:
+    for p in paths:
+        if not os.path.lexists(p):
+            raise CliError(f"{p}: no such file or directory")
+        if not os.path.exists(p):
+            raise CliError(f"{p}: broken symbolic link")
 
 
 def _load(
@@ -33,6 +97,9 @@ def _load(
 ) -> tuple[BlockRegistry, float]:
     """Cold start; with ``embed`` every block is embedded by the default model
     (ONNX MiniLM, prepared by ``rampart model prepare``) for the relevance gate."""
+    _check_paths(paths)
+    if tokeniser is not None:
+        _check_paths([tokeniser])
     t0 = time.perf_counter()
     reg = BlockRegistry.from_files(
         list(paths),
@@ -59,19 +126,98 @@ def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
     ]
 
 
+def _gate_ranks(report: Sequence[BlockReport]) -> dict[int, int]:
+    """Rank of each scored block as the core's gate sees it: higher score first,
+    ties by registry position (rust/src/embeddings.rs, ``admit_scores``)."""
+    scored = sorted(
+        (r for r in report if r.score is not None), key=lambda r: (-(r.score or 0.0), r.index)
+    )
+    return {r.index: rank for rank, r in enumerate(scored, start=1)}
+
+
+def _gate_rule(r: BlockReport, rank: int | None, top_k: int | None, threshold: float | None) -> str:
+    """Why the gate let a block in or kept it out, as the rule that decided it
+    ("rank 13 > top-k 12", "score 0.2785 < threshold 0.3"); the core's own detail
+    when the rule computed here does not account for the decision."""
+    if r.score is None or rank is None:
+        return r.detail
+    below = threshold is not None and r.score < threshold
+    outranked = top_k is not None and rank > top_k
+    if r.reason == "gate":
+        if below:
+            return f"score {r.score:.4f} < threshold {threshold:g}"
+        if outranked:
+            return f"rank {rank} > top-k {top_k}"
+        return r.detail
+    if not r.included:
+        return r.detail
+    rules = []
+    if top_k is not None:
+        rules.append(f"rank {rank} <= top-k {top_k}")
+    if threshold is not None:
+        rules.append(f"score >= {threshold:g}")
+    return ", ".join(rules)
+
+
+def _boundary_marks() -> tuple[str, str]:
+    # Box-drawing characters never occur in Markdown syntax, so a block boundary
+    # cannot be mistaken for a `---` rule inside a skill body; plain ASCII where
+    # the terminal cannot show them.
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    return ("━━━━┫", "┣━━━━") if enc.startswith("utf") else ("#### <<", ">> ####")
+
+
+def _print_blocks(result: CompileResult, separator: str) -> None:
+    """The prompt block by block, each under an unmistakable header line; the
+    exact prompt text is what ``--prompt-only`` / ``--json`` print."""
+    blocks = result.included_blocks
+    pieces = [b.wrap_prefix + b.content + b.wrap_suffix for b in blocks]
+    left, right = _boundary_marks()
+    if separator.join(pieces) != result.prompt:
+        # Not expected; never show a block view that is not the real prompt.
+        sys.stdout.write(f"{left} prompt ({result.total_tokens} tokens) {right}\n")
+        sys.stdout.write(result.prompt + "\n")
+    else:
+        for k, (b, piece, cost) in enumerate(zip(blocks, pieces, result.costs), start=1):
+            sys.stdout.write(
+                f"{left} block {k}/{len(blocks)}: {b.semantic_name} ({cost} tokens) {right}\n"
+            )
+            sys.stdout.write(piece + "\n")
+        shown = "a blank line" if separator == DEFAULT_SEPARATOR else repr(separator)
+        sys.stdout.write(
+            f"{left} end of prompt: blocks joined by {shown}; exact text: --prompt-only {right}\n\n"
+        )
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
-    gated = args.task is not None and (args.top_k is not None or args.threshold is not None)
+    cut = args.top_k is not None or args.threshold is not None
+    if cut and args.task is None:
+        flag = "--top-k" if args.top_k is not None else "--threshold"
+        raise CliError(f"{flag} needs --task TEXT: the gate ranks blocks against a task")
+    if args.task is not None and not cut:
+        print(
+            "rampart: warning: --task is ignored without --top-k or --threshold (nothing is gated)",
+            file=sys.stderr,
+        )
+    if args.json and args.prompt_only:
+        raise CliError("--json and --prompt-only are alternatives: pass one")
+    gated = args.task is not None and cut
     reg, load_s = _load(args.paths, args.tokeniser, embed=gated)
     separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
     t0 = time.perf_counter()
     result = reg.compile(
         max_tokens=args.max_tokens,
-        task_text=args.task,
+        task_text=args.task if gated else None,
         relevance_threshold=args.threshold,
         top_k=args.top_k,
         separator=separator,
     )
     compile_s = time.perf_counter() - t0
+    if args.prompt_only:
+        sys.stdout.write(result.prompt)
+        if result.prompt and not result.prompt.endswith("\n"):
+            sys.stdout.write("\n")
+        return 0
     rows = _report_rows(result)
     if args.json:
         out = {
@@ -79,6 +225,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "total_tokens": result.total_tokens,
             "max_tokens": result.max_tokens,
             "task": args.task,
+            "top_k": args.top_k,
+            "threshold": args.threshold,
             "included": [r for r in rows if r["included"]],
             "excluded": [r for r in rows if not r["included"]],
             "timing_s": {"load": load_s, "compile": compile_s},
@@ -87,21 +235,31 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if not args.no_prompt:
-        sys.stdout.write(result.prompt + "\n")
-        sys.stdout.write("\n" + "=" * 72 + "\n")
-    budget = "unlimited" if result.max_tokens is None else str(result.max_tokens)
+        _print_blocks(result, separator)
+    budget = "unlimited" if result.max_tokens is None else f"{result.max_tokens} tokens"
     print(
         f"included {len(result)} of {len(reg)} blocks, {result.total_tokens} tokens "
         f"(budget {budget})"
     )
-    if args.task:
-        print(f"task: {args.task}")
-    width = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        mark = "+" if r["included"] else "-"
-        score = "" if r["score"] is None else f" score={r['score']:.3f}"
-        why = "" if r["included"] else f"  [{r['reason']}] {r['detail']}"
-        print(f" {mark} {r['index']:>4}  {r['name']:<{width}}  {r['cost']:>6} tok{score}{why}")
+    if gated:
+        rule = " and ".join(
+            part
+            for part in (
+                f"the top {args.top_k}" if args.top_k is not None else "",
+                f"score >= {args.threshold:g}" if args.threshold is not None else "",
+            )
+            if part
+        )
+        print(f"task: {args.task}\ngate: {rule} by cosine similarity to the task")
+    report = result.report
+    ranks = _gate_ranks(report)
+    width = max((len(r.name) for r in report), default=4)
+    for r in report:
+        mark = "+" if r.included else "-"
+        score = "" if r.score is None else f"  score {r.score:.3f}"
+        rule = _gate_rule(r, ranks.get(r.index), args.top_k, args.threshold)
+        why = f"  {rule}" if r.included else f"  [{r.reason}] {rule}"
+        print(f" {mark} {r.index:>4}  {r.name:<{width}}  {r.cost:>6} tok{score}{why}".rstrip())
     model = reg.embedding_model
     embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
     query = " (incl. embedding the task)" if gated else ""
@@ -181,7 +339,9 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
         for key, value in info.items():
             shown = ", ".join(value) if isinstance(value, list) else value
             print(f"{key:<{width}}  {shown}")
-    return 0 if info.get("installed") else 1
+    if not info.get("installed"):
+        raise CliError(f"the embedding model is not installed: {info.get('install', '')}".strip())
+    return 0
 
 
 def _probe_backend(args: argparse.Namespace) -> Any:
@@ -304,7 +464,7 @@ def _cmd_probe_report(args: argparse.Namespace) -> int:
 def _add_probe_parser(sub: Any) -> None:
     pr = sub.add_parser("probe", help="rerun the paper's experiments against a real LLM")
     psub = pr.add_subparsers(dest="probe_command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--base-url",
         default=None,
@@ -373,34 +533,61 @@ def _add_probe_parser(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rampart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    """The ``rampart`` argument parser (every subcommand; errors are one line)."""
+    p = _Parser(
+        prog="rampart",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"rampart {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("paths", nargs="+", help="seed files or directories of them")
     common.add_argument(
         "--tokeniser", default=None, help="tokenizer.json path (default: cl100k_base)"
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
-    c = sub.add_parser("compile", parents=[common], help="compile seed files into a prompt")
+    c = sub.add_parser(
+        "compile",
+        parents=[common],
+        help="compile seed files into a prompt, with a report per block",
+        description="Compile seed files into a prompt. The human view shows each block "
+        "under a header line and a report row per block (+ included, - left out, with "
+        "the rule that decided); --prompt-only prints the exact prompt text.",
+    )
     c.add_argument("--task", default=None, help="task text for the relevance gate")
-    c.add_argument("--max-tokens", type=int, default=None, help="token budget (default: none)")
-    c.add_argument("--top-k", type=int, default=None, help="gate: keep the k most relevant")
-    c.add_argument("--threshold", type=float, default=None, help="gate: minimum cosine score")
-    c.add_argument("--separator", default=None, help="text between blocks")
-    c.add_argument("--no-prompt", action="store_true", help="print only the report")
+    c.add_argument(
+        "--max-tokens",
+        type=_int_in(0, _MAX_COUNT),
+        default=None,
+        help="token budget (default: none)",
+    )
+    c.add_argument(
+        "--top-k",
+        type=_int_in(1, _MAX_COUNT),
+        default=None,
+        help="gate: keep the k blocks most relevant to --task",
+    )
+    c.add_argument(
+        "--threshold",
+        type=_finite_float,
+        default=None,
+        help="gate: keep blocks whose cosine score with --task is at least this",
+    )
+    c.add_argument("--separator", default=None, help="text between blocks (default: blank line)")
+    out = c.add_mutually_exclusive_group()
+    out.add_argument("--no-prompt", action="store_true", help="print only the report")
+    out.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")
     c.set_defaults(func=_cmd_compile)
 
     i = sub.add_parser("inspect", parents=[common], help="list the blocks of seed files")
     i.set_defaults(func=_cmd_inspect)
 
     m = sub.add_parser("model", help="the embedding model: prepare its ONNX graph, show info")
-    msub = m.add_subparsers(dest="model_command", required=True)
-    model_common = argparse.ArgumentParser(add_help=False)
+    msub = m.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
+    model_common = _Parser(add_help=False)
     model_common.add_argument(
         "--model-dir", default=None, help="model directory (default: packaged all-MiniLM-L6-v2)"
     )
@@ -417,19 +604,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (YAML and JSON errors span several)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+def _fail(message: str) -> int:
+    print(f"rampart: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (0 ok, 2 error, 130 interrupted)."""
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
-    except (RampartError, FileNotFoundError, ImportError) as exc:
-        print(f"rampart: error: {exc}", file=sys.stderr)
-        return 2
+    except (RampartError, CliError, OSError, ValueError, ImportError) as exc:
+        # Expected failures: bad input files, a missing model, unreadable paths.
+        # (InvalidArgumentError and ParseError are ValueErrors.)
+        if isinstance(exc, BrokenPipeError):  # `rampart inspect … | head`
+            # Point stdout at /dev/null so the interpreter's final flush is quiet.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        return _fail(_one_line(exc))
     except KeyboardInterrupt:  # a probe run has already said how to resume
         print("rampart: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `rampart inspect … | head`
-        sys.stderr.close()
-        return 0
+    except Exception as exc:
+        if os.environ.get("RAMPART_DEBUG"):
+            raise
+        return _fail(
+            f"unexpected {type(exc).__name__}: {_one_line(exc)} "
+            "(a bug: please report it; RAMPART_DEBUG=1 shows the traceback)"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

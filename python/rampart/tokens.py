@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from rampart import _core
-from rampart.errors import InvalidArgumentError
+from rampart.errors import InvalidArgumentError, ParseError
 
 __all__ = [
     "CallableTokeniser",
@@ -94,7 +94,10 @@ class HuggingFaceTokeniser(Tokeniser):
                 path = path / "tokenizer.json"
             if not path.is_file():
                 raise FileNotFoundError(f"no tokenizer.json at {path}")
-            tok = Tokenizer.from_file(str(path))
+            try:
+                tok = Tokenizer.from_file(str(path))
+            except Exception as exc:  # tokenizers raises a bare Exception for bad JSON
+                raise ParseError(f"not a valid tokenizer.json: {exc}", path=path) from None
             self.name = str(path)
         # Counting must see the whole text: padding or truncation baked into a
         # tokenizer.json (MiniLM's pads and cuts at 128) would make costs wrong.
