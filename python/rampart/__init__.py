@@ -5,9 +5,10 @@ instruction blocks in an ordered registry; before each model call the context is
 compiled from it under explicit policy (order, relevance gate, token budget).
 """
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-from rampart._core import __version__
+from rampart import _core
 from rampart.block import BlockReport, CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import (
     BlockNotFoundError,
@@ -61,6 +62,20 @@ __all__ = [
     "register_parser",
     "render_tool",
 ]
+
+
+def _version() -> str:
+    # One version, written once in Cargo.toml: maturin puts it in the wheel's
+    # metadata and compiles it into the extension (CARGO_PKG_VERSION). The metadata
+    # is what pip and users see; the extension's copy serves a bare source tree.
+    try:
+        return _metadata.version("rampart-registry")
+    except _metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return _core.__version__
+
+
+__version__: str = _version()
+"""The installed version (PEP 440), from the package metadata; equals the crate's."""
 
 if TYPE_CHECKING:
     from rampart.embeddings import OnnxEmbedder, default_embedder
