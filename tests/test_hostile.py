@@ -509,3 +509,110 @@ def test_failed_from_seed_and_core_failure_free_the_label(tmp_path: Path) -> Non
     assert rampart.get_by_label("again") is None
     reg = rampart.BlockRegistry.from_seed(lib, ["a"], label="again")
     reg.release()
+
+
+# ---- numbers: NaN, infinities, huge ints, numpy scalars ------------------------------------
+
+
+@pytest.fixture
+def vreg() -> object:
+    reg = rampart.BlockRegistry(tokeniser=lambda t: len(t.split()), default_max_tokens=None)
+    for i, vec in enumerate(([1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0])):
+        reg.write_block(f"block {i}", f"b{i}", embedding=vec)
+    yield reg
+    reg.release()
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -INF])
+def test_nan_and_infinite_thresholds_are_refused(vreg: rampart.BlockRegistry, bad: float) -> None:
+    q = [1.0, 0.0, 0.0]
+    with pytest.raises(rampart.InvalidArgumentError, match="relevance_threshold must be a finite"):
+        vreg.compile(task_embedding=q, relevance_threshold=bad)
+    with pytest.raises(rampart.InvalidArgumentError, match="relevance_threshold"):
+        vreg.compile_dry_run(task_embedding=q, relevance_threshold=bad)
+    with pytest.raises(rampart.InvalidArgumentError, match="threshold must be a finite"):
+        vreg.find_relevant(None, threshold=bad, task_embedding=q)
+    with pytest.raises(rampart.InvalidArgumentError, match="threshold must be a finite"):
+        vreg.evict_by_policy(threshold=bad)
+    assert len(vreg) == 3  # nothing was gated out or evicted silently
+
+
+@pytest.mark.parametrize("big", [2**63, 2**64, 10**30])
+def test_huge_ints_are_invalid_arguments_not_overflow(
+    vreg: rampart.BlockRegistry, big: int
+) -> None:
+    q = [1.0, 0.0, 0.0]
+    with pytest.raises(rampart.InvalidArgumentError, match="max_tokens"):
+        vreg.compile(max_tokens=big)
+    with pytest.raises(rampart.InvalidArgumentError, match="max_tokens"):
+        vreg.compile(max_tokens=big, task_embedding=q, top_k=1)
+    with pytest.raises(rampart.InvalidArgumentError, match="max_tokens"):
+        vreg.compile_dry_run(max_tokens=big)
+    with pytest.raises(rampart.InvalidArgumentError, match="top_k"):
+        vreg.compile(task_embedding=q, top_k=big)
+    with pytest.raises(rampart.InvalidArgumentError, match="top_k"):
+        vreg.find_relevant(None, top_k=big, task_embedding=q)
+    with pytest.raises(rampart.InvalidArgumentError, match="n must be"):
+        vreg.evict_by_policy(big)
+    with pytest.raises(rampart.InvalidArgumentError, match="default_max_tokens"):
+        rampart.BlockRegistry(default_max_tokens=big)
+    # Positions and steps clamp (SPEC §3): any int is fine there.
+    rid = vreg.runtime_ids()[0]
+    assert vreg.promote(rid, to_position=big) == 2
+    assert vreg.promote(rid, steps=big) == 0
+    assert vreg.demote(rid, big) == 2
+
+
+def test_numpy_scalars_are_accepted(vreg: rampart.BlockRegistry) -> None:
+    np = pytest.importorskip("numpy")
+    q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    rid = vreg.write_block("np", "np", priority=np.float32(0.25), position=np.int64(0), embedding=q)
+    assert vreg.index_of(rid) == 0 and vreg.get_by_id(rid).priority == 0.25
+    vreg.update_priority(rid, np.float64(0.75))
+    assert vreg.promote(rid, steps=np.int64(-1)) == 1
+    assert vreg.promote(rid, to_position=np.int32(0)) == 0
+    assert vreg.demote(rid, np.int16(2)) == 2
+    top = vreg.find_relevant(None, top_k=np.int64(2), threshold=np.float32(0.5), task_embedding=q)
+    assert len(top) == 2
+    res = vreg.compile(max_tokens=np.int64(4), task_embedding=q, top_k=np.uint8(2))
+    assert res.prompt and len(res.included_blocks) <= 2
+    res = vreg.compile(task_embedding=q, relevance_threshold=np.float32(0.9))
+    assert len(res.included_blocks) == 2
+    assert vreg.compile(max_tokens=np.int64(2)).prompt
+    assert vreg.compile_dry_run(max_tokens=np.int32(100)).max_tokens == 100
+    gated = vreg.compile(
+        task_text="t", top_k=np.int64(1), gate=lambda t, bs: [np.float32(i) for i in range(len(bs))]
+    )
+    assert len(gated.included_blocks) == 1
+    assert vreg.evict_by_policy(np.int64(1), threshold=np.float32(0.0)) != []
+    ids = vreg.load_tools(
+        [{"name": "t", "inputSchema": {"type": "object"}}], priority=np.float16(1)
+    )
+    assert vreg.get_by_id(ids[0]).priority == 1.0
+    r = rampart.BlockRegistry(default_max_tokens=np.int64(10))
+    assert r.default_max_tokens == 10 and type(r.default_max_tokens) is int
+    r.release()
+
+
+@pytest.mark.parametrize("bad", [True, "numpy-bool", "1", 1.5])
+def test_bool_and_non_integers_stay_refused(vreg: rampart.BlockRegistry, bad: object) -> None:
+    if bad == "numpy-bool":
+        np = pytest.importorskip("numpy")
+        bad = np.bool_(True)
+    q = [1.0, 0.0, 0.0]
+    with pytest.raises(rampart.InvalidArgumentError):
+        vreg.compile(task_embedding=q, top_k=bad)  # type: ignore[arg-type]
+    with pytest.raises(rampart.InvalidArgumentError):
+        vreg.compile(max_tokens=bad)  # type: ignore[arg-type]
+    with pytest.raises(rampart.InvalidArgumentError):
+        vreg.write_block("x", "x", priority=bad)  # type: ignore[arg-type]
+
+
+def test_gate_scores_nan_still_refused_numpy_nan_too(vreg: rampart.BlockRegistry) -> None:
+    np = pytest.importorskip("numpy")
+    for nan in (NAN, np.float32("nan"), "0.5", True):
+        with pytest.raises(rampart.InvalidArgumentError, match="expected a number"):
+            vreg.compile(task_text="t", top_k=1, gate=lambda t, bs, v=nan: [v] * len(bs))

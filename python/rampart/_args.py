@@ -39,8 +39,10 @@ MAX_INT = 2**63 - 1
 
 
 def _is_bool(value: Any) -> bool:
-    # numpy.bool_ is not a bool subclass but is just as much a mistake here.
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
+    # numpy's bool (numpy.bool_) is not a bool subclass but is just as much a
+    # mistake here; it has __index__, so operator.index alone would take it.
+    t = type(value)
+    return isinstance(value, bool) or (t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"))
 
 
 def int_arg(value: Any, what: str, *, minimum: int | None = None) -> int:

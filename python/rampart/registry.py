@@ -90,6 +90,7 @@ _text = _args.text
 _is_array = _args.is_array
 _vector = _args.vector
 _FAR = _args.FAR
+_MAX_INT = _args.MAX_INT
 
 
 def _encode(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
@@ -153,7 +154,7 @@ class BlockRegistry:
         quantise_embeddings: bool = False,
     ) -> None:
         if default_max_tokens is not None:
-            _int(default_max_tokens, "default_max_tokens", minimum=0)
+            default_max_tokens = _int(default_max_tokens, "default_max_tokens", minimum=0)
         if eviction_policy is not None and not callable(eviction_policy):
             raise InvalidArgumentError("eviction_policy must be a callable(block) -> float")
         tok = resolve_tokeniser(tokeniser)
@@ -486,7 +487,7 @@ class BlockRegistry:
         them: all of them, the ``n`` highest, or those scoring >= ``threshold``.
         Returns the removed ids, highest score first. Nothing is evicted automatically."""
         if n is not None:
-            _int(n, "n", minimum=0)
+            n = _int(n, "n", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
         if self._policy is None:
@@ -617,10 +618,13 @@ class BlockRegistry:
             )
         out = []
         for b, s in zip(blocks, scores):
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or math.isnan(s):
-                raise InvalidArgumentError(
-                    f"gate returned {s!r} for block {b!r}; expected a number"
-                )
+            if type(s) is not float or s != s:  # numpy scalars go the long way
+                try:
+                    s = _number(s, "score", finite=False)
+                except InvalidArgumentError:
+                    raise InvalidArgumentError(
+                        f"gate returned {s!r} for block {b!r}; expected a number"
+                    ) from None
             out.append(float(s))
         return out
 
@@ -636,7 +640,7 @@ class BlockRegistry:
         if task_embedding is None:
             _text(task_text, "task_text")
         if top_k is not None:
-            _int(top_k, "top_k", minimum=0)
+            top_k = _int(top_k, "top_k", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
         q = self._query(task_text, task_embedding)
@@ -674,8 +678,8 @@ class BlockRegistry:
         tools_in_prompt: bool,
     ) -> tuple[str | None, _core.Selection]:
         budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (type(budget) is not int or budget < 0):
-            _check_budget(budget)
+        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
+            budget = _check_budget(budget)
         sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
         tools_in_prompt = bool(tools_in_prompt)
         if relevance_threshold is None and top_k is None:
@@ -693,7 +697,7 @@ class BlockRegistry:
         if task_text is not None:
             _text(task_text, "task_text")
         if top_k is not None:
-            _int(top_k, "top_k", minimum=0)
+            top_k = _int(top_k, "top_k", minimum=0)
         if relevance_threshold is not None:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
         if gate is None:
@@ -747,8 +751,8 @@ class BlockRegistry:
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
-            if budget is not None and (type(budget) is not int or budget < 0):
-                _check_budget(budget)
+            if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
+                budget = _check_budget(budget)
             sep = DEFAULT_SEPARATOR if separator is None else separator
             n = self._sep_cache.get(sep)
             if n is None:
