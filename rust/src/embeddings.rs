@@ -29,9 +29,12 @@ use crate::error::{CoreError, Result};
 
 /// Rows per segment: 1.5 MB of float32 at 384 dimensions.
 pub const SEGMENT_ROWS: usize = 1024;
-/// From this many rows a scan is shared with rayon's worker threads (handing work
-/// to them costs a few µs; an 8 192-row scan takes ~0.7 ms on one core).
+/// From this many rows a scan may be shared with helper threads: spawning one
+/// costs ~20-50 µs, and an 8 192-row scan takes ~0.7 ms on one core.
 const PARALLEL_ROWS: usize = 8_192;
+/// At most this many threads per scan, the caller's included: the scan is
+/// memory-bound, and a few cores already saturate the memory bus.
+const MAX_SCAN_THREADS: usize = 4;
 
 #[derive(Clone, Debug)]
 struct Segment {
@@ -309,9 +312,19 @@ impl MatrixView {
         out
     }
 
-    /// Run `f(segment, its slice of out)` over all segments, on two threads or
-    /// more for large matrices (the scan is memory-bound; one core does not
-    /// saturate the memory bus).
+    /// Run `f(segment, its slice of out)` over all segments: on the caller's thread
+    /// alone for small matrices or a machine with no idle core, else with a few
+    /// helper threads (the scan is memory-bound; one core does not saturate the
+    /// memory bus).
+    ///
+    /// Why scoped threads spawned per call and not a pool (rayon's, as before):
+    /// a pool's workers do not survive `fork()`, so a forked child (multiprocessing
+    /// workers, pre-fork servers) that scans after its parent started the pool waits
+    /// forever for them. Threads that live for one call cannot be lost that way,
+    /// and they never spin between calls against numpy's or onnxruntime's pools.
+    /// The caller works too, and every thread claims one segment at a time, so a
+    /// helper that the scheduler leaves waiting (another process on its core)
+    /// costs at most one segment's delay, not half of the scan.
     fn for_segments<T: Send>(&self, out: &mut [T], f: impl Fn(&Segment, &mut [T]) + Sync) {
         let parts: Vec<(&Segment, &mut [T])> = self
             .segments
@@ -319,20 +332,58 @@ impl MatrixView {
             .map(|s| &**s)
             .zip(out.chunks_mut(SEGMENT_ROWS))
             .collect();
-        if self.rows < PARALLEL_ROWS {
+        let threads = scan_threads(self.rows);
+        if threads <= 1 {
             for (seg, o) in parts {
                 f(seg, o);
             }
             return;
         }
-        // rayon's pool: its workers are already running (no spawn per compile),
-        // and a few segments per task keep the hand-off cost below the work.
-        use rayon::prelude::*;
-        parts
-            .into_par_iter()
-            .with_min_len(4)
-            .for_each(|(seg, o)| f(seg, o));
+        // Each part is claimed by exactly one thread: the mutex hands out the
+        // `&mut` slices one at a time and is never held while scanning.
+        let queue = std::sync::Mutex::new(parts.into_iter());
+        let work = || loop {
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+            match next {
+                Some((seg, o)) => f(seg, o),
+                None => break,
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                // A failed spawn (thread limit reached) only means fewer helpers.
+                let _ = std::thread::Builder::new().spawn_scoped(scope, work);
+            }
+            work();
+        });
     }
+}
+
+/// Threads for one scan of `rows` rows, the caller's included: 1 below
+/// `PARALLEL_ROWS`; else one per core this process may use that no other
+/// runnable task is holding right now, capped at `MAX_SCAN_THREADS`.
+fn scan_threads(rows: usize) -> usize {
+    if rows < PARALLEL_ROWS {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let by_size = rows / (PARALLEL_ROWS / 2); // ≥ 4 096 rows (~0.35 ms) per thread
+    let idle = match runnable_tasks() {
+        // `runnable` counts the caller itself; a spinning BLAS or onnxruntime worker
+        // shows up here too, and a helper on its core would only wait for it.
+        Some(runnable) => cores.saturating_sub(runnable.saturating_sub(1)),
+        None => cores,
+    };
+    idle.min(by_size).clamp(1, MAX_SCAN_THREADS)
+}
+
+/// Tasks runnable on the whole machine at this instant (the fourth field of
+/// Linux's `/proc/loadavg`, e.g. `3/120`); `None` elsewhere. Read per parallel
+/// scan (~10 µs) because the load-average numbers lag by a minute.
+fn runnable_tasks() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let field = text.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
 }
 
 /// A query quantised like the rows, with what its error bound needs.

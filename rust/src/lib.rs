@@ -9,6 +9,7 @@ pub mod block;
 pub mod compile;
 pub mod embeddings;
 pub mod error;
+pub mod journal;
 pub mod persist;
 pub mod registry;
 pub mod tokens;

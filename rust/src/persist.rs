@@ -56,23 +56,23 @@ pub struct SavedRegistry {
 
 // ---- encode ------------------------------------------------------------------------
 
-struct Writer(Vec<u8>);
+pub(crate) struct Writer(pub(crate) Vec<u8>);
 
 impl Writer {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn str(&mut self, s: &str) {
+    pub(crate) fn str(&mut self, s: &str) {
         self.u32(s.len() as u32);
         self.0.extend_from_slice(s.as_bytes());
     }
-    fn opt(&mut self, s: Option<&str>) {
+    pub(crate) fn opt(&mut self, s: Option<&str>) {
         match s {
             Some(s) => {
                 self.u8(1);
@@ -176,7 +176,7 @@ pub fn encode(
 }
 
 /// Append float32 values little-endian: one copy on little-endian machines.
-fn put_floats(out: &mut Vec<u8>, v: &[f32]) {
+pub(crate) fn put_floats(out: &mut Vec<u8>, v: &[f32]) {
     #[cfg(target_endian = "little")]
     {
         // SAFETY: any f32 is 4 initialised bytes, u8 has alignment 1, and the
@@ -192,17 +192,17 @@ fn put_floats(out: &mut Vec<u8>, v: &[f32]) {
 
 // ---- decode ------------------------------------------------------------------------
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) at: usize,
 }
 
-fn corrupt(what: &str) -> CoreError {
+pub(crate) fn corrupt(what: &str) -> CoreError {
     CoreError::Corrupt(what.to_string())
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         let end = self
             .at
             .checked_add(n)
@@ -212,26 +212,26 @@ impl<'a> Reader<'a> {
         self.at = end;
         Ok(s)
     }
-    fn u8(&mut self, what: &str) -> Result<u8> {
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8> {
         Ok(self.take(1, what)?[0])
     }
-    fn u32(&mut self, what: &str) -> Result<u32> {
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32> {
         Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
     }
-    fn u64(&mut self, what: &str) -> Result<u64> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
     }
-    fn id(&mut self, what: &str) -> Result<BlockId> {
+    pub(crate) fn id(&mut self, what: &str) -> Result<BlockId> {
         Ok(BlockId(self.take(16, what)?.try_into().unwrap()))
     }
-    fn str(&mut self, what: &str) -> Result<String> {
+    pub(crate) fn str(&mut self, what: &str) -> Result<String> {
         let n = self.u32(what)? as usize;
         let bytes = self.take(n, what)?;
         std::str::from_utf8(bytes)
             .map(str::to_owned)
             .map_err(|_| corrupt(&format!("{what} is not UTF-8")))
     }
-    fn opt(&mut self, what: &str) -> Result<Option<String>> {
+    pub(crate) fn opt(&mut self, what: &str) -> Result<Option<String>> {
         match self.u8(what)? {
             0 => Ok(None),
             1 => self.str(what).map(Some),

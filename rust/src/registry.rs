@@ -172,6 +172,17 @@ fn check_priority(p: f64) -> Result<()> {
     }
 }
 
+/// FNV-1a over a block's name and content: which text a published vector was
+/// computed from. Stable across processes and platforms (unlike `text_key`).
+pub fn text_hash(b: &Block) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in b.name().bytes().chain([0]).chain(b.content().bytes()) {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// Default eviction score: low priority and rarely emitted blocks go first.
 pub fn default_eviction_score(b: &Block) -> f64 {
     0.5 * (1.0 - b.priority) + 0.5 / (b.access_count() as f64 + 1.0)
@@ -179,7 +190,12 @@ pub fn default_eviction_score(b: &Block) -> f64 {
 
 impl Registry {
     pub fn new(label: &str) -> Registry {
-        let id = BlockId::random();
+        Registry::with_id(label, BlockId::random())
+    }
+
+    /// A registry under a given id: the replicas of one shared registry (SPEC §7)
+    /// share it, so the blocks it authors are its own in every process.
+    pub fn with_id(label: &str, id: BlockId) -> Registry {
         let label: Arc<str> = Arc::from(label);
         directory().write().insert(id, Arc::clone(&label));
         Registry {
@@ -238,6 +254,14 @@ impl Registry {
             registry: self.label.to_string(),
             missing: ids.iter().map(|i| i.to_hyphenated()).collect(),
         }
+    }
+
+    fn id_in_use(&self, id: BlockId) -> CoreError {
+        CoreError::InvalidArgument(format!(
+            "runtime id {} is already in use in registry '{}'",
+            id.to_hyphenated(),
+            self.label
+        ))
     }
 
     fn describe(b: &Block) -> (String, String) {
@@ -310,6 +334,9 @@ impl Registry {
         let block = Arc::new(self.prepare(nb, author, true)?);
         let id = block.id;
         let mut st = self.write();
+        if st.index.contains_key(&id) {
+            return Err(self.id_in_use(id));
+        }
         if let Some(v) = &vector {
             st.emb.check_dim(v.len(), "embedding", &self.label)?;
             st.emb.attach(&block, v, false)?;
@@ -336,8 +363,15 @@ impl Registry {
                 self.prepare(nb, author, false).map(Arc::new)
             })
             .collect::<Result<_>>()?;
-        let ids = built.iter().map(|b| b.id).collect();
+        let ids: Vec<BlockId> = built.iter().map(|b| b.id).collect();
+        let mut seen = IdMap::default();
+        if let Some(dup) = ids.iter().find(|id| seen.insert(**id, ()).is_some()) {
+            return Err(self.id_in_use(*dup));
+        }
         let mut st = self.write();
+        if let Some(dup) = ids.iter().find(|id| st.index.contains_key(id)) {
+            return Err(self.id_in_use(*dup));
+        }
         // Check every vector before anything changes: all or nothing.
         if let Some(v) = vectors.iter().flatten().next() {
             st.emb.check_dim(v.len(), "embedding", &self.label)?;
@@ -637,36 +671,119 @@ impl Registry {
 
     /// Put back the blocks, order and metadata of `snap`, each under a **new**
     /// runtime id (authors are kept, so ownership survives) and with the access
-    /// counts it recorded: the registry exactly as it was.
-    pub fn restore(&self, snap: &Snapshot) -> Result<()> {
-        if snap.registry != self.id {
-            return Err(CoreError::InvalidArgument(format!(
-                "snapshot was taken of registry '{}', not of registry '{}'",
-                label_of(snap.registry),
-                self.label
-            )));
-        }
-        let emb = snap.embeddings.clone();
-        let order: Vec<Arc<Block>> = snap
+    /// counts it recorded, within what `actor` may touch (see `restore_blocks`).
+    pub fn restore(&self, snap: &Snapshot, actor: BlockId) -> Result<()> {
+        self.check_snapshot_of(snap.registry)?;
+        let new_ids = (0..snap.order.len()).map(|_| BlockId::random()).collect();
+        let entries = snap
             .order
             .iter()
             .zip(&snap.access_counts)
-            .map(|(b, &n)| {
-                let nb = b.with_new_id(n);
+            .map(|(b, &n)| (Arc::clone(b), n))
+            .collect();
+        self.restore_blocks(entries, new_ids, Some(&snap.embeddings), None, actor)
+    }
+
+    fn check_snapshot_of(&self, registry: BlockId) -> Result<()> {
+        if registry != self.id {
+            return Err(CoreError::InvalidArgument(format!(
+                "snapshot was taken of registry '{}', not of registry '{}'",
+                label_of(registry),
+                self.label
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `actor` may not touch `b` in a restore: a block pinned
+    /// (`evictable == false`) by another registry. The receiver of such a block
+    /// can neither evict it nor bring it back once its author evicted it, so a
+    /// snapshot must not do either (it would be a capability bypass).
+    fn pinned_against(b: &Block, actor: BlockId) -> bool {
+        !b.evictable && b.author != actor
+    }
+
+    /// The one restore path (local snapshots and journal replays). `entries` are
+    /// the snapshot's blocks (old ids) with their access counts; `new_ids` the
+    /// ids the restored blocks take, by position. `snap_emb`: the snapshot's
+    /// matrix (local restore, rows shared); `vectors`: per entry, a vector to
+    /// attach instead (journal replay).
+    ///
+    /// The permission rows (docs/coordination.md): blocks pinned against `actor`
+    /// are untouched — one present now stays, with its id, version and
+    /// vector (at its snapshot position when the snapshot held it, else at the
+    /// front in its current order); one the snapshot held that is gone now (its
+    /// author evicted it) is not brought back. Everything else is put back as the
+    /// snapshot had it, under the new ids, and blocks written since go.
+    pub(crate) fn restore_blocks(
+        &self,
+        entries: Vec<(Arc<Block>, u64)>,
+        new_ids: Vec<BlockId>,
+        snap_emb: Option<&Embeddings>,
+        vectors: Option<Vec<Option<(Vec<f32>, bool)>>>,
+        actor: BlockId,
+    ) -> Result<()> {
+        if new_ids.len() != entries.len() {
+            return Err(CoreError::InvalidArgument(format!(
+                "restore got {} new ids for {} blocks",
+                new_ids.len(),
+                entries.len()
+            )));
+        }
+        let mut st = self.write();
+        let mut emb = match snap_emb {
+            Some(e) => e.clone(),
+            None => Embeddings::default(),
+        };
+        if let Some(v) = vectors.iter().flatten().flatten().next() {
+            emb.check_dim(v.0.len(), "embedding", &self.label)?;
+        }
+        let in_snapshot: IdMap<()> = entries.iter().map(|(b, _)| (b.id, ())).collect();
+        // Pinned blocks present now and not in the snapshot: kept, at the front.
+        let mut order: Vec<Arc<Block>> = st
+            .order
+            .iter()
+            .filter(|b| Self::pinned_against(b, actor) && !in_snapshot.contains_key(&b.id))
+            .cloned()
+            .collect();
+        let mut keep_vectors: Vec<Arc<Block>> = order.clone();
+        let mut seen = IdMap::default();
+        for (k, ((b, n), new_id)) in entries.iter().zip(&new_ids).enumerate() {
+            if Self::pinned_against(b, actor) {
+                if let Some(current) = st.index.get(&b.id) {
+                    order.push(Arc::clone(current));
+                    keep_vectors.push(Arc::clone(current));
+                }
+                continue;
+            }
+            if seen.insert(*new_id, ()).is_some() || st.index.contains_key(new_id) {
+                return Err(self.id_in_use(*new_id));
+            }
+            let nb = b.with_new_id(*new_id, *n);
+            match vectors.as_ref().and_then(|v| v[k].as_ref()) {
+                Some((v, truncated)) => {
+                    nb.set_row(None, false);
+                    emb.attach(&nb, v, *truncated)?;
+                }
                 // A vector attached after the snapshot was taken is not in the
                 // snapshot's matrix: the block is embedded again when gated.
-                if nb.row().is_some_and(|r| !emb.owns(r, &nb)) {
-                    nb.set_row(None, false);
-                }
-                Arc::new(nb)
-            })
-            .collect();
+                None if nb.row().is_some_and(|r| !emb.owns(r, &nb)) => nb.set_row(None, false),
+                None => {}
+            }
+            order.push(Arc::new(nb));
+        }
+        // Kept blocks move their vectors into the restored matrix (new rows).
+        for b in &keep_vectors {
+            if let Some(v) = st.emb.vector(b).map(<[f32]>::to_vec) {
+                let truncated = b.truncated();
+                emb.attach(b, &v, truncated)?;
+            }
+        }
         let mut index = Index::default();
         index.reserve(order.len());
         for b in &order {
             index.insert(Arc::clone(b));
         }
-        let mut st = self.write();
         let generation = st.generation;
         *st = State {
             order: Arc::new(order),
@@ -695,7 +812,10 @@ impl Registry {
 
     /// The whole registry as one file's bytes (see `persist.rs`).
     pub fn save_bytes(&self, settings: &str) -> Vec<u8> {
-        let st = self.state.read();
+        self.save_state(&self.state.read(), settings)
+    }
+
+    fn save_state(&self, st: &State, settings: &str) -> Vec<u8> {
         let mut authors: Vec<(BlockId, String)> = vec![(self.id, self.label.to_string())];
         for b in st.order.iter() {
             if !authors.iter().any(|(id, _)| *id == b.author) {
@@ -725,6 +845,29 @@ impl Registry {
     /// saved registry wrote are this registry's now, other authors keep their
     /// ids (no object here can claim them) and their labels for messages.
     pub fn install(&self, saved: SavedRegistry) -> Result<usize> {
+        self.install_as(saved, None)
+    }
+
+    /// `install`, keeping the given runtime ids (a shared registry's checkpoint:
+    /// the replicas of one registry share ids, SPEC §7).
+    pub fn install_as(&self, saved: SavedRegistry, ids: Option<Vec<BlockId>>) -> Result<usize> {
+        if let Some(ids) = &ids {
+            if ids.len() != saved.blocks.len() {
+                return Err(CoreError::Corrupt(format!(
+                    "checkpoint lists {} ids for {} blocks",
+                    ids.len(),
+                    saved.blocks.len()
+                )));
+            }
+            let mut seen = IdMap::default();
+            if let Some(dup) = ids.iter().find(|id| seen.insert(**id, ()).is_some()) {
+                return Err(CoreError::Corrupt(format!(
+                    "checkpoint lists runtime id {} twice",
+                    dup.to_hyphenated()
+                )));
+            }
+        }
+        let mut ids = ids.map(Vec::into_iter);
         {
             let mut dir = directory().write();
             for (id, label) in &saved.authors {
@@ -742,6 +885,7 @@ impl Registry {
                 sb.author
             };
             vectors.push(sb.block.embedding.take().map(|v| (v, sb.truncated)));
+            sb.block.id = ids.as_mut().and_then(Iterator::next);
             let tokens = sb.block.token_count.unwrap_or(0);
             built.push(Arc::new(Block::restored(
                 sb.block,
@@ -769,6 +913,70 @@ impl Registry {
         let n = built.len();
         Arc::make_mut(&mut st.order).extend(built);
         Ok(n)
+    }
+
+    /// The whole registry as a shared registry's checkpoint: the `save` bytes
+    /// followed by every block's runtime id, in order, and their count.
+    pub fn checkpoint_bytes(&self, settings: &str) -> Vec<u8> {
+        let st = self.state.read();
+        let mut out = self.save_state(&st, settings);
+        for b in st.order.iter() {
+            out.extend_from_slice(&b.id.0);
+        }
+        out.extend_from_slice(&(st.order.len() as u64).to_le_bytes());
+        out
+    }
+
+    // ---- access counts of shared registries -----------------------------------
+
+    /// Per block, the accesses counted here since the last call (and not yet
+    /// published); blocks with none are left out. Registry order.
+    pub fn take_access_deltas(&self) -> Vec<(BlockId, u64)> {
+        let order = self.order();
+        order
+            .iter()
+            .filter_map(|b| {
+                let n = b.take_unjournaled();
+                (n > 0).then_some((b.id, n))
+            })
+            .collect()
+    }
+
+    /// Add accesses another replica counted (blocks gone meanwhile are skipped).
+    pub fn add_accesses(&self, deltas: &[(BlockId, u64)]) {
+        let st = self.state.read();
+        for (id, n) in deltas {
+            if let Some(b) = st.index.get(id) {
+                b.add_journaled(*n);
+            }
+        }
+    }
+
+    /// Store vectors another replica computed, each for the text it was computed
+    /// from (`text_hash`); a block whose content changed or which is gone is
+    /// skipped. All vectors are checked first. Returns how many were stored.
+    pub fn attach_published(&self, items: &[(BlockId, u64, bool, Vec<f32>)]) -> Result<usize> {
+        let mut st = self.write();
+        if let Some((_, _, _, v)) = items.first() {
+            st.emb.check_dim(v.len(), "embedding", &self.label)?;
+            if items.iter().any(|(_, _, _, w)| w.len() != v.len()) {
+                return Err(CoreError::InvalidArgument(
+                    "vectors of one journal entry differ in length".into(),
+                ));
+            }
+        }
+        let mut stored = 0;
+        for (id, hash, truncated, v) in items {
+            let Some(b) = st.index.get(id).cloned() else {
+                continue;
+            };
+            if text_hash(&b) != *hash {
+                continue;
+            }
+            st.emb.attach(&b, v, *truncated)?;
+            stored += 1;
+        }
+        Ok(stored)
     }
 
     // ---- embeddings and the cosine gate --------------------------------------
@@ -1062,13 +1270,36 @@ mod tests {
         let (r, ids) = reg_with(3);
         let snap = r.snapshot();
         r.evict(ids[0], false, r.id()).unwrap();
-        r.restore(&snap).unwrap();
+        r.restore(&snap, r.id()).unwrap();
         assert_eq!(names(&r), ["b0", "b1", "b2"]);
         for id in &ids {
             assert!(!r.contains(*id));
         }
         let other = Registry::new("other");
-        assert!(other.restore(&snap).is_err());
+        assert!(other.restore(&snap, other.id()).is_err());
+    }
+
+    #[test]
+    fn restore_leaves_blocks_pinned_by_others_alone() {
+        let (r, ids) = reg_with(2);
+        let boss = Registry::new("boss");
+        let pinned = |name: &str| {
+            let mut nb = NewBlock::new(name, "obey");
+            nb.source = Source::Orchestrator;
+            nb.evictable = false;
+            r.insert(nb, boss.id(), Position::Front).unwrap()
+        };
+        let old = pinned("old");
+        let snap = r.snapshot();
+        let new = pinned("new");
+        r.evict(old, true, boss.id()).unwrap();
+        r.evict(ids[1], false, r.id()).unwrap();
+        r.restore(&snap, r.id()).unwrap();
+        // The receiver's own block is back; the block its author evicted is not;
+        // the block pinned after the snapshot stays, under the id its author holds.
+        assert_eq!(names(&r), ["new", "b0", "b1"]);
+        assert!(r.contains(new));
+        assert!(!r.contains(old));
     }
 
     #[test]
@@ -1098,7 +1329,7 @@ mod tests {
         let g1 = r.order_and_generation().1;
         assert!(g1 > g0);
         let snap = r.snapshot();
-        r.restore(&snap).unwrap();
+        r.restore(&snap, r.id()).unwrap();
         assert!(r.order_and_generation().1 > g1);
     }
 

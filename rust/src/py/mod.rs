@@ -23,6 +23,8 @@ use crate::persist::{self, SavedRegistry};
 use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
 use crate::tokens::count_cl100k;
 
+mod journal;
+
 /// Registries above this size release the GIL for O(n) work; below it the
 /// save/restore of the thread state (~100 ns) costs more than it frees.
 const DETACH_ABOVE: usize = 2048;
@@ -604,8 +606,21 @@ impl PyRegistry {
 #[pymethods]
 impl PyRegistry {
     #[new]
-    fn new(label: &str) -> Self {
-        PyRegistry(CoreRegistry::new(label), Mutex::new(None))
+    #[pyo3(signature = (label, registry_id=None))]
+    fn new(py: Python<'_>, label: &str, registry_id: Option<&str>) -> PyResult<Self> {
+        let core = match registry_id {
+            None => CoreRegistry::new(label),
+            Some(s) => match BlockId::parse(s) {
+                Some(id) => CoreRegistry::with_id(label, id),
+                None => {
+                    return Err(to_pyerr(
+                        py,
+                        CoreError::InvalidArgument(format!("{s:?} is not a registry id")),
+                    ))
+                }
+            },
+        };
+        Ok(PyRegistry(core, Mutex::new(None)))
     }
     #[getter]
     fn registry_id(&self) -> String {
@@ -657,6 +672,8 @@ impl PyRegistry {
             tool: false,
             embedding,
             token_count,
+            id: None,
+            created_at: None,
         };
         let pos = match (position, front) {
             (Some(p), _) => Position::At(p),
@@ -701,6 +718,8 @@ impl PyRegistry {
                     tool: tools.get(i).copied().unwrap_or(false),
                     embedding: None,
                     token_count,
+                    id: None,
+                    created_at: None,
                 },
             )
             .collect();
@@ -860,9 +879,47 @@ impl PyRegistry {
     fn snapshot(&self, py: Python<'_>) -> PySnapshot {
         PySnapshot(detach_if(py, self.heavy(), || self.0.snapshot()))
     }
-    fn restore(&self, py: Python<'_>, snapshot: &Bound<'_, PySnapshot>) -> PyResult<()> {
+    #[pyo3(signature = (snapshot, by=None))]
+    fn restore(
+        &self,
+        py: Python<'_>,
+        snapshot: &Bound<'_, PySnapshot>,
+        by: Option<&Bound<'_, PyRegistry>>,
+    ) -> PyResult<()> {
         let snap = &snapshot.get().0;
-        detach_if(py, snap.order.len() > DETACH_ABOVE, || self.0.restore(snap)).py_err(py)
+        let actor = self.actor(by);
+        detach_if(py, snap.order.len() > DETACH_ABOVE, || {
+            self.0.restore(snap, actor)
+        })
+        .py_err(py)
+    }
+
+    // ---- shared registries: the journal (see py/journal.rs) ----------------------
+
+    /// Encode one mutation as a journal entry (`kind` names the operation, `args`
+    /// its arguments as the local method takes them). `None`: nothing to append.
+    fn journal_entry<'py>(
+        &self,
+        py: Python<'py>,
+        origin: &[u8],
+        kind: &str,
+        args: &Bound<'py, pyo3::types::PyTuple>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        journal::entry(self, py, origin, kind, args)
+    }
+    /// Apply one journal entry; returns what the local call would return.
+    fn apply_entry<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &[u8],
+        me: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        journal::apply(self, py, entry, me)
+    }
+    /// The whole registry as a checkpoint (save format + runtime ids).
+    fn checkpoint_bytes<'py>(&self, py: Python<'py>, settings: &str) -> Bound<'py, PyBytes> {
+        let data = py.detach(|| self.0.checkpoint_bytes(settings));
+        PyBytes::new(py, &data)
     }
 
     /// Stages 1–4. Returns `(prompt, selection)`; `prompt` is `None` for a dry run,
@@ -981,7 +1038,8 @@ impl PyRegistry {
                 "this decoded file was already installed",
             ));
         };
-        py.detach(|| self.0.install(saved)).py_err(py)
+        let (saved, ids) = saved;
+        py.detach(|| self.0.install_as(saved, ids)).py_err(py)
     }
 
     // ---- embeddings and the cosine gate ----------------------------------------
@@ -1097,7 +1155,14 @@ impl PyRegistry {
 
 /// A registry file decoded and checked, not yet in any registry.
 #[pyclass(frozen, module = "rampart._core", name = "SavedRegistry")]
-pub struct PySaved(Mutex<Option<SavedRegistry>>, String, usize, usize, String);
+pub struct PySaved(
+    Mutex<Option<(SavedRegistry, Option<Vec<BlockId>>)>>,
+    String,
+    usize,
+    usize,
+    String,
+    BlockId,
+);
 
 #[pymethods]
 impl PySaved {
@@ -1119,15 +1184,34 @@ impl PySaved {
     fn settings(&self) -> &str {
         &self.4
     }
+    /// Id of the registry that was saved.
+    #[getter]
+    fn registry_id(&self) -> String {
+        self.5.to_hyphenated()
+    }
+}
+
+fn saved(saved: SavedRegistry, ids: Option<Vec<BlockId>>) -> PySaved {
+    let (label, n, dim) = (saved.label.clone(), saved.blocks.len(), saved.dim);
+    let (settings, id) = (saved.settings.clone(), saved.registry);
+    PySaved(Mutex::new(Some((saved, ids))), label, n, dim, settings, id)
+}
+
+/// Decode and check a shared registry's checkpoint (`RegistryFileError` if bad);
+/// installing it keeps the runtime ids.
+#[pyfunction]
+fn decode_checkpoint(py: Python<'_>, data: &[u8]) -> PyResult<PySaved> {
+    let (s, ids) = py
+        .detach(|| crate::journal::decode_checkpoint(data))
+        .py_err(py)?;
+    Ok(saved(s, Some(ids)))
 }
 
 /// Decode and check a saved registry file's bytes (`RegistryFileError` if bad).
 #[pyfunction]
 fn decode_registry(py: Python<'_>, data: &[u8]) -> PyResult<PySaved> {
-    let saved = py.detach(|| persist::decode(data)).py_err(py)?;
-    let (label, n, dim) = (saved.label.clone(), saved.blocks.len(), saved.dim);
-    let settings = saved.settings.clone();
-    Ok(PySaved(Mutex::new(Some(saved)), label, n, dim, settings))
+    let s = py.detach(|| persist::decode(data)).py_err(py)?;
+    Ok(saved(s, None))
 }
 
 /// Tokens of `text` under cl100k_base (exact, offline).
@@ -1152,6 +1236,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySnapshot>()?;
     m.add_class::<PySaved>()?;
     m.add_function(wrap_pyfunction!(decode_registry, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens_many, m)?)?;
     Ok(())
