@@ -22,14 +22,20 @@ TOOL = "zorblax_cache_rotate"
 CONTEXT_HEAD = "Project instructions:\n\n"
 
 
-def completion(text: str, payload: dict[str, Any], tool_calls: list[str] | None = None) -> bytes:
-    prompt_words = sum(len(m["content"].split()) for m in payload["messages"])
+# A tool call: a tool name (no arguments), or (name, arguments as a dict or raw text).
+Call = str | tuple[str, Any]
+
+
+def completion(text: str, payload: dict[str, Any], tool_calls: list[Call] | None = None) -> bytes:
+    prompt_words = sum(len((m.get("content") or "").split()) for m in payload["messages"])
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
-        message["tool_calls"] = [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": "{}"}}
-            for i, n in enumerate(tool_calls)
-        ]
+        message["tool_calls"] = []
+        for i, c in enumerate(tool_calls):
+            name, args = (c, {}) if isinstance(c, str) else c
+            raw = args if isinstance(args, str) else json.dumps(args)
+            fn = {"name": name, "arguments": raw}
+            message["tool_calls"].append({"id": f"call_{i}", "type": "function", "function": fn})
     return json.dumps(
         {
             "id": "chatcmpl-fake",
@@ -81,6 +87,48 @@ def tool_caller(native: bool) -> Behaviour:
             text = json.dumps({"tool": TOOL, "arguments": {"region": "eu-west"}})
             return 200, completion(text, payload), 0.0
         return 200, completion("No tool can rotate the cache.", payload), 0.0
+
+    return answer
+
+
+# ---- scripted agents ----------------------------------------------------------------
+
+# What a scripted model says: (text, tool calls), computed from the request payload.
+Turn = Callable[[dict[str, Any]], tuple[str, list[Call]]]
+
+
+def system_text(payload: dict[str, Any]) -> str:
+    first = payload["messages"][0]
+    return str(first.get("content") or "") if first["role"] == "system" else ""
+
+
+def scripted(turns: list[Turn | tuple[str, list[Call]]]) -> Behaviour:
+    """Answers the n-th request with ``turns[n]`` (the last one repeats): a fixed
+    ``(text, tool_calls)`` or a function of the payload returning one."""
+
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        turn = turns[min(n, len(turns) - 1)]
+        text, calls = turn(payload) if callable(turn) else turn
+        return 200, completion(text, payload, calls), 0.0
+
+    return answer
+
+
+def convention_learner(rule: str, marker: str, good: str, bad: str) -> Behaviour:
+    """A deterministic stand-in for a model learning a project convention it cannot
+    guess: a diagnosis request (its system prompt asks for "one rule") is answered
+    with ``rule``; a judge request with PASS/FAIL by whether ``marker`` is in the
+    answer; any other request with ``good`` when ``marker`` appears in the compiled
+    system prompt, else ``bad``."""
+
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        system = system_text(payload)
+        if "write one rule" in system:
+            return 200, completion(rule, payload), 0.0
+        if system.startswith("You grade"):
+            verdict = "PASS" if marker in payload["messages"][-1]["content"] else "FAIL"
+            return 200, completion(f"{verdict}: checked for {marker}", payload), 0.0
+        return 200, completion(good if marker in system else bad, payload), 0.0
 
     return answer
 

@@ -1,314 +1,42 @@
-"""Chat backends for the probes.
+"""Chat backends for the probes: :mod:`rampart.llm`'s, with native tools off.
 
-- :class:`OpenAIBackend`: any OpenAI-compatible ``/chat/completions`` endpoint over
-  HTTP (llama.cpp's server, Ollama, vLLM, hosted APIs). Standard library only: idle
-  keep-alive connections are reused, so a trial costs one request, not a TCP
-  handshake.
-- :class:`LlamaCppBackend`: llama-cpp-python in this process. Calls are serialised
-  (one context); consecutive prompts that share a prefix reuse its KV cache, which
-  is what makes a position sweep affordable on two CPU cores.
-
-A backend raises :class:`BackendError` for a failed call; ``retryable`` says whether
-the runner should try again (timeouts, 5xx, 429, malformed bodies) or record the
-failure at once (a 4xx that will not change).
+The probes measure what a model does with tool schemas rendered into the prompt, so
+their backends send ``tools`` in the request only when asked (``native_tools=True``,
+the CLI's ``--native-tools``); everything else is :mod:`rampart.llm`.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import threading
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
-from rampart.errors import InvalidArgumentError, RampartError
+from rampart import llm
+from rampart.llm import Backend, BackendError, Message, Reply, ToolCall, parse_completion
 
-Message = Mapping[str, str]
-
-
-class BackendError(RampartError):
-    """A chat call failed; ``retryable`` tells the runner whether to try again."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One model answer: its text, the tools it called, and the server's token counts."""
-
-    text: str
-    tool_calls: tuple[str, ...] = ()
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+__all__ = [
+    "Backend",
+    "BackendError",
+    "LlamaCppBackend",
+    "Message",
+    "OpenAIBackend",
+    "Reply",
+    "ToolCall",
+    "parse_completion",
+]
 
 
-class Backend(Protocol):
-    """What the runner needs from a model."""
+class OpenAIBackend(llm.OpenAIBackend):
+    """:class:`rampart.llm.OpenAIBackend` with ``native_tools`` off by default."""
 
-    @property
-    def model(self) -> str: ...
-
-    @property
-    def max_concurrency(self) -> int: ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        temperature: float,
-        seed: int,
-        max_tokens: int,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Reply: ...
+    def __init__(self, base_url: str, model: str, *, native_tools: bool = False, **kw: Any) -> None:
+        super().__init__(base_url, model, native_tools=native_tools, **kw)
 
 
-def parse_completion(body: Any) -> Reply:
-    """Read an OpenAI chat-completion body; anything else is a retryable BackendError
-    (a small model behind a flaky proxy sometimes returns half a body)."""
-    try:
-        choice = body["choices"][0]
-        message = choice["message"]
-        text = message.get("content") or ""
-        if not isinstance(text, str):
-            raise TypeError("content is not a string")
-        calls = tuple(str(c["function"]["name"]) for c in (message.get("tool_calls") or []) if c)
-    except (KeyError, IndexError, TypeError, AttributeError) as exc:
-        snippet = json.dumps(body)[:200] if not isinstance(body, str) else body[:200]
-        raise BackendError(
-            f"malformed chat completion ({type(exc).__name__}: {exc}): {snippet}", retryable=True
-        ) from None
-    usage = body.get("usage") if isinstance(body, dict) else None
-    usage = usage if isinstance(usage, dict) else {}
-    return Reply(
-        text=text,
-        tool_calls=calls,
-        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-        completion_tokens=_int_or_none(usage.get("completion_tokens")),
-    )
-
-
-def _int_or_none(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-class OpenAIBackend:
-    """An OpenAI-compatible chat endpoint, e.g. ``http://127.0.0.1:8080/v1``.
-
-    ``api_key`` defaults to ``$OPENAI_API_KEY`` (local servers ignore it).
-    ``native_tools`` sends tool schemas in the request's ``tools`` field as well as
-    in the prompt; leave it off for servers or chat templates without tool support.
-    """
+class LlamaCppBackend(llm.LlamaCppBackend):
+    """:class:`rampart.llm.LlamaCppBackend` with ``native_tools`` off by default: the
+    probes' small models have no tool syntax in their chat templates."""
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 120.0,
-        concurrency: int = 4,
-        native_tools: bool = False,
+        self, model: str | Path = "smollm2", *, native_tools: bool = False, **kw: Any
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidArgumentError(
-                f"base_url {base_url!r}: expected http(s)://host[:port]/path, "
-                "e.g. http://127.0.0.1:8080/v1"
-            )
-        if concurrency < 1:
-            raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
-        if timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
-        self._base_url = base_url.rstrip("/")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = parts.path.rstrip("/") + "/chat/completions"
-        self._model = model
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._timeout = timeout
-        self._concurrency = concurrency
-        self._native_tools = native_tools
-        # Idle keep-alive connections, shared by whichever worker calls next.
-        self._idle: list[http.client.HTTPConnection] = []
-        self._pool_lock = threading.Lock()
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def max_concurrency(self) -> int:
-        return self._concurrency
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "openai", "base_url": self._base_url, "model": self._model}
-
-    def _connection(self) -> http.client.HTTPConnection:
-        with self._pool_lock:
-            if self._idle:
-                return self._idle.pop()
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self._timeout)
-
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        with self._pool_lock:
-            self._idle.append(conn)
-
-    def close(self) -> None:
-        """Close the idle keep-alive connections (calls after this open new ones)."""
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def __enter__(self) -> OpenAIBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        temperature: float,
-        seed: int,
-        max_tokens: int,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Reply:
-        payload: dict[str, Any] = {
-            "model": self._model,
-            "messages": [dict(m) for m in messages],
-            "temperature": temperature,
-            "seed": seed,
-            "max_tokens": max_tokens,
-        }
-        if tools and self._native_tools:
-            payload["tools"] = [dict(t) for t in tools]
-        body = json.dumps(payload).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        where = f"{self._base_url}/chat/completions"
-        conn = self._connection()
-        try:
-            conn.request("POST", self._path, body=body, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        except TimeoutError as exc:
-            conn.close()  # a late answer must not be read as the next request's
-            raise BackendError(
-                f"{where}: no answer within {self._timeout:g} s", retryable=True
-            ) from exc
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise BackendError(f"{where}: {type(exc).__name__}: {exc}", retryable=True) from exc
-        if resp.will_close:
-            conn.close()
-        else:
-            self._release(conn)
-        if resp.status != 200:
-            text = raw[:300].decode("utf-8", "replace")
-            retryable = resp.status >= 500 or resp.status in (408, 409, 429)
-            raise BackendError(f"{where}: HTTP {resp.status}: {text}", retryable=retryable)
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            raise BackendError(
-                f"{where}: the answer is not JSON: {raw[:200].decode('utf-8', 'replace')!r}",
-                retryable=True,
-            ) from None
-        return parse_completion(parsed)
-
-
-class LlamaCppBackend:
-    """llama-cpp-python in this process (``pip install llama-cpp-python``).
-
-    ``model`` is a GGUF path or an alias resolved by :func:`rampart.probe.resolve_model`.
-    Calls are serialised: one llama context is not thread-safe, and consecutive
-    prompts sharing a prefix skip its evaluation (llama-cpp-python keeps the KV cache
-    of the previous prompt), so the runner orders trials to share prefixes.
-    """
-
-    def __init__(
-        self,
-        model: str | Path = "smollm2",
-        *,
-        n_ctx: int = 4096,
-        n_threads: int | None = None,
-        verbose: bool = False,
-    ) -> None:
-        from rampart.probe.models import resolve_model
-
-        path = resolve_model(str(model))
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise ImportError(
-                "the in-process backend needs llama-cpp-python: pip install "
-                "'rampart-registry[probe]' (it builds llama.cpp from source, a few minutes)"
-            ) from exc
-        self._path = path
-        self._label = str(model)
-        self._lock = threading.Lock()
-        t0 = time.perf_counter()
-        self._llm = Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=n_threads or os.cpu_count() or 1,
-            verbose=verbose,
-        )
-        self.load_s = time.perf_counter() - t0
-
-    @property
-    def model(self) -> str:
-        return self._label
-
-    @property
-    def max_concurrency(self) -> int:
-        return 1
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "llama-cpp", "model": self._label, "model_file": self._path.name}
-
-    def close(self) -> None:
-        """Free the model and its context now rather than at garbage collection."""
-        with self._lock:
-            close = getattr(self._llm, "close", None)
-            if close is not None:
-                close()
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        temperature: float,
-        seed: int,
-        max_tokens: int,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Reply:
-        # ``tools`` is not forwarded: GGUF chat templates of small models have no tool
-        # syntax; the probes render tool schemas into the prompt instead.
-        with self._lock:
-            try:
-                out = self._llm.create_chat_completion(
-                    messages=[dict(m) for m in messages],  # type: ignore[misc]
-                    temperature=temperature,
-                    seed=seed,
-                    max_tokens=max_tokens,
-                )
-            except ValueError as exc:  # e.g. the prompt exceeds n_ctx
-                raise BackendError(f"llama.cpp: {exc}", retryable=False) from exc
-        return parse_completion(out)
+        super().__init__(model, native_tools=native_tools, **kw)

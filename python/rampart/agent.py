@@ -1,0 +1,832 @@
+"""The agent loop: compile, call the model, run its tools, and learn from failures.
+
+Each step of :meth:`Agent.run` compiles the context from the registry for the task
+(gate, order, budget), offers the included tool blocks as the request's native
+``tools`` (never as prompt text), calls the model, runs the tools it called and feeds
+their results back, until the model answers without a tool call or ``max_steps`` is
+reached. A failed run (per ``check(answer, run)`` or, without one, an LLM judge)
+triggers, with ``learn=True``, one diagnosis call that writes a single actionable
+rule as an ``agent`` block tagged with the run's trajectory id; a near-duplicate of
+a rule already learned updates that rule instead. Later compiles put the rule in
+front of the model like any other block; :meth:`Agent.forget` takes it back
+(``rollback_trajectory``).
+
+Tools are Python callables (their JSON schema comes from the signature and the
+docstring) or the tools of an MCP client session (``mcp.ClientSession``, awaited by
+:meth:`Agent.arun`). With ``memory_tools=True`` the model may also call ``remember``
+and ``forget``, which write and evict blocks through the registry's own permission
+model: pinned blocks (seeds, tools) cannot be forgotten.
+
+Everything the loop feeds back is bounded: tool results are cut at
+``max_tool_result_chars``, rules at ``max_rule_chars``, the loop at ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import enum
+import inspect
+import json
+import math
+import re
+import time
+import types
+import typing
+import uuid
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from rampart.block import CompileResult, InstructionBlock
+from rampart.errors import InvalidArgumentError, RampartError
+from rampart.llm import Backend, Reply, ToolCall
+from rampart.registry import BlockRegistry
+from rampart.tools import ToolSchema
+
+__all__ = [
+    "LESSON_TAG",
+    "Agent",
+    "Lesson",
+    "Run",
+    "Step",
+    "ToolResult",
+    "tool_schema",
+]
+
+#: The tag of every rule the agent learned (diagnosis or the ``remember`` tool).
+LESSON_TAG = "lesson"
+#: Cosine similarity at or above which a new rule updates an existing one.
+DUPLICATE_COSINE = 0.85
+#: The same for normalised-text similarity (difflib ratio), without an embedding model.
+DUPLICATE_TEXT = 0.75
+
+CheckFn = Callable[[str, "Run"], "bool | tuple[bool, str]"]
+
+_JUDGE_SYSTEM = (
+    "You grade an assistant's answer to a task. Reply with PASS or FAIL on the first "
+    "line, then one sentence saying why."
+)
+_DIAGNOSE_SYSTEM = (
+    "You review a failed attempt at a task and write one rule that would make future "
+    "attempts at similar tasks pass. The rule must be specific and actionable: say "
+    "exactly what to do (names, formats, values), not that one should be careful."
+)
+_MEMORY_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "remember",
+            "description": "Store one rule or fact for future tasks (one short sentence).",
+            "parameters": {
+                "type": "object",
+                "properties": {"rule": {"type": "string", "description": "The rule to keep."}},
+                "required": ["rule"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "forget",
+            "description": "Remove a stored rule by its block name or runtime id.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "block": {"type": "string", "description": "Name or id of the block."}
+                },
+                "required": ["block"],
+            },
+        },
+    },
+]
+_MEMORY_NAMES = frozenset(t["function"]["name"] for t in _MEMORY_TOOLS)
+
+
+# ---- results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One executed tool call: what the model asked and what it was told."""
+
+    call: ToolCall
+    output: str  # as fed back to the model (cut at max_tool_result_chars)
+    is_error: bool
+    latency_s: float
+
+
+@dataclass
+class Step:
+    """One model call of a run and the tool calls it made."""
+
+    index: int
+    compile: CompileResult  # what the model saw: .prompt, .included, .report, .tools()
+    reply: Reply
+    tools_offered: list[str]
+    results: list[ToolResult] = field(default_factory=list)
+    model_s: float = 0.0  # the model call alone
+    latency_s: float = 0.0  # the whole step: compile, model, tools
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.reply.calls
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """The rule a failed run wrote: a new block (``updated=False``) or the new content
+    of a near-duplicate rule (``previous`` holds what it replaced)."""
+
+    block_id: str
+    content: str
+    updated: bool
+    previous: str | None = None
+    similarity: float | None = None
+
+
+@dataclass
+class Run:
+    """The outcome of :meth:`Agent.run`."""
+
+    task: str
+    trajectory_id: str
+    answer: str = ""
+    steps: list[Step] = field(default_factory=list)
+    stop_reason: str = "answer"  # "answer" or "max_steps"
+    success: bool | None = None  # None: nothing judged it
+    feedback: str = ""  # the checker's or judge's reason
+    lesson: Lesson | None = None
+    memory_writes: list[str] = field(default_factory=list)  # ids written by `remember`
+    prompt_tokens: int = 0  # every call of the run, judge and diagnosis included
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [r for s in self.steps for r in s.results]
+
+
+# ---- tool schemas from Python callables ------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _json_type(hint: Any) -> dict[str, Any]:
+    """A JSON Schema for a type hint; {} (any value) for what it cannot express."""
+    if hint in _SIMPLE:
+        return {"type": _SIMPLE[hint]}
+    if hint is type(None):
+        return {"type": "null"}
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _json_type(rest[0])
+        return {"anyOf": [_json_type(a) for a in args]}
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if hint in (list, tuple, set, frozenset) or origin in (list, tuple, set, frozenset, Sequence):
+        # tuple[int, str] has positional item types a single "items" cannot say
+        homogeneous = origin is not tuple or (len(args) == 2 and args[1] is Ellipsis)
+        item = _json_type(args[0]) if args and homogeneous else {}
+        return {"type": "array", "items": item} if item else {"type": "array"}
+    if hint is dict or origin in (dict, Mapping):
+        return {"type": "object"}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": [m.value for m in hint]}
+    return {}
+
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params)\s*:\s*$", re.IGNORECASE)
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_REST_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The summary (first paragraph) and per-parameter descriptions of a Google-style
+    (``Args:``) or reST-style (``:param x:``) docstring."""
+    lines = inspect.cleandoc(doc).splitlines() if doc else []
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _SECTION.match(line) or line.lstrip().startswith(":"):
+            break
+        summary.append(line.strip())
+    params: dict[str, str] = {}
+    in_args, current = False, None
+    for line in lines:
+        rest = _REST_PARAM.match(line)
+        if rest:
+            current = rest.group(1)
+            params[current] = rest.group(2).strip()
+            continue
+        if _SECTION.match(line):
+            in_args, current = True, None
+            continue
+        if in_args:
+            if not line.strip():
+                continue
+            if re.match(r"^\S", line) and line.rstrip().endswith(":"):
+                in_args = False  # the next section (Returns:, Raises:)
+                continue
+            m = _ARG_LINE.match(line)
+            if m and line[: len(line) - len(line.lstrip())].count(" ") <= 4:
+                current = m.group(1).lstrip("*")
+                params[current] = m.group(2).strip()
+            elif current:
+                params[current] = (params[current] + " " + line.strip()).strip()
+    return " ".join(summary), params
+
+
+def tool_schema(fn: Callable[..., Any], name: str | None = None) -> ToolSchema:
+    """The tool definition of a Python callable: its name, the docstring's summary as
+    description, and a JSON Schema of its parameters from their type hints (parameters
+    without a default are required; docstring ``Args:`` lines describe them)."""
+    if not callable(fn):
+        raise InvalidArgumentError(f"a tool must be callable, got {type(fn).__name__}")
+    tool_name = str(name or getattr(fn, "__name__", ""))
+    if not _NAME.fullmatch(tool_name):
+        raise InvalidArgumentError(
+            f"tool name {tool_name!r} must match [A-Za-z0-9_-]{{1,64}} (what the APIs accept)"
+        )
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"tool {tool_name!r}: no signature to build a schema ({exc})"
+        ) from None
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to untyped
+        hints = {}
+    summary, docs = _parse_docstring(inspect.getdoc(fn) or "")
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue  # *args/**kwargs have no name a model could pass
+        if p.kind is p.POSITIONAL_ONLY:
+            raise InvalidArgumentError(
+                f"tool {tool_name!r}: parameter {p.name!r} is positional-only; tools are "
+                "called with keyword arguments"
+            )
+        prop = _json_type(hints.get(p.name, Any))
+        if docs.get(p.name):
+            prop["description"] = docs[p.name]
+        if p.default is p.empty:
+            required.append(p.name)
+        elif p.default is None or isinstance(p.default, (str, int, float, bool)):
+            prop["default"] = p.default
+        props[p.name] = prop
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = required
+    return ToolSchema(name=tool_name, description=summary, input_schema=schema)
+
+
+# ---- MCP sessions ------------------------------------------------------------------------
+
+
+def _mcp_session_class() -> tuple[type, ...] | None:
+    """The MCP client classes whose tools an agent can call (``mcp.ClientSession``,
+    and ``mcp.Client`` where the SDK has one), or None without the mcp package."""
+    try:
+        import mcp
+    except ImportError:
+        return None
+    return tuple(
+        c for c in (getattr(mcp, "ClientSession", None), getattr(mcp, "Client", None)) if c
+    )
+
+
+def _looks_like_session(obj: Any) -> bool:
+    return hasattr(obj, "list_tools") and hasattr(obj, "call_tool") and not callable(obj)
+
+
+def _mcp_output(result: Any) -> tuple[str, bool]:
+    """The text of an MCP ``CallToolResult`` and its ``isError`` flag."""
+    parts: list[str] = []
+    for item in getattr(result, "content", None) or []:
+        text = getattr(item, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            dump = getattr(item, "model_dump", None)
+            parts.append(json.dumps(dump(mode="json")) if dump else str(item))
+    structured = getattr(result, "structured_content", getattr(result, "structuredContent", None))
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured))
+    # mcp 1.x names the flag isError, 2.x is_error
+    flag = getattr(result, "is_error", getattr(result, "isError", False))
+    return "\n".join(parts), bool(flag)
+
+
+# ---- the agent -----------------------------------------------------------------------------
+
+# What the loop asks its driver to do: call the model, or run one tool call.
+_Chat = tuple[str, list[dict[str, Any]], list[dict[str, Any]], int]
+_Action = _Chat | tuple[str, ToolCall]
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [cut: {len(text) - limit} more characters]"
+
+
+def _normalise(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def _clean_rule(text: str, limit: int) -> str:
+    """The rule a diagnosis reply holds: its first non-empty line without list
+    markers, quotes or a "Rule:" label, cut at a word boundary within ``limit``."""
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^(?:[-*•]|\d+[.)])\s*", "", line)
+    line = re.sub(r"^[*_\s]*(?:new\s+)?rule[*_\s]*[:：][*_\s]*", "", line, flags=re.IGNORECASE)
+    line = line.strip().strip("\"'`").strip()
+    if len(line) > limit:
+        cut = line[:limit].rsplit(" ", 1)[0]
+        line = (cut or line[:limit]).rstrip(",;:") + "…"
+    return line
+
+
+class Agent:
+    """A tool-calling agent whose context is compiled from ``registry``.
+
+    ``model``: a :class:`rampart.llm.Backend` (``OpenAIBackend``, ``LlamaCppBackend``
+    or any object with the same ``chat``). ``tools``: Python callables and/or MCP
+    client sessions. ``max_tokens``: the compile budget per step (default: the
+    registry's). ``top_k``: gate the registry to the ``top_k`` blocks most relevant
+    to the task (needs the registry's embedding model). ``check(answer, run)``:
+    returns ``True``/``False`` or ``(ok, reason)``; without it, a learning agent asks
+    the model to judge. ``reply_tokens``: the model's reply limit per call.
+    """
+
+    def __init__(
+        self,
+        registry: BlockRegistry,
+        model: Backend,
+        tools: Iterable[Any] = (),
+        *,
+        max_steps: int = 8,
+        max_tokens: int | None = None,
+        top_k: int | None = None,
+        learn: bool = True,
+        check: CheckFn | None = None,
+        memory_tools: bool = False,
+        reply_tokens: int = 512,
+        temperature: float = 0.0,
+        max_tool_result_chars: int = 4000,
+        max_rule_chars: int = 300,
+        duplicate_threshold: float | None = None,
+        lesson_priority: float = 0.6,
+    ) -> None:
+        if not isinstance(registry, BlockRegistry):
+            raise InvalidArgumentError(
+                f"registry must be a BlockRegistry, got {type(registry).__name__}"
+            )
+        if not callable(getattr(model, "chat", None)):
+            raise InvalidArgumentError(
+                f"model must have a chat() method (a rampart.llm backend), got "
+                f"{type(model).__name__}"
+            )
+        for value, what in (
+            (max_steps, "max_steps"),
+            (reply_tokens, "reply_tokens"),
+            (max_tool_result_chars, "max_tool_result_chars"),
+            (max_rule_chars, "max_rule_chars"),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{what} must be an int >= 1, got {value!r}")
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+                raise InvalidArgumentError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+            if registry.embedding_model is None:
+                raise InvalidArgumentError(
+                    f"top_k={top_k} gates by relevance, but registry {registry.label!r} has no "
+                    "embedding model: pass embedding_model= to it, or top_k=None"
+                )
+        if check is not None and not callable(check):
+            raise InvalidArgumentError("check must be a callable(answer, run)")
+        if duplicate_threshold is not None and not 0.0 < duplicate_threshold <= 1.0:
+            raise InvalidArgumentError(
+                f"duplicate_threshold must be in (0, 1], got {duplicate_threshold!r}"
+            )
+        self.registry = registry
+        self.model = model
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+        self.top_k = top_k
+        self.learn = learn
+        self.check = check
+        self.memory_tools = memory_tools
+        self.reply_tokens = reply_tokens
+        self.temperature = temperature
+        self.max_tool_result_chars = max_tool_result_chars
+        self.max_rule_chars = max_rule_chars
+        self.duplicate_threshold = duplicate_threshold
+        self.lesson_priority = lesson_priority
+        self._functions: dict[str, Callable[..., Any]] = {}
+        self._sessions: list[Any] = []
+        self._mcp_tools: dict[str, Any] = {}  # tool name -> its session
+        self._mcp_listed = False
+        schemas: list[ToolSchema] = []
+        session_cls = _mcp_session_class()
+        for i, t in enumerate(tools):
+            if session_cls and isinstance(t, session_cls):
+                self._sessions.append(t)
+            elif callable(t):
+                s = tool_schema(t)
+                if s.name in self._functions or s.name in _MEMORY_NAMES:
+                    raise InvalidArgumentError(f"tools[{i}]: a second tool named {s.name!r}")
+                self._functions[s.name] = t
+                schemas.append(s)
+            elif session_cls is None and _looks_like_session(t):
+                raise ImportError(
+                    f"tools[{i}] looks like an MCP client session ({type(t).__name__}), but the "
+                    "mcp package is not installed: pip install mcp"
+                )
+            else:
+                raise InvalidArgumentError(
+                    f"tools[{i}] must be a callable or an mcp.ClientSession, got {type(t).__name__}"
+                )
+        self._load([s.to_openai() for s in schemas])
+
+    # ---- tool blocks ----------------------------------------------------------------
+
+    def _load(self, definitions: list[dict[str, Any]]) -> None:
+        """Write tool blocks for the definitions the registry does not hold yet.
+        Pinned (not evictable), so the model's ``forget`` cannot drop a tool."""
+        if not definitions:
+            return
+        have = {s.name for b in self.registry.find_by_tag("tool") if (s := b.tool_schema)}
+        new = [d for d in definitions if _definition_name(d) not in have]
+        if new:
+            self.registry.load_tools(new, evictable=False)
+
+    async def _list_mcp(self) -> None:
+        if self._mcp_listed:
+            return
+        definitions = []
+        for session in self._sessions:
+            tools: list[Any] = []
+            cursor = None
+            while True:  # every page of the listing
+                listed = await (
+                    session.list_tools(cursor=cursor) if cursor else session.list_tools()
+                )
+                tools.extend(listed.tools)
+                cursor = getattr(listed, "next_cursor", getattr(listed, "nextCursor", None))
+                if not cursor:
+                    break
+            for t in tools:
+                if t.name in self._functions or t.name in self._mcp_tools:
+                    raise InvalidArgumentError(f"two tools named {t.name!r} (MCP session)")
+                self._mcp_tools[t.name] = session
+                definitions.append(t.model_dump(mode="json", by_alias=True, exclude_none=True))
+        self._load(definitions)
+        self._mcp_listed = True
+
+    # ---- running ----------------------------------------------------------------------------
+
+    def run(self, task: str, *, seed: int = 0) -> Run:
+        """Run ``task`` to an answer (or ``max_steps``); learn from it if it failed."""
+        if self._sessions:
+            raise InvalidArgumentError(
+                "this agent has MCP session tools, which are async: use `await agent.arun(task)` "
+                "inside the session's event loop"
+            )
+        loop = self._loop(task, seed)
+        action: _Action = next(loop)
+        while True:
+            try:
+                if action[0] == "chat":
+                    _, messages, tools, limit = action  # type: ignore[misc]
+                    action = loop.send(self._chat(messages, tools, limit, seed))
+                else:
+                    action = loop.send(self._call_sync(action[1]))  # type: ignore[arg-type]
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def arun(self, task: str, *, seed: int = 0) -> Run:
+        """:meth:`run` for async code: awaits MCP tools and coroutine functions, and
+        runs the (blocking) model call in a worker thread."""
+        await self._list_mcp()
+        loop = self._loop(task, seed)
+        action: _Action = next(loop)
+        while True:
+            try:
+                if action[0] == "chat":
+                    _, messages, tools, limit = action  # type: ignore[misc]
+                    reply = await asyncio.to_thread(self._chat, messages, tools, limit, seed)
+                    action = loop.send(reply)
+                else:
+                    action = loop.send(await self._call_async(action[1]))  # type: ignore[arg-type]
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def _chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], limit: int, seed: int
+    ) -> Reply:
+        return self.model.chat(
+            messages,
+            temperature=self.temperature,
+            seed=seed,
+            max_tokens=limit,
+            tools=tools or None,
+        )
+
+    def _compile(self, task: str) -> CompileResult:
+        if self.top_k is None:
+            return self.registry.compile(self.max_tokens, tools_in_prompt=False)
+        return self.registry.compile(
+            self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
+        )
+
+    def _offered(self, result: CompileResult) -> list[dict[str, Any]]:
+        # Only tools this agent can run: a tool block with no implementation here
+        # (loaded for another agent) would only invite a failing call.
+        tools = [
+            t
+            for t in result.tools("openai")
+            if t["function"]["name"] in self._functions or t["function"]["name"] in self._mcp_tools
+        ]
+        if self.memory_tools:
+            tools.extend(_MEMORY_TOOLS)
+        return tools
+
+    def _loop(self, task: str, seed: int) -> Generator[_Action, Any, Run]:
+        if not isinstance(task, str) or not task.strip():
+            raise InvalidArgumentError("task must be a non-empty string")
+        t_run = time.perf_counter()
+        run = Run(task=task, trajectory_id=f"run-{uuid.uuid4().hex[:16]}")
+        transcript: list[dict[str, Any]] = []
+        reply: Reply | None = None
+        for index in range(self.max_steps):
+            t_step = time.perf_counter()
+            result = self._compile(task)
+            tools = self._offered(result)
+            messages: list[dict[str, Any]] = []
+            if result.prompt:
+                messages.append({"role": "system", "content": result.prompt})
+            messages.append({"role": "user", "content": task})
+            messages.extend(transcript)
+            t_model = time.perf_counter()
+            reply = yield ("chat", messages, tools, self.reply_tokens)
+            model_s = time.perf_counter() - t_model
+            self._count(run, reply)
+            step = Step(index, result, reply, [t["function"]["name"] for t in tools])
+            step.model_s = model_s
+            run.steps.append(step)
+            if not reply.calls:
+                step.latency_s = time.perf_counter() - t_step
+                run.answer = reply.text
+                break
+            transcript.append(reply.assistant_message())
+            offered = set(step.tools_offered)
+            for call in reply.calls:
+                t_tool = time.perf_counter()
+                if call.name not in offered:
+                    output, is_error = (
+                        f"error: no tool {call.name!r} is available in this step "
+                        f"(offered: {', '.join(sorted(offered)) or 'none'})",
+                        True,
+                    )
+                elif call.name in _MEMORY_NAMES:
+                    output, is_error = self._memory(call, run)
+                else:
+                    output, is_error = yield ("tool", call)
+                output = _clip(output, self.max_tool_result_chars)
+                step.results.append(
+                    ToolResult(call, output, is_error, time.perf_counter() - t_tool)
+                )
+                transcript.append({"role": "tool", "tool_call_id": call.id, "content": output})
+            step.latency_s = time.perf_counter() - t_step
+        else:
+            run.stop_reason = "max_steps"
+            run.answer = reply.text if reply is not None else ""
+        yield from self._assess(run)
+        run.latency_s = time.perf_counter() - t_run
+        return run
+
+    @staticmethod
+    def _count(run: Run, reply: Reply) -> None:
+        run.prompt_tokens += reply.prompt_tokens or 0
+        run.completion_tokens += reply.completion_tokens or 0
+
+    # ---- tools ----------------------------------------------------------------------------
+
+    def _arguments(self, call: ToolCall) -> dict[str, Any] | str:
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError as exc:
+            return (
+                f"error: the arguments of {call.name!r} are not JSON ({exc}): {call.arguments:.200}"
+            )
+        if not isinstance(args, dict):
+            return f"error: {call.name} arguments must be a JSON object: {call.arguments:.200}"
+        return args
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return repr(value)
+
+    def _call_sync(self, call: ToolCall) -> tuple[str, bool]:
+        args = self._arguments(call)
+        if isinstance(args, str):
+            return args, True
+        fn = self._functions[call.name]
+        try:
+            value = fn(**args)
+            if inspect.isawaitable(value):
+                value = _run_awaitable(value)
+        except Exception as exc:  # the model should see why its call failed
+            return f"error: {type(exc).__name__}: {exc}", True
+        return self._text(value), False
+
+    async def _call_async(self, call: ToolCall) -> tuple[str, bool]:
+        args = self._arguments(call)
+        if isinstance(args, str):
+            return args, True
+        session = self._mcp_tools.get(call.name)
+        try:
+            if session is not None:
+                return _mcp_output(await session.call_tool(call.name, args))
+            value = self._functions[call.name](**args)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            return f"error: {type(exc).__name__}: {exc}", True
+        return self._text(value), False
+
+    def _memory(self, call: ToolCall, run: Run) -> tuple[str, bool]:
+        """``remember`` and ``forget``: plain registry writes and evictions, so the
+        registry's own rules decide (a pinned or foreign block stays)."""
+        args = self._arguments(call)
+        if isinstance(args, str):
+            return args, True
+        try:
+            if call.name == "remember":
+                rule = _clean_rule(str(args.get("rule", "")), self.max_rule_chars)
+                if not rule:
+                    return "error: remember needs a non-empty 'rule'", True
+                lesson = self._write_lesson(rule, run, tags=("memory",))
+                run.memory_writes.append(lesson.block_id)
+                verb = "updated" if lesson.updated else "stored"
+                return f"{verb} as block {lesson.block_id}", False
+            key = str(args.get("block", ""))
+            target = key if key in self.registry else None
+            if target is None:
+                named = self.registry.get_by_name(key)
+                if not named:
+                    return f"error: no block named or with id {key!r}", True
+                target = named[0].runtime_id
+            gone = self.registry.evict(target)
+            return f"forgot block {gone.semantic_name!r} ({gone.runtime_id})", False
+        except RampartError as exc:
+            return f"error: {type(exc).__name__}: {exc}", True
+
+    # ---- judging and learning --------------------------------------------------------------
+
+    def _assess(self, run: Run) -> Generator[_Action, Any, None]:
+        if self.check is not None:
+            verdict = self.check(run.answer, run)
+            if isinstance(verdict, tuple):
+                run.success, run.feedback = bool(verdict[0]), str(verdict[1])
+            else:
+                run.success = bool(verdict)
+        elif self.learn:
+            prompt = f"Task:\n{run.task}\n\nAnswer:\n{_clip(run.answer, 4000)}"
+            reply = yield (
+                "chat",
+                [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": prompt}],
+                [],
+                64,
+            )
+            self._count(run, reply)
+            head = reply.text.strip().upper()
+            run.success = head.startswith("PASS")
+            run.feedback = reply.text.strip()
+        if self.learn and run.success is False:
+            yield from self._diagnose(run)
+
+    def _diagnose(self, run: Run) -> Generator[_Action, Any, None]:
+        used = [r for s in run.steps for r in s.results]
+        calls = "".join(
+            f"\n- {r.call.name}({r.call.arguments:.200}) -> {r.output[:200]}" for r in used
+        )
+        prompt = (
+            f"Task:\n{run.task}\n\nAnswer given:\n{_clip(run.answer, 2000)}\n\n"
+            + (f"Tool calls:{calls}\n\n" if calls else "")
+            + f"Why it failed:\n{run.feedback or 'it was judged a failure'}\n\n"
+            f"Write the one rule, as a single imperative sentence under "
+            f"{self.max_rule_chars} characters. Reply with the rule only."
+        )
+        reply = yield (
+            "chat",
+            [{"role": "system", "content": _DIAGNOSE_SYSTEM}, {"role": "user", "content": prompt}],
+            [],
+            max(16, self.max_rule_chars // 3),
+        )
+        self._count(run, reply)
+        rule = _clean_rule(reply.text, self.max_rule_chars)
+        if rule:
+            run.lesson = self._write_lesson(rule, run)
+
+    def lessons(self) -> list[InstructionBlock]:
+        """The rules learned so far (blocks tagged ``lesson``), registry order."""
+        return self.registry.find_by_tag(LESSON_TAG)
+
+    def _similar(self, rule: str) -> tuple[InstructionBlock, float] | None:
+        """The learned rule most similar to ``rule`` when at or above the threshold:
+        cosine of the registry's embeddings when it has a model, else difflib's ratio
+        of the normalised texts."""
+        existing = self.lessons()
+        if not existing:
+            return None
+        model = self.registry.embedding_model
+        best: tuple[InstructionBlock, float] | None = None
+        if model is not None:
+            import numpy as np
+
+            self.registry.embed_pending()
+            q = np.asarray(model.encode(rule), dtype=np.float32)
+            qn = float(np.linalg.norm(q)) or 1.0
+            limit = self.duplicate_threshold or DUPLICATE_COSINE
+            for b in existing:
+                v = self.registry.embedding(b.runtime_id)
+                if v is None:
+                    continue
+                s = float(q @ v) / (qn * (float(np.linalg.norm(v)) or 1.0))
+                if math.isfinite(s) and (best is None or s > best[1]):
+                    best = (b, s)
+        else:
+            limit = self.duplicate_threshold or DUPLICATE_TEXT
+            norm = _normalise(rule)
+            for b in existing:
+                s = difflib.SequenceMatcher(None, norm, _normalise(b.content)).ratio()
+                if best is None or s > best[1]:
+                    best = (b, s)
+        return best if best is not None and best[1] >= limit else None
+
+    def _write_lesson(self, rule: str, run: Run, tags: Sequence[str] = ()) -> Lesson:
+        near = self._similar(rule)
+        if near is not None:
+            block, score = near
+            try:
+                self.registry.update_block_content(block.runtime_id, rule)
+                return Lesson(block.runtime_id, rule, True, block.content, score)
+            except RampartError:
+                pass  # not ours to change (a seed, another registry's): add a new one
+        rid = self.registry.write_agent_block(
+            rule,
+            run.trajectory_id,
+            semantic_name=f"lesson_{run.trajectory_id.removeprefix('run-')[:8]}",
+            priority=self.lesson_priority,
+            tags=[LESSON_TAG, *tags],
+        )
+        return Lesson(rid, rule, False)
+
+    def forget(self, run: Run) -> int:
+        """Take back what ``run`` taught: its blocks go (``rollback_trajectory``) and a
+        rule it updated gets its previous text back. Returns how many blocks changed."""
+        if not isinstance(run, Run):
+            raise InvalidArgumentError(f"forget takes a Run, got {type(run).__name__}")
+        n = self.registry.rollback_trajectory(run.trajectory_id)
+        lesson = run.lesson
+        if lesson is not None and lesson.updated and lesson.previous is not None:
+            if lesson.block_id in self.registry:
+                block = self.registry.get_by_id(lesson.block_id)
+                if block.content == lesson.content:  # not changed again since
+                    self.registry.update_block_content(lesson.block_id, lesson.previous)
+                    n += 1
+        return n
+
+
+def _definition_name(d: Mapping[str, Any]) -> str:
+    fn = d.get("function")
+    return str(fn["name"] if isinstance(fn, Mapping) else d.get("name"))
+
+
+def _run_awaitable(value: Any) -> Any:
+    """A coroutine returned by a tool under the sync :meth:`Agent.run`."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(value)
+    raise InvalidArgumentError(
+        "an async tool was called from Agent.run inside a running event loop: "
+        "use `await agent.arun(task)`"
+    )
