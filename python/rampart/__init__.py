@@ -24,6 +24,7 @@ from rampart.errors import (
     SeedMutationError,
     UnsupportedFormatError,
 )
+from rampart.openai_embedder import OpenAIEmbedder
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry, get_by_label
 from rampart.seeds import BlockSource, SeedBlock, SeedRegistry, register_parser
 from rampart.tokens import count_tokens
@@ -44,6 +45,7 @@ __all__ = [
     "ModelError",
     "ModelNotFoundError",
     "OnnxEmbedder",
+    "OpenAIEmbedder",
     "OrchestratorMutationError",
     "ParseError",
     "RampartError",
