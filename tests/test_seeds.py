@@ -11,6 +11,7 @@ from rampart.seeds import parse_file, parse_skill_file
 from tests.conftest import SEEDS, SKILLS
 
 SKILL_FILES = sorted(SKILLS.glob("*/SKILL.md"))
+assert SKILL_FILES, f"{SKILLS} holds no SKILL.md files (tests/data is part of the repository)"
 
 
 def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
@@ -191,7 +192,6 @@ def test_directory_expands_to_seed_files_sorted_skipping_readme() -> None:
     assert r.find_by_tag("tool") and all(b.source == "seed" for b in r.list_blocks())
 
 
-@pytest.mark.skipif(not SKILL_FILES, reason="shared/data/skills not found")
 @pytest.mark.parametrize("path", SKILL_FILES, ids=lambda p: p.parent.name)
 def test_real_skill_files_import_unchanged(path: Path) -> None:
     raw = path.read_text(encoding="utf-8")
@@ -207,7 +207,6 @@ def test_real_skill_files_import_unchanged(path: Path) -> None:
     assert seeds.list_names() == [f"{path.parent.name}.{path.parent.name}"]
 
 
-@pytest.mark.skipif(not SKILL_FILES, reason="shared/data/skills not found")
 def test_all_real_skills_load_into_one_registry() -> None:
     r = rampart.BlockRegistry.from_files(SKILL_FILES)
     assert [b.semantic_name for b in r.list_blocks()] == [p.parent.name for p in SKILL_FILES]
