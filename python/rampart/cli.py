@@ -532,6 +532,36 @@ def _add_probe_parser(sub: Any) -> None:
     r.set_defaults(func=_cmd_probe_report)
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from rampart.mcp_server import serve
+
+    _check_paths(args.paths)
+    serve(
+        args.paths,
+        store=args.store,
+        name=args.name,
+        tokeniser=args.tokeniser,
+        gate=not args.no_gate,
+    )
+    return 0
+
+
+def _add_mcp_parser(sub: Any) -> None:
+    mc = sub.add_parser(
+        "mcp",
+        help="serve a registry to MCP clients over stdio",
+        description="Serve a registry over stdio with the MCP SDK (pip install "
+        '"rampart-registry[mcp]"): tools compile_context, find_blocks, list_blocks, '
+        "write_block, evict_block.",
+    )
+    mc.add_argument("paths", nargs="*", help="seed files or directories of them")
+    mc.add_argument("--store", default=None, help="shared registry store URL (with --name)")
+    mc.add_argument("--name", default=None, help="registry name inside --store")
+    mc.add_argument("--tokeniser", default=None, help="tokenizer.json path (default: cl100k_base)")
+    mc.add_argument("--no-gate", action="store_true", help="no embedding model (no top_k)")
+    mc.set_defaults(func=_cmd_mcp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rampart`` argument parser (every subcommand; errors are one line)."""
     p = _Parser(
@@ -601,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     mi.add_argument("--providers", default=None, help="comma list to check, e.g. cuda,cpu")
     mi.set_defaults(func=_cmd_model_info)
     _add_probe_parser(sub)
+    _add_mcp_parser(sub)
     return p
 
 

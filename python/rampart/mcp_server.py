@@ -1,0 +1,220 @@
+"""A registry served over MCP, so any MCP client keeps its instructions in rampart.
+
+``rampart mcp PATHS...`` (or :func:`serve`) starts a stdio server with the official
+``mcp`` SDK (``pip install "rampart-registry[mcp]"``) and five tools:
+
+* ``compile_context(task, max_tokens, top_k)``: the compiled context, gated by the
+  task when ``top_k`` is given, cut at ``max_tokens``;
+* ``find_blocks(task, top_k)``: the blocks most relevant to a task, with scores;
+* ``list_blocks()``: every block in registry order;
+* ``write_block(content, name, priority)``: a new *agent* block (the client is an
+  agent writing what it learned; seed blocks stay read-only);
+* ``evict_block(name_or_id)``: remove a block by runtime id or unique name.
+
+A registry error (a non-evictable block, an unknown name) comes back to the client
+as a tool error carrying rampart's message, not as a crash of the server. With
+``--store URL --name NAME`` the registry is a shared, durable one
+(:meth:`BlockRegistry.open`), so what a client writes outlives the server and other
+processes see it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
+from rampart.registry import BlockRegistry
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = ["INSTRUCTIONS", "build_server", "open_registry", "serve"]
+
+# What the server tells a client about itself at initialisation; clients that show
+# server instructions to the model (Claude Code does) learn when to call what.
+INSTRUCTIONS = (
+    "rampart keeps this project's instructions as named blocks. Call compile_context "
+    "with the task at hand before starting work and follow what it returns; call "
+    "write_block to record a lesson worth keeping (one short, actionable rule); "
+    "find_blocks and list_blocks show what is stored; evict_block removes a block."
+)
+
+_PREVIEW = 160  # characters of a block shown by find_blocks / list_blocks
+
+
+def _require_mcp() -> type[MCPServer[Any]]:
+    try:
+        from mcp.server.mcpserver import MCPServer
+    except ImportError as exc:
+        raise ImportError(
+            f'rampart mcp needs the MCP SDK (mcp>=2): pip install "rampart-registry[mcp]" ({exc})'
+        ) from exc
+    return MCPServer
+
+
+@contextmanager
+def _tool_errors() -> Iterator[None]:
+    """rampart's errors reach the client as tool errors with their message (the SDK
+    hides the text of any other exception, as a crash)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except RampartError as exc:
+        raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _preview(text: str) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= _PREVIEW else one[: _PREVIEW - 1] + "…"
+
+
+def _resolve(registry: BlockRegistry, name_or_id: str) -> str:
+    """The runtime id that ``name_or_id`` designates: an id, or a name held by
+    exactly one block."""
+    if name_or_id in registry:
+        return name_or_id
+    matches = registry.get_by_name(name_or_id)
+    if not matches:
+        raise BlockNotFoundError(
+            f"registry {registry.label!r} has no block with runtime id or name {name_or_id!r}"
+        )
+    if len(matches) > 1:
+        ids = ", ".join(b.runtime_id for b in matches)
+        raise InvalidArgumentError(
+            f"registry {registry.label!r} has {len(matches)} blocks named {name_or_id!r} "
+            f"({ids}); pass one runtime id"
+        )
+    return matches[0].runtime_id
+
+
+def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
+    """An ``MCPServer`` exposing ``registry`` through the five tools (not started)."""
+    server = _require_mcp()(server_name, instructions=INSTRUCTIONS)
+
+    @server.tool()
+    def compile_context(
+        task: str = "", max_tokens: int | None = None, top_k: int | None = None
+    ) -> dict[str, Any]:
+        """Compile the registry's instruction blocks into one context for a task.
+
+        task: what you are about to do (needed when top_k is given).
+        max_tokens: token budget for the context; blocks past it are left out.
+        top_k: keep only the k blocks most relevant to the task.
+        Returns the context text, the names of the included blocks and its size."""
+        with _tool_errors():
+            result = registry.compile(max_tokens=max_tokens, task_text=task or None, top_k=top_k)
+        return {
+            "context": result.prompt,
+            "included": result.included,
+            "excluded": result.excluded,
+            "total_tokens": result.total_tokens,
+        }
+
+    @server.tool()
+    def find_blocks(task: str, top_k: int = 5) -> list[dict[str, Any]]:
+        """The stored instruction blocks most relevant to a task, best first, with
+        their relevance score (cosine similarity, higher is closer)."""
+        with _tool_errors():
+            ranked = registry.find_relevant(task, top_k=top_k)
+        return [
+            {
+                "runtime_id": b.runtime_id,
+                "name": b.semantic_name,
+                "score": round(float(score), 4),
+                "source": b.source,
+                "preview": _preview(b.content),
+            }
+            for b, score in ranked
+        ]
+
+    @server.tool()
+    def list_blocks() -> list[dict[str, Any]]:
+        """Every stored instruction block in registry order (the order the context
+        is compiled in), with its source, priority and size in tokens."""
+        return [
+            {
+                "runtime_id": b.runtime_id,
+                "name": b.semantic_name,
+                "source": b.source,
+                "priority": b.priority,
+                "tokens": b.token_count,
+                "evictable": b.evictable,
+                "preview": _preview(b.content),
+            }
+            for b in registry.list_blocks()
+        ]
+
+    @server.tool()
+    def write_block(content: str, name: str, priority: float = 0.5) -> dict[str, Any]:
+        """Store a new instruction block (for example a lesson learned: one short,
+        actionable rule). name: a short identifier; priority: 0 to 1, higher is
+        kept longer when blocks are evicted. Returns the new block's runtime id."""
+        with _tool_errors():
+            runtime_id = registry.write_block(content, name, "agent", priority)
+        return {"runtime_id": runtime_id, "name": name, "blocks": len(registry)}
+
+    @server.tool()
+    def evict_block(name_or_id: str) -> dict[str, Any]:
+        """Remove a stored instruction block, given its runtime id or its name
+        (a name must belong to exactly one block)."""
+        with _tool_errors():
+            block = registry.evict(_resolve(registry, name_or_id))
+        return {"evicted": block.runtime_id, "name": block.semantic_name, "blocks": len(registry)}
+
+    return server
+
+
+def open_registry(
+    paths: Sequence[str],
+    *,
+    store: str | None = None,
+    name: str | None = None,
+    embedding_model: Any = "default",
+    tokeniser: str | None = None,
+) -> BlockRegistry:
+    """The registry ``rampart mcp`` serves: seed files, or with ``store`` the shared
+    registry ``name`` in it (seeded from ``paths`` only when it is created)."""
+    if (store is None) != (name is None):
+        raise InvalidArgumentError("--store and --name go together")
+    if store is not None:
+        opener = getattr(BlockRegistry, "open", None)
+        if opener is None:  # shared registries (SPEC §7) are not in this build
+            raise RampartError(
+                "this rampart has no shared registries (BlockRegistry.open): "
+                "serve seed files instead of --store/--name"
+            )
+        reg: BlockRegistry = opener(
+            store, name, embedding_model, tokeniser, seeds=list(paths) or None
+        )
+        return reg
+    if not paths:
+        raise InvalidArgumentError("rampart mcp needs seed paths, or --store URL --name NAME")
+    return BlockRegistry.from_files(list(paths), embedding_model, tokeniser=tokeniser)
+
+
+def serve(
+    paths: Sequence[str],
+    *,
+    store: str | None = None,
+    name: str | None = None,
+    tokeniser: str | None = None,
+    gate: bool = True,
+) -> None:
+    """Serve a registry over stdio until the client disconnects. ``gate=False``
+    skips the embedding model (``top_k`` and ``find_blocks`` then fail with the
+    registry's message), for a quicker start where no gating is wanted."""
+    _require_mcp()  # before any model load: a missing SDK should fail at once
+    model: Any = "default" if gate else None
+    reg = open_registry(paths, store=store, name=name, embedding_model=model, tokeniser=tokeniser)
+    try:
+        # stdout is the protocol channel: nothing else may be printed to it.
+        print(f"rampart mcp: serving {len(reg)} blocks ({reg.label})", file=sys.stderr)
+        build_server(reg).run("stdio")
+    finally:
+        close = getattr(reg, "close", None)
+        if close is not None:  # a shared registry flushes its access counts
+            close()

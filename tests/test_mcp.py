@@ -1,0 +1,163 @@
+"""`rampart mcp` driven by the MCP SDK's own stdio client, as Claude Code or Cursor
+would: a real subprocess, real JSON-RPC over its stdin/stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rampart
+
+from tests.conftest import SEEDS, import_or_skip, needs_model
+
+mcp = import_or_skip("mcp", "mcp")
+
+TOOLS = {"compile_context", "find_blocks", "list_blocks", "write_block", "evict_block"}
+
+
+async def _session(args: list[str], script: Any) -> Any:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "rampart", "mcp", *args], env=dict(os.environ)
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        return await script(session, init)
+
+
+def run(args: list[str], script: Any) -> Any:
+    import anyio
+
+    return anyio.run(_session, args, script)
+
+
+def data(result: Any) -> Any:
+    """A tool result's structured value (a list result is wrapped as {"result": [...]})."""
+    assert not result.is_error, result.content
+    value = result.structured_content
+    return value["result"] if isinstance(value, dict) and set(value) == {"result"} else value
+
+
+def text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "text", None))
+
+
+@needs_model
+def test_tools_over_stdio_with_the_sdk_client() -> None:
+    async def script(session: Any, init: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"init": init}
+        out["tools"] = {t.name: t for t in (await session.list_tools()).tools}
+        out["listed"] = data(await session.call_tool("list_blocks", {}))
+        out["full"] = data(await session.call_tool("compile_context", {}))
+        out["written"] = data(
+            await session.call_tool(
+                "write_block",
+                {
+                    "content": "Deploy to staging with `make ship-staging`, never by hand.",
+                    "name": "lesson-deploy",
+                    "priority": 0.9,
+                },
+            )
+        )
+        out["found"] = data(
+            await session.call_tool("find_blocks", {"task": "deploy to staging", "top_k": 2})
+        )
+        out["gated"] = data(
+            await session.call_tool(
+                "compile_context", {"task": "how do I deploy to staging?", "top_k": 1}
+            )
+        )
+        out["budget"] = data(await session.call_tool("compile_context", {"max_tokens": 10}))
+        out["evicted"] = data(
+            await session.call_tool("evict_block", {"name_or_id": "lesson-deploy"})
+        )
+        out["after"] = data(await session.call_tool("list_blocks", {}))
+        out["missing"] = await session.call_tool("evict_block", {"name_or_id": "no-such-block"})
+        return out
+
+    out = run([str(SEEDS)], script)
+    assert out["init"].server_info.name == "rampart"
+    assert "compile_context" in (out["init"].instructions or "")
+    assert set(out["tools"]) == TOOLS
+    params = out["tools"]["compile_context"].input_schema["properties"]
+    assert {"task", "max_tokens", "top_k"} <= set(params)
+
+    listed = out["listed"]
+    n = len(listed)
+    assert n > 3 and all(b["source"] == "seed" for b in listed)
+    assert out["full"]["included"] == [b["name"] for b in listed]
+    assert out["full"]["total_tokens"] > 0
+
+    assert out["written"]["name"] == "lesson-deploy" and out["written"]["blocks"] == n + 1
+    assert out["found"][0]["name"] == "lesson-deploy"
+    assert out["found"][0]["score"] >= out["found"][1]["score"]
+    assert out["gated"]["included"] == ["lesson-deploy"]
+    assert "make ship-staging" in out["gated"]["context"]
+    assert out["budget"]["total_tokens"] <= 10
+
+    assert out["evicted"]["evicted"] == out["written"]["runtime_id"]
+    assert [b["runtime_id"] for b in out["after"]] == [b["runtime_id"] for b in listed]
+    # A registry error is a tool error with rampart's message; the server lives on.
+    assert out["missing"].is_error
+    assert "no block with runtime id or name 'no-such-block'" in text(out["missing"])
+
+
+def test_errors_come_back_as_tool_errors(tmp_path: Path) -> None:
+    seed = tmp_path / "rules.md"
+    seed.write_text("# Rules\n\nAlways answer in English.\n", encoding="utf-8")
+
+    async def script(session: Any, init: Any) -> dict[str, Any]:
+        first = data(await session.call_tool("write_block", {"content": "a", "name": "twin"}))
+        second = data(await session.call_tool("write_block", {"content": "b", "name": "twin"}))
+        return {
+            "ids": [first["runtime_id"], second["runtime_id"]],
+            "ambiguous": await session.call_tool("evict_block", {"name_or_id": "twin"}),
+            "by_id": data(
+                await session.call_tool("evict_block", {"name_or_id": second["runtime_id"]})
+            ),
+            "ungated": await session.call_tool("compile_context", {"task": "x", "top_k": 1}),
+            "bad_budget": await session.call_tool("compile_context", {"max_tokens": -1}),
+            "listed": data(await session.call_tool("list_blocks", {})),
+        }
+
+    out = run([str(seed), "--no-gate"], script)
+    assert out["ambiguous"].is_error
+    assert "2 blocks named 'twin'" in text(out["ambiguous"])
+    assert out["by_id"]["evicted"] == out["ids"][1]
+    assert out["ungated"].is_error and "no embedding model" in text(out["ungated"])
+    assert out["bad_budget"].is_error
+    assert [b["name"] for b in out["listed"]][-1] == "twin"
+    assert json.dumps(out["listed"])  # plain JSON all the way
+
+
+def test_cli_refuses_a_store_without_a_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from rampart.cli import main
+
+    assert main(["mcp", "--store", "sqlite:x.db"]) == 2
+    assert "--store and --name go together" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not hasattr(rampart.BlockRegistry, "open"),
+    reason="shared registries (BlockRegistry.open, issue 10) are not in this build",
+)
+def test_store_keeps_what_a_client_wrote(tmp_path: Path) -> None:
+    seed = tmp_path / "rules.md"
+    seed.write_text("# Rules\n\nAlways answer in English.\n", encoding="utf-8")
+    store = ["--store", f"sqlite:///{tmp_path / 'shared.db'}", "--name", "assistant", "--no-gate"]
+
+    async def write(session: Any, init: Any) -> Any:
+        return data(await session.call_tool("write_block", {"content": "Use UTC.", "name": "tz"}))
+
+    async def listing(session: Any, init: Any) -> Any:
+        return data(await session.call_tool("list_blocks", {}))
+
+    written = run([str(seed), *store], write)
+    # A second server on the same store, without seeds: it sees the first one's write.
+    names = [b["name"] for b in run(store, listing)]
+    assert "tz" in names and written["runtime_id"] in [b["runtime_id"] for b in run(store, listing)]
