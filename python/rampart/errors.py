@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "StoreUnavailableError",
     "BlockNotFoundError",
     "BlockPermissionError",
     "EvictionError",
@@ -85,3 +86,11 @@ class ModelNotFoundError(RampartError, FileNotFoundError):
 
 class ModelError(RampartError, ValueError):
     """An embedding model's files exist but cannot be used (malformed, unsupported)."""
+
+
+class StoreUnavailableError(RampartError, ConnectionError):
+    """The store of a shared registry (SQLite file, Redis server) cannot be
+    reached. A mutation that raises this left the replica as it was; the
+    operation is either wholly in the journal (a reply lost on the way back:
+    this replica applies it when it catches up, like every other) or absent.
+    Compile keeps working on the last applied state."""

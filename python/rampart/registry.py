@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -30,6 +30,9 @@ from rampart.seeds import (
     parse_markdown,
 )
 from rampart.tokens import Tokeniser, resolve_tokeniser
+
+if TYPE_CHECKING:
+    from rampart._replica import Replica
 from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
@@ -138,6 +141,7 @@ class BlockRegistry:
         "_embedder",
         "_policy",
         "_queries",
+        "_replica",
         "_sep_cache",
         "_tok",
         "default_max_tokens",
@@ -167,6 +171,8 @@ class BlockRegistry:
         self._embed_lock = threading.Lock()
         self._queries: dict[tuple[int, str], bytes] = {}
         self._core = _core.Registry(_claim_label(label, self))
+        # Set by BlockRegistry.open: mutations then go through the journal (SPEC §7).
+        self._replica: Replica | None = None
         if quantise_embeddings:
             self._core.set_quantised(True)
 
@@ -242,14 +248,26 @@ class BlockRegistry:
             return [None] * len(texts)
         return list(self._tok.count_many(texts))
 
-    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+    def _seed_rows(self, blocks: Sequence[SeedBlock]) -> tuple[list[Any], list[bool] | None]:
         counts = self._counts([b.content for b in blocks])
         rows = [
             (b.name, b.content, b.priority, list(b.tags), b.metadata_json(), n)
             for b, n in zip(blocks, counts)
         ]
         tools = ["tool_schema" in b.metadata for b in blocks]
-        return self._core.insert_many(rows, "seed", False, tools if any(tools) else None)
+        return rows, tools if any(tools) else None
+
+    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+        rows, tools = self._seed_rows(blocks)
+        return self._insert_many(rows, "seed", False, tools)
+
+    def _insert_many(
+        self, rows: list[Any], source: str, evictable: bool, tools: list[bool] | None
+    ) -> list[str]:
+        if self._replica is None:
+            return self._core.insert_many(rows, source, evictable, tools)
+        ids: list[str] = self._replica.submit("insert_many", (rows, source, evictable, tools))
+        return ids
 
     # ---- identity --------------------------------------------------------------------
 
@@ -286,6 +304,73 @@ class BlockRegistry:
         """Undo a construction that failed half-way (a load, a cold start): free the
         label, so that a retry under the same label works."""
         self.release()
+
+    # ---- shared registries (SPEC §7) -----------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        store: Any,
+        name: str,
+        embedding_model: EmbeddingModel | str | None = None,
+        tokeniser: Any = None,
+        *,
+        label: str | None = None,
+        seeds: Iterable[PathLike | BlockSource] | None = None,
+        **kwargs: Any,
+    ) -> BlockRegistry:
+        """Open (or create) the shared registry ``name`` in ``store``.
+
+        ``store``: ``"sqlite:///abs/path.db"`` / ``"sqlite:rel/path.db"`` (processes
+        on one host), ``"redis://host:port/db"`` (also ``rediss://``, ``unix://``;
+        many hosts), or a store object from :mod:`rampart.stores`. Every process
+        that opens the same (store, name) holds a replica of one registry: its
+        mutations are appended to the store's journal and applied in journal
+        order everywhere; compile stays local and never waits on the store.
+        ``seeds`` (paths, as for :meth:`from_files`) are loaded only by the
+        opener that creates the registry. Example::
+
+            reg = rampart.BlockRegistry.open("sqlite:///tmp/agents.db", "planner",
+                                             seeds=["seeds/"])
+            reg.write_agent_block("Run the linter first.", "run-7")  # durable, shared
+            reg.sync()                       # see every write appended before this
+            reg.close()
+        """
+        from rampart._replica import open_shared
+
+        return open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
+
+    @property
+    def shared(self) -> bool:
+        """Whether this registry is a replica of a shared registry (``open``)."""
+        return self._replica is not None
+
+    @property
+    def name(self) -> str | None:
+        """The shared registry's name in its store (None for a local registry)."""
+        return None if self._replica is None else self._replica.name
+
+    @property
+    def store_url(self) -> str | None:
+        """The store's URL (None for a local registry)."""
+        return None if self._replica is None else self._replica.store.url
+
+    @property
+    def position(self) -> int | None:
+        """How far into the journal this replica has applied (None: local)."""
+        return None if self._replica is None else self._replica.position
+
+    def sync(self, timeout: float = 10.0) -> None:
+        """Publish this replica's access counts and vectors, then apply every
+        entry appended before the call. A local registry has nothing to do."""
+        if self._replica is not None:
+            self._replica.sync(timeout)
+
+    def close(self) -> None:
+        """Flush and stop following the store; the registry stays readable (and
+        compiles) but refuses mutations. A local registry has nothing to close."""
+        if self._replica is not None:
+            self._replica.close()
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under this registry's tokeniser."""
@@ -338,6 +423,11 @@ class BlockRegistry:
             _text(trajectory_id, "trajectory_id")
         if not (type(priority) is float and 0.0 <= priority <= 1.0):
             priority = _priority(priority)
+        if self._replica is not None:
+            return self._write_shared(
+                (semantic_name, content, priority, source, evictable, trajectory_id),
+                (tags, position, author, embedding),
+            )
         return self._core.insert(
             semantic_name,
             content,
@@ -353,6 +443,36 @@ class BlockRegistry:
             None if author is None else author._core,
             None if embedding is None else _vector(embedding, "embedding"),
         )
+
+    def _write_shared(self, head: tuple[Any, ...], tail: tuple[Any, ...]) -> str:
+        # The same arguments as the local insert, in two halves (the journal
+        # encoder takes tuples of at most 12 items).
+        name, content, priority, source, evictable, trajectory_id = head
+        tags, position, author, embedding = tail
+        assert self._replica is not None
+        rid: str = self._replica.submit(
+            "insert",
+            (
+                (
+                    name,
+                    content,
+                    priority,
+                    source,
+                    evictable is True or bool(evictable),
+                    trajectory_id,
+                ),
+                (
+                    None if tags is None else _tags(tags),
+                    None,
+                    None if self._tok.builtin else self._tok.count(content),
+                    position,
+                    source == "orchestrator",
+                    None if author is None else author._core,
+                    None if embedding is None else _vector(embedding, "embedding"),
+                ),
+            ),
+        )
+        return rid
 
     def write_agent_block(
         self,
@@ -384,11 +504,21 @@ class BlockRegistry:
         unless ``by`` is its author)."""
         _text(content, "content")
         # The new text gets a new vector before the gate next scores it.
-        self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
+        (
+            self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
+            if self._replica is None
+            else self._replica.submit(
+                "update_content", (runtime_id, content, self._count(content), self._actor(by))
+            )
+        )
 
     def update_priority(self, runtime_id: str, priority: float) -> None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
-        self._core.update_priority(runtime_id, _priority(priority))
+        (
+            self._core.update_priority(runtime_id, _priority(priority))
+            if self._replica is None
+            else self._replica.submit("update_priority", (runtime_id, _priority(priority)))
+        )
 
     def set_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
         """Decorate a block at compile time (e.g. ``<critical>`` … ``</critical>``).
@@ -396,7 +526,11 @@ class BlockRegistry:
         _text(prefix, "prefix")
         _text(suffix, "suffix")
         tokens = None if self._tok.builtin else self._tok.count(prefix) + self._tok.count(suffix)
-        self._core.set_wrap(runtime_id, prefix, suffix, tokens)
+        (
+            self._core.set_wrap(runtime_id, prefix, suffix, tokens)
+            if self._replica is None
+            else self._replica.submit("set_wrap", (runtime_id, prefix, suffix, tokens))
+        )
 
     # ---- promote ----------------------------------------------------------------------
 
@@ -428,33 +562,77 @@ class BlockRegistry:
                 f"to_back; got {', '.join(given) or 'none'}"
             )
         if steps is not None:
-            return self._core.move_by(runtime_id, _clamped(steps, "steps"))
+            return (
+                self._core.move_by(runtime_id, _clamped(steps, "steps"))
+                if self._replica is None
+                else self._replica.submit("move_by", (runtime_id, _clamped(steps, "steps")))
+            )
         if to_position is not None:
-            return self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
+            return (
+                self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
+                if self._replica is None
+                else self._replica.submit(
+                    "move_to", (runtime_id, _clamped(to_position, "to_position"))
+                )
+            )
         if before is not None:
-            return self._core.move_next_to(runtime_id, before, False)
+            return (
+                self._core.move_next_to(runtime_id, before, False)
+                if self._replica is None
+                else self._replica.submit("move_next_to", (runtime_id, before, False))
+            )
         if after is not None:
-            return self._core.move_next_to(runtime_id, after, True)
-        return self._core.move_to(runtime_id, 0 if to_front else _FAR)
+            return (
+                self._core.move_next_to(runtime_id, after, True)
+                if self._replica is None
+                else self._replica.submit("move_next_to", (runtime_id, after, True))
+            )
+        return (
+            self._core.move_to(runtime_id, 0 if to_front else _FAR)
+            if self._replica is None
+            else self._replica.submit("move_to", (runtime_id, 0 if to_front else _FAR))
+        )
 
     def demote(self, runtime_id: str, steps: int = 1) -> int:
         """Move a block ``steps`` toward the back (clamped). Returns the new index."""
-        return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
+        return (
+            self._core.move_by(runtime_id, -_clamped(steps, "steps"))
+            if self._replica is None
+            else self._replica.submit("move_by", (runtime_id, -_clamped(steps, "steps")))
+        )
 
     def promote_to_front(self, runtime_id: str) -> int:
-        return self._core.move_to(runtime_id, 0)
+        return (
+            self._core.move_to(runtime_id, 0)
+            if self._replica is None
+            else self._replica.submit("move_to", (runtime_id, 0))
+        )
 
     def demote_to_back(self, runtime_id: str) -> int:
-        return self._core.move_to(runtime_id, _FAR)
+        return (
+            self._core.move_to(runtime_id, _FAR)
+            if self._replica is None
+            else self._replica.submit("move_to", (runtime_id, _FAR))
+        )
 
     def reorder(self, id_list: Sequence[str]) -> None:
         """The listed blocks move to the front in that order; the rest keep their order."""
-        self._core.promote_group(list(id_list), 0)
+        (
+            self._core.promote_group(list(id_list), 0)
+            if self._replica is None
+            else self._replica.submit("promote_group", (list(id_list), 0))
+        )
 
     def promote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
         """Move the listed blocks as one contiguous unit, in the given order, to
         ``to_position`` (the paper's group promote). Returns the unit's first index."""
-        return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
+        return (
+            self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
+            if self._replica is None
+            else self._replica.submit(
+                "promote_group", (list(id_list), _clamped(to_position, "to_position"))
+            )
+        )
 
     def index_of(self, runtime_id: str) -> int:
         return self._core.index_of(runtime_id)
@@ -479,7 +657,11 @@ class BlockRegistry:
         An evictable block goes for anyone. A non-evictable one needs ``force=True``
         (else EvictionError naming its author) *and* the acting registry (``by``,
         default this one) must be its author (else BlockPermissionError)."""
-        return InstructionBlock(self._core.evict(runtime_id, bool(force), self._actor(by)))
+        return InstructionBlock(
+            self._core.evict(runtime_id, bool(force), self._actor(by))
+            if self._replica is None
+            else self._replica.submit("evict", (runtime_id, bool(force), self._actor(by)))
+        )
 
     def evict_by_policy(self, n: int | None = None, *, threshold: float | None = None) -> list[str]:
         """Score every evictable block with the eviction policy (default
@@ -490,19 +672,26 @@ class BlockRegistry:
             n = _int(n, "n", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
-        if self._policy is None:
+        if self._policy is None and self._replica is None:
             return self._core.evict_by_policy(n, threshold)
+        # A custom policy, or a shared registry (whose access counts are partly
+        # local): decide here, then remove exactly the decided ids (SPEC §7).
+        policy = self._policy or _default_eviction_score
         blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
         scored = []
         for k, b in enumerate(blocks):
-            s = float(self._policy(b))
+            s = float(policy(b))
             if math.isnan(s):
                 raise InvalidArgumentError(f"eviction policy returned NaN for block {b!r}")
             if threshold is None or s >= threshold:
                 scored.append((-s, k, b.runtime_id))
         scored.sort()
         doomed = [rid for _, _, rid in scored[: n if n is not None else len(scored)]]
-        self._core.evict_many(doomed)
+        (
+            self._core.evict_many(doomed)
+            if self._replica is None
+            else self._replica.submit("evict_many", (doomed,))
+        )
         return doomed
 
     def rollback_trajectory(self, trajectory_id: str, *, by: BlockRegistry | None = None) -> int:
@@ -511,7 +700,11 @@ class BlockRegistry:
         not protect them. Seed and orchestrator blocks are never touched. Returns
         how many blocks went."""
         _text(trajectory_id, "trajectory_id")
-        return self._core.rollback_trajectory(trajectory_id, self._actor(by))
+        return (
+            self._core.rollback_trajectory(trajectory_id, self._actor(by))
+            if self._replica is None
+            else self._replica.submit("rollback", (trajectory_id, self._actor(by)))
+        )
 
     def snapshot(self) -> Snapshot:
         """An immutable picture of blocks, order, metadata and access counts.
@@ -526,7 +719,11 @@ class BlockRegistry:
         kept, so ownership survives."""
         if not isinstance(snapshot, Snapshot):
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
-        self._core.restore(snapshot._snap)
+        (
+            self._core.restore(snapshot._snap)
+            if self._replica is None
+            else self._replica.submit("restore", (snapshot._snap, None))
+        )
 
     # ---- embeddings and the gate -----------------------------------------------------
 
@@ -554,7 +751,15 @@ class BlockRegistry:
             model = self._model()
             texts = [InstructionBlock(b).gate_text for b in pending]
             matrix, dim, truncated = _encode(model, texts)
-            return int(self._core.attach_embeddings(pending, matrix, dim, truncated))
+            n = int(self._core.attach_embeddings(pending, matrix, dim, truncated))
+            if self._replica is not None:
+                # Publish the vectors: other replicas need not run the model.
+                self._replica.publish(
+                    self._core.journal_entry(
+                        self._replica.origin, "embed", (pending, matrix, dim, truncated)
+                    )
+                )
+            return n
 
     def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
         if task_embedding is not None:
@@ -924,7 +1129,7 @@ class BlockRegistry:
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)
         ]
-        return self._core.insert_many(rows, "seed", bool(evictable), [True] * len(rows))
+        return self._insert_many(rows, "seed", bool(evictable), [True] * len(rows))
 
     # ---- persistence --------------------------------------------------------------------
 
@@ -1042,6 +1247,12 @@ class BlockRegistry:
         _check_round_trip(text, blocks, p)
         atomic_write(p, text.encode("utf-8"))
         return len(blocks)
+
+
+def _default_eviction_score(b: InstructionBlock) -> float:
+    # The core's default policy (registry.rs `default_eviction_score`), for
+    # shared registries, which decide evictions before journaling them.
+    return 0.5 * (1.0 - b.priority) + 0.5 / (b.access_count + 1.0)
 
 
 def _resolve_model(model: Any) -> Any:

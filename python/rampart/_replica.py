@@ -1,0 +1,416 @@
+"""The replica side of a shared registry (SPEC §7): append, apply, follow.
+
+A shared ``BlockRegistry`` is an ordinary registry whose mutations go through a
+``Replica``: the mutation is encoded by the core (``journal_entry``), appended to
+the store, and the replica then applies every entry up to and including its own
+(``apply_entry``, the core's one write path) before the call returns. A
+follower thread applies other processes' entries as they arrive; compile never
+touches the store or the replica's lock.
+
+Choices SPEC §7 leaves open (docs/shared.md explains them):
+
+- **Access counts** are counted locally by compile and published by the follower
+  every ``FLUSH_INTERVAL`` seconds as one commutative entry (and by ``sync`` and
+  ``close``); a replica skips its own access entries (it counted them already).
+- **Embeddings**: the process that writes a block embeds it, on its follower
+  thread right after the write (off the write path), and publishes the vectors;
+  a replica that gates before they arrive embeds the block itself and publishes
+  too (the last published vector wins everywhere, and one model gives one vector).
+- **Checkpoints**: the replica whose append lands on a multiple of
+  ``CHECKPOINT_EVERY`` writes a checkpoint (its state after that entry) from its
+  follower thread; ``compact`` drops entries the latest checkpoint covers. A
+  replica that finds a gap (the entries it needs were compacted) reloads the
+  checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from rampart import _core
+from rampart.errors import (
+    InvalidArgumentError,
+    RampartError,
+    RegistryFileError,
+    StoreUnavailableError,
+)
+from rampart.stores import Entries, Store, check_name, open_store
+
+if TYPE_CHECKING:
+    from rampart.registry import BlockRegistry
+
+__all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "open_shared"]
+
+log = logging.getLogger("rampart.shared")
+
+CHECKPOINT_EVERY = 1000
+FLUSH_INTERVAL = 0.5
+META_FORMAT = 1
+#: Longest a follower waits in one store call before it checks for shutdown.
+_WAIT = 0.5
+_BACKOFF_MAX = 2.0
+
+_LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
+
+
+class Replica:
+    """One process's replica of a shared registry's journal."""
+
+    def __init__(self, reg: BlockRegistry, store: Store, name: str, meta: dict[str, Any]) -> None:
+        self._reg = weakref.ref(reg)
+        self.store = store
+        self.name = name
+        self.meta = meta
+        self.origin = os.urandom(16)
+        self.position = 0
+        self._lock = threading.RLock()
+        self._outbox: list[bytes] = []
+        self._outbox_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._closed = False
+        self._wrote = False
+        self._checkpoint_due: int | None = None
+        self._warned: set[int] = set()
+        self._thread: threading.Thread | None = None
+        _LIVE.add(self)
+
+    # ---- applying entries -----------------------------------------------------------
+
+    def _core(self) -> _core.Registry:
+        reg = self._reg()
+        if reg is None:
+            raise RampartError(f"shared registry {self.name!r} is gone")
+        return reg._core
+
+    def _apply(self, entries: Entries, own: int | None = None) -> tuple[Any, BaseException | None]:
+        """Apply ``entries`` past ``position`` in order (caller holds the lock);
+        return the outcome or error of entry ``own``."""
+        result: Any = None
+        error: BaseException | None = None
+        core = self._core()
+        for seq, data in entries:
+            if seq <= self.position:
+                continue
+            if seq != self.position + 1:
+                self._reload(seq)
+                core = self._core()
+                if seq <= self.position:
+                    continue
+            try:
+                out = core.apply_entry(data, self.origin)
+            except RegistryFileError as e:
+                # A garbage entry (a foreign client, a newer rampart): every replica
+                # decodes the same bytes, fails the same way and skips it.
+                if seq not in self._warned:
+                    self._warned.add(seq)
+                    log.warning(
+                        "shared registry %r: skipped journal entry %d: %s", self.name, seq, e
+                    )
+                if seq == own:
+                    error = e
+            except RampartError as e:
+                # A refused operation (permission, gone block): refused everywhere.
+                if seq == own:
+                    error = e
+            else:
+                if seq == own:
+                    result = out
+            self.position = seq
+        return result, error
+
+    def _reload(self, needed: int) -> None:
+        """The entries after ``position`` were compacted away: start again from
+        the latest checkpoint (it covers them)."""
+        ck = self.store.checkpoint(self.name)
+        if ck is None or ck[0] + 1 < needed or ck[0] < self.position:
+            raise RampartError(
+                f"shared registry {self.name!r}: the journal has a gap after entry "
+                f"{self.position} and no checkpoint covers it"
+            )
+        reg = self._reg()
+        assert reg is not None
+        reg._core = _install_checkpoint(reg.label, self.meta["registry_id"], ck[1], self.name)
+        self.position = ck[0]
+
+    def catch_up(self) -> None:
+        """Apply everything the store holds now."""
+        while True:
+            entries = self.store.read(self.name, self.position)
+            if not entries:
+                return
+            with self._lock:
+                self._apply(entries)
+
+    # ---- mutations ------------------------------------------------------------------
+
+    def submit(self, kind: str, args: tuple[Any, ...]) -> Any:
+        """Append one mutation and apply the journal up to it; return its outcome
+        (or raise its error), as the local call would."""
+        if self._closed:
+            raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
+        entry = self._core().journal_entry(self.origin, kind, args)
+        if entry is None:
+            return None
+        with self._lock:
+            seq, tail = self.store.append(self.name, entry, self.position)
+            result, error = self._apply(tail, own=seq)
+        if seq % CHECKPOINT_EVERY == 0:
+            self._checkpoint_due = seq
+            self._wake.set()
+        if kind in ("insert", "insert_many", "update_content", "restore"):
+            self._wrote = True
+            self._wake.set()
+        if error is not None:
+            raise error
+        return result
+
+    def publish(self, entry: bytes | None) -> None:
+        """Queue an entry the follower appends soon (vectors, access counts): it
+        commutes with everything, so nobody waits for it."""
+        if entry is not None:
+            with self._outbox_lock:
+                self._outbox.append(entry)
+            self._wake.set()
+
+    def flush(self) -> None:
+        """Append queued vectors and this replica's unpublished access counts."""
+        reg = self._reg()
+        if reg is None:
+            return
+        self.publish(reg._core.journal_entry(self.origin, "access", ()))
+        with self._outbox_lock:
+            pending, self._outbox = self._outbox, []
+        for k, entry in enumerate(pending):
+            try:
+                with self._lock:
+                    seq, tail = self.store.append(self.name, entry, self.position)
+                    self._apply(tail, own=seq)
+            except StoreUnavailableError:
+                with self._outbox_lock:  # keep the rest for the next flush
+                    self._outbox[:0] = pending[k:]
+                raise
+
+    def sync(self, timeout: float = 10.0) -> None:
+        """Flush, then apply everything appended before this call."""
+        deadline = time.monotonic() + timeout
+        self.flush()
+        target = self.store.last_seq(self.name)
+        while self.position < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"shared registry {self.name!r}: at entry {self.position} of {target} "
+                    f"after {timeout} s"
+                )
+            self.catch_up()
+
+    def checkpoint(self) -> int:
+        """Write a checkpoint of the state after ``position``; returns that position."""
+        reg = self._reg()
+        if reg is None:
+            return self.position
+        with self._lock:
+            data = reg._core.checkpoint_bytes(reg._settings())
+            at = self.position
+        self.store.put_checkpoint(self.name, at, data)
+        return at
+
+    # ---- the follower -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=_follow, args=(self,), name=f"rampart-follower-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.flush()
+        except StoreUnavailableError as e:
+            log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
+        self._closed = True
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+        _LIVE.discard(self)
+
+    def _after_fork(self) -> None:
+        # The parent's threads do not exist in the child; its locks may be held
+        # by them. Fresh locks and a fresh follower (store connections notice
+        # the new pid themselves).
+        self._lock = threading.RLock()
+        self._outbox_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.origin = os.urandom(16)
+        if not self._closed:
+            self.start()
+
+
+def _follow(rep: Replica) -> None:
+    backoff = 0.05
+    last_flush = time.monotonic()
+    while not rep._stop.is_set():
+        reg = rep._reg()
+        if reg is None:
+            return
+        del reg
+        try:
+            entries = rep.store.wait(rep.name, rep.position, _WAIT)
+            if entries:
+                with rep._lock:
+                    rep._apply(entries)
+            if rep._wrote:
+                rep._wrote = False
+                _embed_written(rep)
+            if rep._checkpoint_due is not None:
+                rep._checkpoint_due = None
+                rep.checkpoint()
+            if rep._outbox or time.monotonic() - last_flush >= FLUSH_INTERVAL:
+                rep.flush()
+                last_flush = time.monotonic()
+            backoff = 0.05
+        except StoreUnavailableError as e:
+            log.warning("shared registry %r: store unavailable, retrying: %s", rep.name, e)
+            rep._stop.wait(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+        except RampartError as e:  # pragma: no cover - a bug, not a store failure
+            log.error("shared registry %r: follower stopped: %s", rep.name, e)
+            return
+    rep.store.close()
+
+
+def _embed_written(rep: Replica) -> None:
+    reg = rep._reg()
+    if reg is not None and reg._embedder is not None:
+        reg.embed_pending()
+
+
+def _after_fork_in_child() -> None:
+    for rep in list(_LIVE):
+        rep._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---- opening ------------------------------------------------------------------------------
+
+
+def _install_checkpoint(label: str, registry_id: str, data: bytes, name: str) -> _core.Registry:
+    core = _core.Registry(label, registry_id)
+    try:
+        saved = _core.decode_checkpoint(data)
+    except RegistryFileError as e:
+        raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
+    if saved.registry_id != registry_id:
+        raise RegistryFileError(f"shared registry {name!r}: checkpoint of another registry")
+    core.install(saved)
+    return core
+
+
+def model_id(model: Any) -> str | None:
+    """What a registry records of its embedding model (None: no model)."""
+    if model is None:
+        return None
+    mid = getattr(model, "model_id", None)
+    return str(mid) if mid else f"{type(model).__module__}.{type(model).__qualname__}"
+
+
+def open_shared(
+    cls: type[BlockRegistry],
+    store: str | Store,
+    name: str,
+    embedding_model: Any,
+    tokeniser: Any,
+    label: str | None,
+    seeds: Iterable[Any] | None,
+    kwargs: dict[str, Any],
+) -> BlockRegistry:
+    """``BlockRegistry.open``: create or join the shared registry ``name``."""
+    from rampart.seeds import load_sources
+
+    check_name(name)
+    st = open_store(store)
+    if label is None:
+        from rampart.registry import get_by_label
+
+        label = name if get_by_label(name) is None else None
+    reg = cls(embedding_model, tokeniser, label=label, **kwargs)
+    try:
+        settings = json.loads(reg._settings())
+        raw = st.meta(name)
+        if raw is None:
+            rid = str(uuid.uuid4())
+            meta = {"format": META_FORMAT, "registry_id": rid, "settings": settings}
+            reg._core = _core.Registry(reg.label, rid)
+            entries = []
+            if seeds is not None:
+                blocks = load_sources(seeds)
+                rows, tools = reg._seed_rows(blocks)
+                entry = reg._core.journal_entry(
+                    b"\0" * 16, "insert_many", (rows, "seed", False, tools)
+                )
+                if entry is not None:
+                    entries.append(entry)
+            if not st.create(name, json.dumps(meta).encode(), entries):
+                raw = st.meta(name)  # another process created it first: join it
+        if raw is not None:
+            meta = _check_meta(raw, name, settings, st)
+        rep = Replica(reg, st, name, meta)
+        if reg._core.registry_id != meta["registry_id"]:
+            reg._core = _core.Registry(reg.label, meta["registry_id"])
+        ck = st.checkpoint(name)
+        if ck is not None:
+            reg._core = _install_checkpoint(reg.label, meta["registry_id"], ck[1], name)
+            rep.position = ck[0]
+        reg._replica = rep
+        rep.catch_up()
+        if reg._embedder is not None:
+            reg.embed_pending()  # publishes what no replica has embedded yet
+        rep.start()
+    except BaseException:
+        reg._drop()
+        raise
+    return reg
+
+
+def _check_meta(raw: bytes, name: str, settings: dict[str, Any], st: Store) -> dict[str, Any]:
+    try:
+        meta = json.loads(raw)
+        ok = (
+            isinstance(meta, dict)
+            and meta.get("format") == META_FORMAT
+            and isinstance(meta.get("registry_id"), str)
+            and isinstance(meta.get("settings"), dict)
+        )
+    except ValueError:
+        ok = False
+    if not ok:
+        raise RegistryFileError(f"store {st.url}: registry {name!r} has a damaged metadata record")
+    theirs = meta["settings"]
+    if theirs.get("tokeniser") != settings.get("tokeniser"):
+        raise InvalidArgumentError(
+            f"shared registry {name!r} counts tokens with {theirs.get('tokeniser')!r}; open it "
+            f"with that tokeniser, not {settings.get('tokeniser')!r} (counts would disagree "
+            "between replicas)"
+        )
+    mine, created = settings.get("embedding_model"), theirs.get("embedding_model")
+    if mine is not None and created is not None and mine != created:
+        raise InvalidArgumentError(
+            f"shared registry {name!r} was created with embedding model {created!r}; open it "
+            f"with that model (or none), not {mine!r} (vectors would disagree between replicas)"
+        )
+    return dict(meta)

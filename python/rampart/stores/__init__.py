@@ -1,0 +1,117 @@
+"""Stores that keep the journals of shared registries (SPEC §7).
+
+A store keeps, per registry name, an ordered log of opaque entries (the Rust
+core encodes and applies them), a metadata record written once at creation, and
+the latest checkpoint. Ordering and durability are the store's job: rampart adds
+no replication or consensus protocol of its own.
+
+- ``sqlite:///abs/path.db`` or ``sqlite:rel/path.db``: :class:`SQLiteStore`, the
+  embedded default for processes on one host (WAL mode, synchronous commits).
+- ``redis://host:port/db``, ``rediss://…``, ``unix:///path/redis.sock``:
+  :class:`RedisStore` (Redis ≥ 7; ``pip install "rampart-registry[redis]"``), for
+  processes on many hosts.
+
+Example::
+
+    from rampart.stores import open_store
+    store = open_store("sqlite:///tmp/agents.db")
+    store.names()          # registries held in this store
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from rampart.errors import InvalidArgumentError
+from rampart.stores.sqlite import SQLiteStore
+
+__all__ = ["Entries", "RedisStore", "SQLiteStore", "Store", "check_name", "open_store"]
+
+#: ``(seq, entry)`` pairs in journal order.
+Entries = list[tuple[int, bytes]]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_name(name: object) -> str:
+    """A registry name: 1–200 characters of letters, digits, ``.``, ``_``, ``-``
+    (it becomes part of SQLite rows and Redis keys, so nothing else is allowed)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            "a shared registry's name is 1-200 characters of letters, digits, '.', '_' and "
+            f"'-', starting with a letter or digit; got {name!r}"
+        )
+    return name
+
+
+class Store(Protocol):
+    """What a shared registry needs from a store. Every method raises
+    :class:`~rampart.errors.StoreUnavailableError` when the store cannot be reached."""
+
+    url: str
+
+    def meta(self, name: str) -> bytes | None:
+        """The registry's metadata record, or None when it does not exist."""
+
+    def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
+        """Atomically: when ``name`` does not exist, store ``meta`` and append
+        ``entries`` as its first journal entries and return True; else False."""
+
+    def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        """Append one entry; return its sequence number and every entry after
+        ``after`` up to and including it (one round trip)."""
+
+    def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        """Entries after ``after``, in order (at most ``limit``)."""
+
+    def wait(self, name: str, after: int, timeout: float) -> Entries:
+        """Like ``read``, but wait up to ``timeout`` seconds for an entry to arrive."""
+
+    def first_seq(self, name: str) -> int:
+        """Sequence number of the oldest entry still kept (0: none kept)."""
+
+    def last_seq(self, name: str) -> int:
+        """Sequence number of the newest entry (0: none yet)."""
+
+    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+        """Keep ``data`` as the registry's state after entry ``seq`` (if newer)."""
+
+    def checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """The latest checkpoint, or None."""
+
+    def compact(self, name: str, upto: int) -> int:
+        """Drop entries up to ``upto`` (a checkpoint covers them); returns how many."""
+
+    def names(self) -> list[str]:
+        """Registries held in this store."""
+
+    def close(self) -> None:
+        """Release connections (the store object can be reopened by using it)."""
+
+
+def open_store(url: str | Store) -> Store:
+    """A store from its URL (or the store object itself)."""
+    if not isinstance(url, str):
+        if callable(getattr(url, "append", None)) and callable(getattr(url, "create", None)):
+            return url
+        raise InvalidArgumentError(f"store must be a URL or a store object, got {url!r}")
+    if url.startswith("sqlite:"):
+        return SQLiteStore(url)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from rampart.stores.redis import RedisStore
+
+        return RedisStore(url)
+    raise InvalidArgumentError(
+        f"unknown store URL {url!r}: use sqlite:///abs/path.db, sqlite:rel/path.db, "
+        "redis://host:port/db, rediss://… or unix:///path/to/redis.sock"
+    )
+
+
+def __getattr__(name: str) -> object:
+    # RedisStore imports redis-py, an optional extra: only when asked for.
+    if name == "RedisStore":
+        from rampart.stores.redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(name)
