@@ -616,3 +616,32 @@ def test_gate_scores_nan_still_refused_numpy_nan_too(vreg: rampart.BlockRegistry
     for nan in (NAN, np.float32("nan"), "0.5", True):
         with pytest.raises(rampart.InvalidArgumentError, match="expected a number"):
             vreg.compile(task_text="t", top_k=1, gate=lambda t, bs, v=nan: [v] * len(bs))
+
+
+# ---- odd paths and arguments of the seed loaders -------------------------------------------
+
+
+def test_odd_paths_give_documented_errors(tmp_path: Path) -> None:
+    with pytest.raises(ParseError, match="cannot open"):
+        rampart.BlockRegistry.from_files([str(tmp_path / ("a" * 5000 + ".md"))])
+    loop = tmp_path / "SKILL.md"
+    loop.symlink_to(loop)
+    with pytest.raises(ParseError, match="cannot open"):
+        rampart.SeedRegistry.from_files([loop])
+    for bad in (5, None, b"/tmp/x.md"):
+        with pytest.raises(rampart.InvalidArgumentError, match="path"):
+            rampart.BlockRegistry.from_files(bad)  # type: ignore[arg-type]
+        with pytest.raises(rampart.InvalidArgumentError, match="path"):
+            rampart.BlockRegistry.from_files([bad])  # type: ignore[list-item]
+    with pytest.raises(rampart.InvalidArgumentError, match="names apply to a file"):
+        rampart.BlockRegistry.from_files([rampart.BlockSource(tmp_path, names=["x"])])
+
+
+def test_skill_file_root_and_splitter_errors(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    f = write(tmp_path, "a/SKILL.md", "Just text.\n")
+    with pytest.raises(rampart.InvalidArgumentError, match="not inside root"):
+        rampart.SeedRegistry.from_skill_file(f, root=tmp_path / "elsewhere")
+    with pytest.raises(ParseError, match="splitter") as exc:
+        rampart.SeedRegistry.from_skill_file(f, splitter=lambda text: 5)  # type: ignore[arg-type,return-value]
+    assert exc.value.path == str(f)

@@ -24,7 +24,12 @@ from typing import Any, Union
 import yaml
 
 from rampart._files import FileProblem, read_regular_file
-from rampart.errors import BlockNotFoundError, ParseError, UnsupportedFormatError
+from rampart.errors import (
+    BlockNotFoundError,
+    InvalidArgumentError,
+    ParseError,
+    UnsupportedFormatError,
+)
 
 __all__ = [
     "BlockSource",
@@ -569,18 +574,37 @@ def _known_extension(p: Path) -> bool:
     return ext in (".md", ".markdown") or ext in _PARSERS
 
 
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte: the read says why
+        return False
+
+
 def expand_paths(paths: Iterable[PathLike | BlockSource]) -> Iterator[BlockSource]:
     """Yield one BlockSource per file; a directory stands for its seed files
     (recursively, sorted by path; README and LICENSE files are documentation and
     are skipped)."""
     if isinstance(paths, (str, os.PathLike, BlockSource)):
         paths = [paths]
-    for item in paths:
+    try:
+        items = list(paths)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"paths must be a path, a BlockSource or a list of them, got {paths!r:.80}"
+        ) from None
+    for item in items:
         src = item if isinstance(item, BlockSource) else BlockSource(item)
+        if not isinstance(src.path, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"a seed path must be a str or PathLike, got {src.path!r:.80}"
+            )
         p = Path(src.path)
-        if p.is_dir():
+        if _is_dir(p):
             if src.names is not None:
-                raise ValueError(f"{p}: BlockSource names apply to a file, not a directory")
+                raise InvalidArgumentError(
+                    f"{p}: BlockSource names apply to a file, not a directory"
+                )
             found = sorted(
                 f
                 for f in p.rglob("*")
@@ -712,8 +736,14 @@ def parse_skill_file(
             if (b := _block_from_section(sec, p, k == 0, prio)) is not None
         ]
     if splitter is not None:
+        try:
+            pairs = list(splitter(text))
+        except (ParseError, UnsupportedFormatError):
+            raise
+        except Exception as exc:
+            raise ParseError(f"splitter {splitter!r} failed: {exc}", path=p) from exc
         out = []
-        for k, pair in enumerate(splitter(text)):
+        for k, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise ParseError(f"splitter returned {pair!r}; expected (name, content)", path=p)
             name, content = pair
@@ -735,7 +765,10 @@ def parse_skill_file(
 def _namespace(path: Path, root: PathLike | None) -> str:
     is_skill = path.name.lower() in _SKILL_NAMES
     if root is not None:
-        rel = path.resolve().relative_to(Path(root).resolve())
+        try:
+            rel = path.resolve().relative_to(Path(root).resolve())
+        except ValueError:
+            raise InvalidArgumentError(f"{path} is not inside root {root}") from None
         parts = list(rel.parent.parts) if is_skill else [*rel.parent.parts, rel.stem]
         if parts:
             return ".".join(parts)
@@ -775,8 +808,8 @@ class SeedRegistry:
         pairs: list[tuple[str, SeedBlock]] = []
         for src in expand_paths(paths):  # type: ignore[arg-type]
             p = Path(src.path)
+            blocks = load_sources([src])  # first: a file that cannot be read is a ParseError
             ns = _namespace(p, None)
-            blocks = load_sources([src])
             pairs.extend((f"{ns}.{b.name}", b) for b in blocks)
         return cls(pairs)
 
