@@ -1,0 +1,163 @@
+"""The real OpenAI Agents SDK, on chat completions against a local OpenAI-compatible
+server, with rampart compiling its instructions and gating its tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import rampart
+from rampart.errors import InvalidArgumentError
+
+from tests import fake_openai as fake
+from tests.conftest import import_or_skip, needs_model
+
+agents = import_or_skip("agents", "agents")
+
+from rampart.integrations.openai_agents import (  # noqa: E402 (after the skip)
+    RampartInstructions,
+    RampartTask,
+    task_of,
+)
+
+agents.set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
+
+
+@agents.function_tool
+def get_weather(city: str) -> str:
+    """Current weather conditions and temperature forecast for a city."""
+    return json.dumps({"city": city, "celsius": 18, "sky": "cloudy"})
+
+
+@agents.function_tool
+def send_email(to: str, subject: str, body: str) -> str:
+    """Send an email message to a recipient address."""
+    return "sent"
+
+
+@agents.function_tool
+def read_file(path: str) -> str:
+    """Read the text contents of a file on disk."""
+    return "file text"
+
+
+TOOLS = [get_weather, send_email, read_file]
+
+
+@pytest.fixture
+def registry() -> Iterator[rampart.BlockRegistry]:
+    reg = rampart.BlockRegistry(embedding_model="default")
+    reg.write_block("Report weather temperatures in degrees Celsius.", "weather-units", "seed")
+    reg.write_block("Sign every email with 'The Ops Team'.", "email-signature", "seed")
+    reg.write_block("Never read files outside the project folder.", "file-safety", "seed")
+    yield reg
+    reg.release()
+
+
+def run(agent: Any, task: str, context: Any, server: fake.FakeOpenAI) -> Any:
+    """The agent on chat completions against ``server``, in a fresh event loop, with
+    its HTTP client closed at the end (Runner.run_sync keeps one loop across calls)."""
+    from openai import AsyncOpenAI
+
+    async def main() -> Any:
+        async with AsyncOpenAI(
+            base_url=server.base_url, api_key="test-key", max_retries=0
+        ) as client:
+            model = agents.OpenAIChatCompletionsModel(model="fake-model", openai_client=client)
+            return await agents.Runner.run(agent.clone(model=model), task, context=context)
+
+    return asyncio.run(main())
+
+
+def tool_names(payload: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in payload.get("tools") or []]
+
+
+@needs_model
+def test_gated_tools_and_compiled_instructions(registry: rampart.BlockRegistry) -> None:
+    task = "What's the weather like in Paris today?"
+    turns: list[Any] = [
+        ("", [("get_weather", {"city": "Paris"})]),
+        ("It is 18 °C and cloudy in Paris.", []),
+    ]
+    rampart_ = RampartInstructions(registry, top_k=2, preamble="You are a helpful assistant.")
+    context = RampartTask(task)
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        agent = rampart_.agent("assistant", tools=TOOLS)
+        result = run(agent, task, context, server)
+        payloads = server.payloads
+
+    assert result.final_output == "It is 18 °C and cloudy in Paris."
+    assert len(payloads) == 2
+    first, second = payloads
+    # Only the gated tool reaches the model, as a native tool.
+    assert tool_names(first) == ["get_weather"] == tool_names(second)
+    system = fake.system_text(first)
+    assert system.startswith("You are a helpful assistant.\n\n")
+    assert "degrees Celsius" in system
+    assert "email" not in system and "get_weather" not in system  # no tool text in the prompt
+    # The tool ran and its result went back to the model.
+    tool_msgs = [m for m in second["messages"] if m["role"] == "tool"]
+    assert json.loads(tool_msgs[0]["content"]) == {"city": "Paris", "celsius": 18, "sky": "cloudy"}
+    assert context.last is not None
+    assert context.last.included == ["weather-units"]  # tool blocks go to tools() only
+    assert [t["function"]["name"] for t in context.last.tools()] == ["get_weather"]
+    # Tool schemas were loaded once as tool blocks; a second agent reuses them.
+    rampart_.agent("again", tools=TOOLS)
+    assert sorted(b.semantic_name for b in registry.find_by_tag("tool")) == sorted(
+        t.name for t in TOOLS
+    )
+
+
+@needs_model
+def test_each_turn_compiles_again(registry: rampart.BlockRegistry) -> None:
+    """A block written mid-run (say by a tool) is in the next turn's instructions."""
+
+    @agents.function_tool
+    def remember_rule(rule: str) -> str:
+        """Store a weather reporting rule for later answers."""
+        registry.write_block(rule, "learned", priority=0.9)
+        return "stored"
+
+    turns: list[Any] = [
+        ("", [("remember_rule", {"rule": "Mention the weather wind speed too."})]),
+        ("Done.", []),
+    ]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        agent = RampartInstructions(registry).agent("assistant", tools=[*TOOLS, remember_rule])
+        run(agent, "Remember the wind rule", "Remember the wind rule", server)
+        first, second = server.payloads
+    # Ungated: every block and every tool, and the second turn sees the new block.
+    assert set(tool_names(first)) == {"get_weather", "send_email", "read_file", "remember_rule"}
+    assert "wind speed" not in fake.system_text(first)
+    assert "wind speed" in fake.system_text(second)
+
+
+def test_tools_disabled_by_their_owner_stay_disabled() -> None:
+    reg = rampart.BlockRegistry()
+    off = agents.function_tool(lambda x: x, name_override="never", is_enabled=False)
+    gated = RampartInstructions(reg).gate([off, get_weather])
+    ctx = agents.RunContextWrapper(context="anything")
+    import anyio
+
+    async def check() -> list[bool]:
+        return [bool(await t.is_enabled(ctx, None)) for t in gated]
+
+    assert anyio.run(check) == [False, True]
+    assert off.is_enabled is False and get_weather.is_enabled is True  # originals untouched
+    reg.release()
+
+
+def test_task_from_the_context() -> None:
+    assert task_of("plain") == "plain"
+    assert task_of(RampartTask("t")) == "t"
+    assert task_of({"task": "m"}) == "m"
+    with pytest.raises(InvalidArgumentError, match="needs the run's task"):
+        task_of(None)
+    with pytest.raises(InvalidArgumentError, match="needs a BlockRegistry"):
+        RampartInstructions("not a registry")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="drop instructions="):
+        RampartInstructions(rampart.BlockRegistry()).agent("a", instructions="x")
