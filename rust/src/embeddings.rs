@@ -326,14 +326,22 @@ impl MatrixView {
     /// helper that the scheduler leaves waiting (another process on its core)
     /// costs at most one segment's delay, not half of the scan.
     fn for_segments<T: Send>(&self, out: &mut [T], f: impl Fn(&Segment, &mut [T]) + Sync) {
+        self.for_segments_on(scan_threads(self.rows), out, f)
+    }
+
+    fn for_segments_on<T: Send>(
+        &self,
+        threads: usize,
+        out: &mut [T],
+        f: impl Fn(&Segment, &mut [T]) + Sync,
+    ) {
         let parts: Vec<(&Segment, &mut [T])> = self
             .segments
             .iter()
             .map(|s| &**s)
             .zip(out.chunks_mut(SEGMENT_ROWS))
             .collect();
-        let threads = scan_threads(self.rows);
-        if threads <= 1 {
+        if threads <= 1 || parts.len() <= 1 {
             for (seg, o) in parts {
                 f(seg, o);
             }
@@ -895,6 +903,42 @@ mod tests {
             admit_scores(&s, Some(0.5), Some(2)),
             [false, true, false, true, false]
         );
+    }
+
+    #[test]
+    fn threaded_scan_equals_one_thread() {
+        let (n, dim) = (5 * SEGMENT_ROWS + 17, 24);
+        let mut e = Embeddings::default();
+        let mut s = 11u64;
+        let blocks: Vec<Block> = (0..n)
+            .map(|i| {
+                Block::build(
+                    crate::block::NewBlock::new(format!("b{i}"), "x"),
+                    crate::BlockId::random(),
+                    Some(1),
+                )
+            })
+            .collect();
+        for b in &blocks {
+            let v: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+            e.attach(b, &v, false).unwrap();
+        }
+        let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
+        let view = e.view();
+        let score = |threads: usize| {
+            let mut out = vec![0f32; view.rows];
+            view.for_segments_on(threads, &mut out, |seg, out| {
+                scan(&seg.data[..out.len() * dim], dim, &q, out)
+            });
+            out
+        };
+        let one = score(1);
+        assert_eq!(one, view.score_rows(&q));
+        for threads in [2, 3, 8] {
+            assert_eq!(score(threads), one, "{threads} threads");
+        }
+        assert_eq!(scan_threads(PARALLEL_ROWS - 1), 1);
+        assert!((1..=MAX_SCAN_THREADS).contains(&scan_threads(1_000_000)));
     }
 
     /// Where a gated compile's time goes at 100 000 rows:

@@ -27,6 +27,16 @@ _MEMO_MAX = 256
 _MEMO_LOCK = threading.Lock()
 
 
+def _new_locks() -> None:
+    # A lock held by another thread at fork() stays held in the child forever.
+    global _MEMO_LOCK
+    _MEMO_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks)
+
+
 VECTOR_CACHE_ENV = "RAMPART_VECTOR_CACHE"
 _VECTOR_FILE = "vectors.sqlite"
 _VECTOR_MAX_ROWS = 200_000  # ~300 MB at 384 dimensions; the oldest go first
@@ -54,7 +64,9 @@ class VectorCache:
 
     def _conn(self) -> sqlite3.Connection:
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if c is None:
+        # SQLite connections must not cross fork(): a child opens its own (the
+        # parent's stays open in the parent, untouched).
+        if c is None or self._local.pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             c.execute("PRAGMA journal_mode=WAL")
@@ -64,6 +76,7 @@ class VectorCache:
                 "(key BLOB PRIMARY KEY, truncated INTEGER NOT NULL, vector BLOB NOT NULL)"
             )
             self._local.conn = c
+            self._local.pid = os.getpid()
         return c
 
     def _fail(self, exc: Exception) -> None:

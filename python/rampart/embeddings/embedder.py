@@ -4,6 +4,7 @@ instance."""
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
 import warnings
@@ -15,6 +16,7 @@ import numpy as np
 
 from rampart._files import cache_dir
 from rampart.embeddings.cache import _VECTOR_FILE, VectorCache, _vector_cache_wanted, file_sha256
+from rampart.embeddings.coalesce import Coalescer, free_cores, usable_cores
 from rampart.embeddings.prepare import (
     DEFAULT_MODEL_NAME,
     INSTALL_HINT,
@@ -29,7 +31,13 @@ from rampart.embeddings.prepare import (
     _prepare,
     _require,
 )
-from rampart.embeddings.providers import _CONTRIB_PROVIDERS, CUDA, _make_session, _resolve_providers
+from rampart.embeddings.providers import (
+    _CONTRIB_PROVIDERS,
+    CPU,
+    CUDA,
+    _make_session,
+    _resolve_providers,
+)
 from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
 __all__ = ["OnnxEmbedder", "default_embedder", "model_info", "plan_batches"]
@@ -97,14 +105,19 @@ class OnnxEmbedder:
     choice never falls back. ``max_length``: tokens per text including special
     tokens (default: the model's, 256 for MiniLM); longer texts are truncated and
     :meth:`encode_batch_report` says which. ``threads``: onnxruntime intra-op
-    threads (default: one per core).
+    threads. The default (None) chooses per run on the CPU: all cores while two
+    or more are idle, else a 1-thread session, which neither spins nor waits for
+    a worker that another process holds back (docs/embeddings.md, "Threads").
 
     Attributes: ``dim``, ``max_length``, ``providers`` (those in use), ``model_id``
     (``name:hash12:d<dim>:L<max_length>``, stable across processes: a cache key for
     vectors), ``name``, ``model_dir``, ``onnx_path`` (None when built in memory) and
     ``session_seconds`` (onnxruntime session creation time).
 
-    Instances are immutable after construction and safe to share between threads.
+    Safe to share between threads: concurrent :meth:`encode` calls are coalesced
+    into batches (one model pass serves them all), and one onnxruntime run is in
+    flight per embedder at a time. Safe across ``fork()``: a child rebuilds the
+    multi-threaded session on first use (its worker threads stay in the parent).
     """
 
     def __init__(
@@ -159,7 +172,19 @@ class OnnxEmbedder:
 
         t0 = time.perf_counter()
         self._session, self.providers = _make_session(graph, where, chosen, explicit, threads)
+        # Per run, the default threads=None chooses between this session (all cores)
+        # and a 1-thread one (see _session_for). Two sessions cost a second copy of
+        # onnxruntime's pre-packed weights (~45 MB for MiniLM) and ~30 ms here.
+        self._threads = threads
+        self._graph = (graph, where)
+        self._cores = usable_cores()
+        self._solo: Any = None
+        if threads is None and self.providers == [CPU] and self._cores > 1:
+            self._solo = _make_session(graph, where, [CPU], True, 1)[0]
         self.session_seconds = time.perf_counter() - t0
+        self._pid = os.getpid()
+        self._pool_stale = False
+        self._run_lock = threading.Lock()  # the coalescer comes once _max_batch is known
         try:
             tok = tokenizers.Tokenizer.from_file(str(src.tokenizer))
         except Exception as exc:  # tokenizers raises a bare Exception
@@ -197,11 +222,30 @@ class OnnxEmbedder:
         mb, mt = _BATCH_GPU if gpu else _BATCH_CPU
         self._max_batch = max_batch or mb
         self._max_tokens = mt
+        self._locks()
         self.vector_cache: VectorCache | None = (
             VectorCache(cache_dir() / _VECTOR_FILE, self.model_id, self.dim)
             if _vector_cache_wanted(vector_cache)
             else None
         )
+
+    def _locks(self) -> None:
+        self._run_lock = threading.Lock()
+        # A round takes up to four CPU batches of waiting queries; plan_batches then
+        # splits it by length like any other batch.
+        self._coalescer: Coalescer[list[int], np.ndarray] = Coalescer(
+            self._encode_ids, limit=4 * self._max_batch
+        )
+
+    def _check_fork(self) -> None:
+        """In a forked child: new locks (a parent thread may have held one at the
+        fork) and a rebuilt multi-threaded session, whose workers did not survive.
+        The 1-thread session has no workers and is used on as it is."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._locks()
+        self._pool_stale = self._threads != 1
 
     def __repr__(self) -> str:
         return (
@@ -229,6 +273,21 @@ class OnnxEmbedder:
 
     # -- running ------------------------------------------------------------------------
 
+    def _session_for(self) -> Any:
+        """The session for the next run: all cores while at least two are idle (this
+        thread's and one more), else the 1-thread session. On two cores with one
+        taken by another process, onnxruntime's two workers would each wait for the
+        other at every op (6.4 ms a query against 4.0 ms on one thread: issue 11)."""
+        if self._solo is not None:
+            free = free_cores()
+            if free is not None and free < 2:
+                return self._solo
+        if self._pool_stale:
+            graph, where = self._graph
+            self._session = _make_session(graph, where, self.providers, True, self._threads)[0]
+            self._pool_stale = False
+        return self._session
+
     def _run(self, batch: list[list[int]]) -> np.ndarray:
         lens = np.fromiter((len(x) for x in batch), dtype=np.int64, count=len(batch))
         width = int(lens.max())
@@ -240,7 +299,11 @@ class OnnxEmbedder:
         for name, kind, dtype in self._inputs:
             arr = ids if kind == "ids" else mask if kind == "mask" else np.zeros_like(ids)
             feed[name] = arr if dtype == np.int64 else arr.astype(dtype)
-        out: np.ndarray = np.asarray(self._session.run([self._output], feed)[0], np.float32)
+        # One run at a time per embedder: two would split the same cores between them.
+        with self._run_lock:
+            session = self._session_for()
+            raw = session.run([self._output], feed)[0]
+        out: np.ndarray = np.asarray(raw, np.float32)
         if not self._external:
             return out  # rampart's graph pools and normalises itself
         if self._token_output:
@@ -255,8 +318,18 @@ class OnnxEmbedder:
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be str, not {type(text).__name__}")
         ids = self._truncate(self._tok.encode(text).ids)
-        vec: np.ndarray = self._run([ids])[0]
-        return np.ascontiguousarray(vec)
+        self._check_fork()
+        return self._coalescer.submit(ids)
+
+    def _encode_ids(self, items: list[list[int]]) -> list[np.ndarray]:
+        """One coalesced round of :meth:`encode` calls: token ids → one vector each."""
+        if len(items) == 1:
+            return [self._run(items)[0].copy()]
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        lengths = [len(x) for x in items]
+        for batch in plan_batches(lengths, max_batch=self._max_batch, max_tokens=self._max_tokens):
+            out[batch] = self._run([items[j] for j in batch])
+        return [row.copy() for row in out]
 
     def encode_batch_report(self, texts: Iterable[str]) -> tuple[np.ndarray, list[bool]]:
         """``(vectors (n, dim) float32, truncated)``: ``truncated[i]`` is True when text
@@ -280,6 +353,7 @@ class OnnxEmbedder:
                 else:
                     out[i], truncated[i] = hit
         if todo:
+            self._check_fork()
             full = self._ids([items[i] for i in todo])
             ids = [self._truncate(x) for x in full]
             for i, x in zip(todo, full):
@@ -320,6 +394,16 @@ def _input_plan(session: Any, graph: str) -> list[tuple[str, str, Any]]:
 
 _DEFAULT: OnnxEmbedder | None = None
 _DEFAULT_LOCK = threading.Lock()
+
+
+def _new_locks() -> None:
+    # A lock held by another thread at fork() stays held in the child forever.
+    global _DEFAULT_LOCK
+    _DEFAULT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks)
 
 
 def default_embedder() -> OnnxEmbedder:

@@ -38,6 +38,16 @@ EMBED_HINT = 'pip install "rampart-registry[embed]"'
 _BUILD_LOCK = threading.Lock()
 
 
+def _new_locks() -> None:
+    # A lock held by another thread at fork() stays held in the child forever.
+    global _BUILD_LOCK
+    _BUILD_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks)
+
+
 def _package_model_dir() -> Path:
     """The packaged MiniLM's folder, found without importing the package (its
     ``__init__`` is light, but a spec lookup is lighter and cannot fail on its deps)."""

@@ -115,6 +115,11 @@ def _make_session(
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads is not None:
         opts.intra_op_num_threads = threads
+    # The intra-op workers spin while a run is going (waking a sleeping thread for
+    # each of the graph's ~50 parallel ops would cost more than the spin) and stop
+    # the moment it returns. By default they keep spinning after it, stealing the
+    # cores that the gate scan, numpy and the rest of a server need next.
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
 
     def create(chosen: list[str]) -> Any:
         model = str(graph) if isinstance(graph, Path) else graph

@@ -1,0 +1,136 @@
+"""Coalescing concurrent calls into batches, and reading how busy the machine is.
+
+A server gates many sessions at once, so many threads call ``encode`` at the same
+moment. Run one by one, each call streams the model's 42 MB of weights for a
+dozen tokens; run together, one pass serves them all. :class:`Coalescer` does this
+without a timer: the first caller runs at once (an idle server pays nothing), and
+every call that arrives while a run is in progress joins the next batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["Coalescer", "free_cores", "usable_cores"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Request(Generic[T, R]):
+    __slots__ = ("done", "error", "item", "lead", "result")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self.result: R | None = None
+        self.error: BaseException | None = None
+        self.lead = False  # set when the finishing leader hands the next round over
+        self.done = threading.Event()
+
+
+class Coalescer(Generic[T, R]):
+    """``submit(item)`` returns ``run([item, ...])[i]`` for its item, running the items
+    of concurrent callers together.
+
+    One round runs at a time. Its leader is a caller: it takes every waiting item (at
+    most ``limit``), runs them, hands each result to its caller, then passes the lead
+    to the oldest caller still waiting, so nobody serves others indefinitely. An
+    exception from ``run`` is raised in every caller of that round.
+
+    Not fork-safe by itself (a lock held by a thread that the child does not have
+    stays held): an owner that may be used after ``fork()`` makes a new one there.
+    """
+
+    def __init__(self, run: Callable[[list[T]], Sequence[R]], limit: int) -> None:
+        self._run = run
+        self._limit = max(1, limit)
+        self._lock = threading.Lock()
+        self._pending: list[_Request[T, R]] = []
+        self._busy = False
+
+    def submit(self, item: T) -> R:
+        req: _Request[T, R] = _Request(item)
+        with self._lock:
+            self._pending.append(req)
+            lead = not self._busy
+            self._busy = True
+        if not lead:
+            try:
+                req.done.wait()
+            except BaseException:  # e.g. KeyboardInterrupt: leave without stalling others
+                self._withdraw(req)
+                raise
+            if not req.lead:
+                return self._outcome(req)
+        self._lead()
+        return self._outcome(req)
+
+    def _lead(self) -> None:
+        # The leader's own request is the oldest pending one, so it runs in this round.
+        with self._lock:
+            batch = self._pending[: self._limit]
+            del self._pending[: self._limit]
+        try:
+            results = self._run([r.item for r in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} gave {len(results)} results")
+            for r, res in zip(batch, results):
+                r.result = res
+        except BaseException as exc:
+            for r in batch:
+                r.error = exc
+        finally:
+            self._hand_over()
+            for r in batch[1:]:
+                r.done.set()
+
+    def _hand_over(self) -> None:
+        """Pass the lead to the oldest waiting caller, or mark the coalescer idle."""
+        with self._lock:
+            nxt = self._pending[0] if self._pending else None
+            if nxt is None:
+                self._busy = False
+            else:
+                nxt.lead = True
+        if nxt is not None:
+            nxt.done.set()
+
+    def _withdraw(self, req: _Request[T, R]) -> None:
+        with self._lock:
+            handed = req.lead
+            if req in self._pending:
+                self._pending.remove(req)
+        if handed:  # it was given the lead it can no longer take: pass it on
+            self._hand_over()
+
+    @staticmethod
+    def _outcome(req: _Request[T, R]) -> R:
+        if req.error is not None:
+            raise req.error
+        return req.result  # type: ignore[return-value]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def free_cores() -> int | None:
+    """Cores with nothing runnable on them right now, counting the caller's thread as
+    free: ``usable_cores()`` minus the other runnable tasks of the whole machine.
+
+    Read from the fourth field of Linux's ``/proc/loadavg`` (``runnable/total``, an
+    instantaneous count, ~10 µs); the load averages themselves lag by a minute.
+    ``None`` where the count is unknown (other systems)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            runnable = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, usable_cores() - max(0, runnable - 1))
