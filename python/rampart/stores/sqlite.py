@@ -27,6 +27,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,34 @@ CREATE TABLE IF NOT EXISTS rampart_checkpoints(
 """
 
 Entries = list[tuple[int, bytes]]
+
+# SQLite's own mutexes must not be held by another thread at fork(): the child
+# would wait on them forever. Every call into SQLite holds its store's gate, and
+# fork() takes every gate first (os.register_at_fork below).
+_STORES: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for store in list(_STORES):
+        store._gate.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_STORES):
+        store._gate.release()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._gate = threading.Lock()
+        store._local = threading.local()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def _path_of(url: str) -> tuple[Path, dict[str, str]]:
@@ -88,6 +117,8 @@ class SQLiteStore:
             raise InvalidArgumentError(f"{url!r}: unknown options {sorted(query)}")
         self._local = threading.local()
         self._schema_ready = False
+        self._gate = threading.Lock()
+        _STORES.add(self)
 
     # ---- connections: one per thread and process ------------------------------------
 
@@ -97,16 +128,20 @@ class SQLiteStore:
         if conn is not None and self._local.pid == os.getpid():
             return conn
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=True
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            if not self._schema_ready:
-                conn.executescript(_SCHEMA)
-                self._schema_ready = True
+            with self._gate:
+                return self._connect()
         except sqlite3.Error as e:
             raise StoreUnavailableError(f"cannot open SQLite store {self.path}: {e}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=True
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        if not self._schema_ready:
+            conn.executescript(_SCHEMA)
+            self._schema_ready = True
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
@@ -114,7 +149,8 @@ class SQLiteStore:
         """Run ``fn(conn)``; SQLite failures become StoreUnavailableError."""
         conn = self._conn()
         try:
-            return fn(conn)
+            with self._gate:
+                return fn(conn)
         except sqlite3.Error as e:
             if conn.in_transaction:
                 try:
@@ -194,8 +230,8 @@ class SQLiteStore:
         entries = self.read(name, after)
         while not entries:
             try:
-                version = c.execute("PRAGMA data_version").fetchone()[0]
-                while c.execute("PRAGMA data_version").fetchone()[0] == version:
+                version = self._data_version(c)
+                while self._data_version(c) == version:
                     if time.monotonic() >= deadline:
                         return []
                     time.sleep(self.poll_interval)
@@ -203,6 +239,10 @@ class SQLiteStore:
                 raise StoreUnavailableError(f"SQLite store {self.path}: {e}") from None
             entries = self.read(name, after)
         return entries
+
+    def _data_version(self, c: sqlite3.Connection) -> int:
+        with self._gate:
+            return int(c.execute("PRAGMA data_version").fetchone()[0])
 
     def first_seq(self, name: str) -> int:
         row = self._run(

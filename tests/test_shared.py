@@ -1,0 +1,495 @@
+"""Shared, durable registries (SPEC §7) against real stores and real processes:
+SQLite files, a real redis-server (tests/redis_server.py), kill -9 of writers and
+of Redis, garbage entries, racing creators, and hypothesis driving several
+replicas against the pure-Python model."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rampart
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rampart._replica import CHECKPOINT_EVERY
+from rampart.errors import (
+    BlockPermissionError,
+    EvictionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
+from rampart.stores import open_store
+
+from conftest import ROOT, SEEDS
+from pymodel import ModelBlock, ModelRegistry
+from redis_server import RedisServer, skip_without_redis
+
+N_SEEDS = len(rampart.BlockRegistry.from_files([SEEDS]))
+
+
+def state(reg: rampart.BlockRegistry) -> list[tuple[Any, ...]]:
+    """Everything a replica must agree on: ids, order, provenance, counts, vectors."""
+    out = []
+    for b in reg.list_blocks():
+        vec = reg.embedding(b.runtime_id) if reg.embedding_model is not None else None
+        out.append(
+            (
+                b.runtime_id,
+                b.semantic_name,
+                b.content,
+                b.priority,
+                b.source,
+                b.author_id,
+                b.evictable,
+                b.trajectory_id,
+                b.tags,
+                b.created_at,
+                b.access_count,
+                b.wrap_prefix,
+                b.wrap_suffix,
+                None if vec is None else vec.tobytes(),
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'shared.db'}"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    skip_without_redis()
+    d = tmp_path / "redis"
+    d.mkdir()
+    server = RedisServer(d)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    skip_without_redis()
+    d = tmp_path / "redis"
+    d.mkdir()
+    server = RedisServer(d)
+    server.start()
+    yield server.url
+    server.stop()
+
+
+def opened(url: str, name: str = "agent", **kw: Any) -> rampart.BlockRegistry:
+    kw.setdefault("label", None)
+    return rampart.BlockRegistry.open(url, name, **kw)
+
+
+# ---- semantics ------------------------------------------------------------------------
+
+
+def test_replicas_share_ids_outcomes_and_errors(store_url: str) -> None:
+    a = opened(store_url, seeds=[SEEDS])
+    b = opened(store_url)
+    try:
+        assert a.shared and b.shared and not rampart.BlockRegistry().shared
+        assert (a.name, a.store_url) == ("agent", store_url)
+        assert len(a) == len(b) == N_SEEDS
+        assert a.registry_id == b.registry_id
+        rid = a.write_agent_block("Run `make lint` before committing.", "run-1")
+        b.sync()
+        assert b.get_by_id(rid).content == "Run `make lint` before committing."
+        assert a.promote(rid, to_front=True) == 0
+        seed = a.runtime_ids()[1]
+        # Refused in the journal: the same typed error, no replica changes.
+        before = state(a)
+        with pytest.raises(EvictionError):
+            b.evict(seed)
+        with pytest.raises(BlockPermissionError):
+            b.evict(seed, force=True, by=rampart.BlockRegistry())
+        a.sync()
+        b.sync()
+        assert state(a) == state(b) == before
+        # The author (the shared registry itself, in any process) may force it.
+        b.evict(seed, force=True)
+        a.update_block_content(rid, "Run `make lint` first.")
+        a.set_wrap(rid, "<critical>", "</critical>")
+        a.update_priority(rid, 0.9)
+        a.compile(max_tokens=400)
+        b.compile(max_tokens=400)
+        a.sync()
+        b.sync()
+        a.sync()
+        assert state(a) == state(b)
+        assert b.get_by_id(rid).wrap_prefix == "<critical>"
+        assert a.position == b.position
+    finally:
+        a.close()
+        b.close()
+
+
+def test_coordination_across_registries(sqlite_url: str) -> None:
+    planner = opened(sqlite_url, "planner")
+    worker = opened(sqlite_url, "worker", seeds=[SEEDS])
+    worker2 = opened(sqlite_url, "worker")
+    try:
+        rid = worker.write_block(
+            "Fix only tests/test_api.py.",
+            "plan",
+            source="orchestrator",
+            evictable=False,
+            author=planner,
+        )
+        worker2.sync()
+        assert worker2.runtime_ids()[0] == rid
+        assert worker2.get_by_id(rid).author_id == planner.registry_id
+        with pytest.raises(BlockPermissionError):
+            worker2.evict(rid, force=True)
+        worker2.evict(rid, force=True, by=planner)
+        worker.sync()
+        assert rid not in worker
+    finally:
+        for r in (planner, worker, worker2):
+            r.close()
+
+
+def test_restore_and_rollback_replay_everywhere(sqlite_url: str) -> None:
+    a = opened(sqlite_url, seeds=[SEEDS])
+    b = opened(sqlite_url)
+    try:
+        snap = a.snapshot()
+        a.write_agent_block("lesson one", "run-7")
+        a.write_agent_block("lesson two", "run-7")
+        assert a.rollback_trajectory("run-7") == 2
+        a.write_agent_block("lesson three", "run-8")
+        a.restore(snap)
+        b.sync()
+        assert len(a) == N_SEEDS
+        assert state(a) == state(b)
+        assert not set(a.runtime_ids()) & {x.runtime_id for x in snap.blocks()}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_custom_policy_evictions_are_journaled_as_decided(sqlite_url: str) -> None:
+    a = opened(sqlite_url, eviction_policy=lambda blk: blk.priority)
+    b = opened(sqlite_url)
+    try:
+        for p in (0.1, 0.9, 0.5):
+            a.write_block(f"p{p}", f"b{p}", priority=p)
+        assert len(a.evict_by_policy(1)) == 1  # the highest score: priority 0.9
+        b.sync()
+        assert sorted(x.priority for x in b.list_blocks()) == [0.1, 0.5]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_settings_must_match(sqlite_url: str) -> None:
+    a = opened(sqlite_url)
+    try:
+        with pytest.raises(InvalidArgumentError, match="tokeniser"):
+            opened(sqlite_url, tokeniser=lambda s: len(s.split()))
+        with pytest.raises(InvalidArgumentError, match="name"):
+            opened(sqlite_url, "bad name!")
+        with pytest.raises(InvalidArgumentError, match="store URL"):
+            rampart.BlockRegistry.open("ftp://x", "a")
+    finally:
+        a.close()
+
+
+def test_closed_registry_stays_readable(sqlite_url: str) -> None:
+    a = opened(sqlite_url, seeds=[SEEDS])
+    a.close()
+    assert a.compile(max_tokens=300).included
+    with pytest.raises(rampart.RampartError, match="closed"):
+        a.write_agent_block("x", "run")
+
+
+def test_checkpoint_compaction_and_a_late_replica(sqlite_url: str) -> None:
+    a = opened(sqlite_url)
+    try:
+        ids = [a.write_block(f"note {i}", f"n{i}") for i in range(CHECKPOINT_EVERY + 5)]
+        a.sync()
+        store = open_store(sqlite_url)
+        deadline = time.monotonic() + 10
+        while store.checkpoint("agent") is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the follower writes it off the write path
+        ck = store.checkpoint("agent")
+        assert ck is not None and ck[0] == CHECKPOINT_EVERY
+        assert store.compact("agent", 10**9) == CHECKPOINT_EVERY
+        assert store.first_seq("agent") == CHECKPOINT_EVERY + 1
+        late = opened(sqlite_url)
+        assert late.runtime_ids() == ids == a.runtime_ids()
+        assert state(late) == state(a)
+        late.close()
+    finally:
+        a.close()
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+WRITER = textwrap.dedent(
+    """
+    import sys, rampart
+    url, name, tag, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    reg = rampart.BlockRegistry.open(url, name, label=None)
+    for i in range(n):
+        rid = reg.write_block(f"{tag} {i}", f"{tag}{i}", priority=(i % 10) / 10)
+        if i % 3 == 0:
+            reg.promote(rid, to_front=True)
+        print(rid, flush=True)   # printed = acknowledged
+    reg.sync()
+    reg.close()
+    """
+)
+
+
+def run_writer(url: str, tag: str, n: int, name: str = "agent") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, name, tag, str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_processes_writing_at_once_converge(store_url: str) -> None:
+    reg = opened(store_url, seeds=[SEEDS])
+    try:
+        procs = [run_writer(store_url, f"w{k}", 40) for k in range(3)]
+        acked = []
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0
+            acked += out.split()
+        reg.sync()
+        other = opened(store_url)
+        assert set(acked) <= set(reg.runtime_ids())
+        assert len(reg) == N_SEEDS + 120
+        assert state(other) == state(reg)
+        other.close()
+    finally:
+        reg.close()
+
+
+def test_kill_9_of_a_writer_loses_no_acknowledged_write(store_url: str) -> None:
+    opened(store_url).close()
+    p = run_writer(store_url, "k", 100_000)
+    assert p.stdout is not None
+    acked = [p.stdout.readline().strip() for _ in range(50)]
+    os.kill(p.pid, signal.SIGKILL)
+    rest, _ = p.communicate()
+    acked += rest.split()
+    reg = opened(store_url)
+    try:
+        assert set(acked) <= set(reg.runtime_ids())
+    finally:
+        reg.close()
+
+
+def test_racing_creators_seed_once(store_url: str) -> None:
+    script = textwrap.dedent(
+        """
+        import sys, rampart
+        reg = rampart.BlockRegistry.open(sys.argv[1], "race", seeds=[sys.argv[2]], label=None)
+        print(len(reg), reg.registry_id)
+        reg.close()
+        """
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, store_url, str(SEEDS)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert {o[1] for o in outs} != set() and len({o[1] for o in outs}) == 1
+    reg = opened(store_url, "race")
+    try:
+        assert len(reg) == N_SEEDS
+    finally:
+        reg.close()
+
+
+def test_a_forked_child_writes_through_its_own_follower(sqlite_url: str) -> None:
+    reg = opened(sqlite_url)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                reg.write_block("from the child", "child")
+                reg.sync()
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("the forked child hung")
+        assert os.waitstatus_to_exitcode(status) == 0
+        reg.sync()
+        assert [b.content for b in reg.list_blocks()] == ["from the child"]
+    finally:
+        reg.close()
+
+
+# ---- failures -----------------------------------------------------------------------------
+
+
+def test_kill_9_of_redis_loses_no_acknowledged_write(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    opened(url).close()
+    p = run_writer(url, "r", 60)
+    out, _ = p.communicate(timeout=120)
+    acked = out.split()
+    assert len(acked) == 60
+    redis_server.kill()
+    redis_server.start()
+    reg = opened(url)
+    try:
+        assert set(acked) <= set(reg.runtime_ids())
+    finally:
+        reg.close()
+
+
+def test_store_down_then_back(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.CRITICAL, logger="rampart.shared")
+    url = redis_server.url
+    reg = opened(url, seeds=[SEEDS])
+    try:
+        before = state(reg)
+        redis_server.kill()
+        with pytest.raises(StoreUnavailableError) as err:
+            reg.write_agent_block("lost", "run-1")
+        assert isinstance(err.value, ConnectionError)
+        assert state(reg) == before
+        assert reg.compile(max_tokens=500).included  # compile never waits on the store
+        redis_server.start()
+        p = run_writer(url, "back", 3)
+        out, _ = p.communicate(timeout=120)
+        deadline = time.monotonic() + 30
+        while not set(out.split()) <= set(reg.runtime_ids()):
+            assert time.monotonic() < deadline, "the follower did not catch up"
+            time.sleep(0.05)
+        reg.sync()
+    finally:
+        reg.close()
+
+
+def test_sqlite_store_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError):
+        rampart.BlockRegistry.open(f"sqlite:///{tmp_path}/missing/dir/x.db", "a")
+
+
+def test_garbage_entry_is_skipped_by_every_replica(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = opened(store_url, seeds=[SEEDS])
+    b = opened(store_url)
+    try:
+        store = open_store(store_url)
+        caplog.set_level(logging.WARNING, logger="rampart.shared")
+        seq, _ = store.append("agent", b"\x01garbage from a foreign client", 0)
+        store.append("agent", b"", 0)
+        a.write_agent_block("after the garbage", "run-1")
+        a.sync()
+        b.sync()
+        assert state(a) == state(b)
+        skipped = [r for r in caplog.records if f"entry {seq}:" in r.getMessage()]
+        assert len(skipped) == 2  # one warning per replica
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- hypothesis: replicas against the pure-Python model -----------------------------------
+
+OPS = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # which replica acts
+        st.sampled_from(["write", "front", "back", "evict", "priority", "group", "sync"]),
+        st.integers(0, 50),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS)
+def test_replicas_match_the_model(tmp_path_factory: pytest.TempPathFactory, ops: list[Any]) -> None:
+    url = f"sqlite:///{tmp_path_factory.mktemp('hyp') / 'h.db'}"
+    replicas = [opened(url) for _ in range(3)]
+    model = ModelRegistry(replicas[0].registry_id)
+    try:
+        for k, (who, op, n) in enumerate(ops):
+            reg = replicas[who]
+            ids = reg.runtime_ids()  # what this replica sees: maybe behind
+            if op == "write":
+                rid = reg.write_block(f"c{k}", f"b{k}", priority=(n % 11) / 10)
+                model.write(ModelBlock(rid, f"b{k}", f"c{k}", 0, priority=(n % 11) / 10))
+            elif op == "sync":
+                reg.sync()
+            elif ids:
+                rid = ids[n % len(ids)]
+                try:
+                    if op == "front":
+                        assert reg.promote(rid, to_front=True) == model.move_to(rid, 0)
+                    elif op == "back":
+                        got = reg.promote(rid, to_back=True)
+                        assert got == model.move_to(rid, len(model.ids()) - 1)
+                    elif op == "evict":
+                        reg.evict(rid)
+                        model.evict(rid)
+                    elif op == "priority":
+                        reg.update_priority(rid, (n % 11) / 10)
+                        model.blocks[rid].priority = (n % 11) / 10
+                    elif op == "group":
+                        group = ids[: 1 + n % 3]
+                        assert reg.promote_group(group, to_position=n % 4) == (
+                            model.promote_group(group, n % 4)
+                        )
+                except rampart.BlockNotFoundError:
+                    # Another replica evicted it first: refused in journal order,
+                    # and so in the model too.
+                    assert rid not in model.blocks
+            # A replica that acted has applied the journal up to its own entry,
+            # which in this one thread is everything appended so far.
+            if op == "write" or (op != "sync" and ids):
+                assert reg.runtime_ids() == model.ids()
+        for r in replicas:
+            r.sync()
+            assert r.runtime_ids() == model.ids()
+            assert [b.priority for b in r.list_blocks()] == [
+                b.priority for b in model.blocks.values()
+            ]
+    finally:
+        for r in replicas:
+            r.close()
