@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 import rampart
+from conftest import ROOT, SEEDS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pymodel import ModelBlock, ModelRegistry
 from rampart._replica import CHECKPOINT_EVERY
 from rampart.errors import (
     BlockPermissionError,
@@ -28,9 +30,6 @@ from rampart.errors import (
     StoreUnavailableError,
 )
 from rampart.stores import open_store
-
-from conftest import ROOT, SEEDS
-from pymodel import ModelBlock, ModelRegistry
 from redis_server import RedisServer, skip_without_redis
 
 N_SEEDS = len(rampart.BlockRegistry.from_files([SEEDS]))
@@ -493,3 +492,35 @@ def test_replicas_match_the_model(tmp_path_factory: pytest.TempPathFactory, ops:
     finally:
         for r in replicas:
             r.close()
+
+
+def test_cli_reads_and_compacts_a_shared_registry(sqlite_url: str) -> None:
+    reg = opened(sqlite_url, seeds=[SEEDS])
+    rid = reg.write_agent_block("Run `make lint` before committing.", "run-1")
+    reg.close()
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rampart", *argv], capture_output=True, text=True, cwd=ROOT
+        )
+
+    out = cli("inspect", "--store", sqlite_url, "--name", "agent", "--json")
+    assert out.returncode == 0, out.stderr
+    assert rid in out.stdout
+    out = cli("compile", "--store", sqlite_url, "--name", "agent", "--max-tokens", "300")
+    assert out.returncode == 0 and "included" in out.stdout
+    out = cli("store", "ls", sqlite_url)
+    assert out.returncode == 0 and out.stdout.startswith("agent  2 entries")
+    out = cli("store", "compact", sqlite_url, "agent")
+    assert out.returncode == 0 and "2 entries dropped" in out.stdout
+    late = opened(sqlite_url)
+    assert rid in late and len(late) == N_SEEDS + 1
+    late.close()
+    for argv in (
+        ("inspect", "--store", sqlite_url),
+        ("inspect", str(SEEDS), "--store", sqlite_url, "--name", "agent"),
+        ("store", "compact", sqlite_url, "nope"),
+        ("store", "ls", "ftp://nowhere"),
+    ):
+        out = cli(*argv)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (argv, out.stderr)

@@ -54,8 +54,9 @@ log = logging.getLogger("rampart.shared")
 CHECKPOINT_EVERY = 1000
 FLUSH_INTERVAL = 0.5
 META_FORMAT = 1
-#: Longest a follower waits in one store call before it checks for shutdown.
-_WAIT = 0.5
+#: Longest a follower waits in one store call before it checks for shutdown
+#: (Redis's XREAD BLOCK cannot be interrupted: close() waits at most this long).
+_WAIT = 0.25
 _BACKOFF_MAX = 2.0
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
@@ -268,7 +269,7 @@ def _follow(rep: Replica) -> None:
             return
         del reg
         try:
-            entries = rep.store.wait(rep.name, rep.position, _WAIT)
+            entries = rep.store.wait(rep.name, rep.position, _WAIT, rep._stop)
             if entries:
                 with rep._lock:
                     rep._apply(entries)

@@ -92,6 +92,30 @@ def _check_paths(paths: Sequence[str]) -> None:
             raise CliError(f"{p}: broken symbolic link")
 
 
+def _registry(args: argparse.Namespace, *, embed: bool = False) -> tuple[BlockRegistry, float]:
+    """The registry a command reads: seed files (PATHS) or a shared registry
+    (--store URL --name NAME), never both."""
+    if args.store is None and args.name is None:
+        if not args.paths:
+            raise CliError("give seed PATHS, or --store URL --name NAME for a shared registry")
+        return _load(args.paths, args.tokeniser, embed=embed)
+    if args.paths:
+        raise CliError("give seed PATHS or --store/--name, not both")
+    if args.store is None or args.name is None:
+        raise CliError("--store URL and --name NAME go together")
+    t0 = time.perf_counter()
+    reg = BlockRegistry.open(
+        args.store,
+        args.name,
+        "default" if embed else None,
+        tokeniser=args.tokeniser,
+        default_max_tokens=None,
+    )
+    # The command reads a replica; it counts no accesses into the shared journal.
+    reg.close()
+    return reg, time.perf_counter() - t0
+
+
 def _load(
     paths: Sequence[str], tokeniser: str | None, *, embed: bool = False
 ) -> tuple[BlockRegistry, float]:
@@ -202,7 +226,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.json and args.prompt_only:
         raise CliError("--json and --prompt-only are alternatives: pass one")
     gated = args.task is not None and cut
-    reg, load_s = _load(args.paths, args.tokeniser, embed=gated)
+    reg, load_s = _registry(args, embed=gated)
     separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
     t0 = time.perf_counter()
     result = reg.compile(
@@ -271,7 +295,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    reg, load_s = _load(args.paths, args.tokeniser)
+    reg, load_s = _registry(args)
     blocks = reg.list_blocks()
     if args.json:
         json.dump(
@@ -573,7 +597,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     common = _Parser(add_help=False)
-    common.add_argument("paths", nargs="+", help="seed files or directories of them")
+    common.add_argument("paths", nargs="*", help="seed files or directories of them")
+    common.add_argument(
+        "--store", default=None, help="a shared registry's store URL (with --name, no PATHS)"
+    )
+    common.add_argument("--name", default=None, help="the shared registry's name in --store")
     common.add_argument(
         "--tokeniser", default=None, help="tokenizer.json path (default: cl100k_base)"
     )
@@ -632,7 +660,59 @@ def build_parser() -> argparse.ArgumentParser:
     mi.set_defaults(func=_cmd_model_info)
     _add_probe_parser(sub)
     _add_mcp_parser(sub)
+    _add_store_parser(sub)
     return p
+
+
+def _cmd_store_ls(args: argparse.Namespace) -> int:
+    from rampart.stores import open_store
+
+    store = open_store(args.url)
+    rows = [
+        {"name": n, "entries": store.last_seq(n), "checkpoint": (store.checkpoint(n) or (0,))[0]}
+        for n in store.names()
+    ]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for r in rows:
+            print(f"{r['name']}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
+        print(f"{len(rows)} shared registries in {args.url}")
+    store.close()
+    return 0
+
+
+def _cmd_store_compact(args: argparse.Namespace) -> int:
+    from rampart.stores import open_store
+
+    store = open_store(args.url)
+    if store.meta(args.name) is None:
+        raise CliError(f"{args.url} holds no registry {args.name!r} (rampart store ls {args.url})")
+    reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)
+    try:
+        reg.sync()
+        assert reg._replica is not None
+        at = reg._replica.checkpoint()
+        dropped = store.compact(args.name, at)
+    finally:
+        reg.close()
+    print(f"{args.name}: checkpoint at entry {at}, {dropped} entries dropped")
+    return 0
+
+
+def _add_store_parser(sub: Any) -> None:
+    st = sub.add_parser("store", help="shared registries in a store: list, compact")
+    ssub = st.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
+    ls = ssub.add_parser("ls", help="the shared registries a store holds")
+    ls.add_argument("url", help="sqlite:///path.db, redis://host:port/db, …")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=_cmd_store_ls)
+    cp = ssub.add_parser("compact", help="checkpoint a registry and drop the entries it covers")
+    cp.add_argument("url", help="the store URL")
+    cp.add_argument("name", help="the registry's name")
+    cp.add_argument("--tokeniser", default=None, help="tokenizer.json the registry counts with")
+    cp.set_defaults(func=_cmd_store_compact)
 
 
 def _one_line(exc: BaseException) -> str:

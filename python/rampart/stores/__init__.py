@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import re
+import threading
 from typing import Protocol
 
 from rampart.errors import InvalidArgumentError
@@ -65,8 +66,11 @@ class Store(Protocol):
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
         """Entries after ``after``, in order (at most ``limit``)."""
 
-    def wait(self, name: str, after: int, timeout: float) -> Entries:
-        """Like ``read``, but wait up to ``timeout`` seconds for an entry to arrive."""
+    def wait(
+        self, name: str, after: int, timeout: float, stop: threading.Event | None = None
+    ) -> Entries:
+        """Like ``read``, but wait up to ``timeout`` seconds for an entry to arrive
+        (or until ``stop`` is set, where the store can notice it)."""
 
     def first_seq(self, name: str) -> int:
         """Sequence number of the oldest entry still kept (0: none kept)."""

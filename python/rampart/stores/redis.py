@@ -137,7 +137,10 @@ class RedisStore:
         rows = self._call(self._r.xrange, self.keys(name)["log"], f"(0-{after}", "+", count=limit)
         return [(_seq(i), bytes(f.get(b"e", b""))) for i, f in rows]
 
-    def wait(self, name: str, after: int, timeout: float) -> Entries:
+    def wait(
+        self, name: str, after: int, timeout: float, stop: threading.Event | None = None
+    ) -> Entries:
+        # XREAD BLOCK cannot be interrupted: a closing replica waits at most `timeout`.
         log = self.keys(name)["log"]
         ms = max(1, int(timeout * 1000))
         # The socket must outlive the server-side block.

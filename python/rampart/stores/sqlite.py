@@ -224,7 +224,9 @@ class SQLiteStore:
         )
         return [(int(s), bytes(e)) for s, e in rows]
 
-    def wait(self, name: str, after: int, timeout: float) -> Entries:
+    def wait(
+        self, name: str, after: int, timeout: float, stop: threading.Event | None = None
+    ) -> Entries:
         c = self._conn()
         deadline = time.monotonic() + timeout
         entries = self.read(name, after)
@@ -232,7 +234,7 @@ class SQLiteStore:
             try:
                 version = self._data_version(c)
                 while self._data_version(c) == version:
-                    if time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                         return []
                     time.sleep(self.poll_interval)
             except sqlite3.Error as e:
