@@ -40,3 +40,37 @@ def test_coordination_example_runs_and_shows_the_permissions() -> None:
     assert final.index("Plan:") < final.index("Run the full test suite, not only")
     assert "planner_hint" not in final and "Dates in this project" not in final
     assert "Traceback" not in out + proc.stderr
+
+
+def _shared_example(*url: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "shared_agents.py"), *url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _check_shared(text: str) -> None:
+    assert "executor: compiled" in text and "first: 'plan'" in text
+    assert "cannot drop the plan: BlockPermissionError" in text
+    assert "read the executor's lesson: 'tests/test_api.py needs" in text
+    assert "retracted the plan; executor has 32 blocks" in text
+
+
+def test_shared_agents_example_on_sqlite() -> None:
+    _check_shared(_shared_example())
+
+
+def test_shared_agents_example_on_redis(tmp_path: Path) -> None:
+    from redis_server import RedisServer, skip_without_redis
+
+    skip_without_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        _check_shared(_shared_example(server.url))
+    finally:
+        server.stop()
