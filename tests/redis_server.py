@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import required
-
 REDIS = shutil.which("redis-server")
 
 
@@ -34,7 +32,8 @@ def redis_available() -> bool:
 def skip_without_redis() -> None:
     if redis_available():
         return
-    if required("redis"):
+    # CI sets RAMPART_REQUIRE_REDIS=1: there a missing server fails, never skips.
+    if os.environ.get("RAMPART_REQUIRE_REDIS") == "1":
         pytest.fail("RAMPART_REQUIRE_REDIS=1 but redis-server or redis-py is missing")
     pytest.skip("redis-server (apt-get install redis-server) or redis-py is not installed")
 
