@@ -91,8 +91,9 @@ def open_regular(path: Path) -> int:
         raise FileProblem(f"cannot stat: {exc}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise FileProblem(f"is {kind} (a FIFO, socket or device is never read)")
+        if stat.S_ISDIR(mode):
+            raise FileProblem("is a directory, not a file")
+        raise FileProblem("is not a regular file (a FIFO, socket or device is never read)")
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)
     return fd
