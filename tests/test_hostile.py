@@ -645,3 +645,32 @@ def test_skill_file_root_and_splitter_errors(tmp_path: Path) -> None:
     with pytest.raises(ParseError, match="splitter") as exc:
         rampart.SeedRegistry.from_skill_file(f, splitter=lambda text: 5)  # type: ignore[arg-type,return-value]
     assert exc.value.path == str(f)
+
+
+# ---- strings that are not text ---------------------------------------------------------------
+
+
+def test_lone_surrogates_are_invalid_arguments(vreg: rampart.BlockRegistry) -> None:
+    bad = "model said \ud800"
+    rid = vreg.runtime_ids()[0]
+    with pytest.raises(rampart.InvalidArgumentError, match="content holds a lone surrogate"):
+        vreg.write_block(bad, "n")
+    with pytest.raises(rampart.InvalidArgumentError, match="semantic_name holds"):
+        vreg.write_block("ok", "\udfff")
+    with pytest.raises(rampart.InvalidArgumentError, match="trajectory_id holds"):
+        vreg.write_agent_block("ok", "run-\ud800", "note")
+    with pytest.raises(rampart.InvalidArgumentError, match="tags holds"):
+        vreg.write_block("ok", "n", tags=["t", "\ud800"])
+    with pytest.raises(rampart.InvalidArgumentError, match="content holds"):
+        vreg.update_block_content(rid, bad)
+    with pytest.raises(rampart.InvalidArgumentError, match="prefix holds"):
+        vreg.set_wrap(rid, bad)
+    with pytest.raises(rampart.InvalidArgumentError, match="separator holds"):
+        vreg.compile(separator="\n\ud800\n")
+    with pytest.raises(rampart.InvalidArgumentError, match="trajectory_id holds"):
+        vreg.rollback_trajectory(bad)
+    with pytest.raises(rampart.InvalidArgumentError, match="label holds"):
+        rampart.BlockRegistry(label=bad)
+    assert len(vreg) == 3 and "\ud800" not in vreg.compile().prompt
+    # Text outside the BMP and ordinary non-ASCII text are fine.
+    vreg.write_block("emoji 🙂 and ü", "ok\u00e9")

@@ -23,6 +23,7 @@ __all__ = [
     "clamped",
     "int_arg",
     "is_array",
+    "not_text",
     "number",
     "priority",
     "tags",
@@ -130,10 +131,33 @@ def tags(value: Iterable[str] | None) -> list[str]:
 
 
 def text(value: Any, what: str) -> str:
-    """A str (refuses bytes and everything else)."""
+    """A str that is text: refuses bytes, everything else, and strings holding a
+    lone surrogate (``"\\ud800"``, e.g. from a JSON escape in model output), which
+    no file, store or tokeniser can hold."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.isascii():  # O(1) for ASCII text: CPython records it
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"{what} holds a lone surrogate {value[exc.start]!r} at index {exc.start}, "
+                "which is not text"
+            ) from None
     return value
+
+
+def not_text(exc: UnicodeEncodeError, **values: Any) -> InvalidArgumentError:
+    """The InvalidArgumentError for a UnicodeEncodeError the core raised while
+    taking string arguments: names the first of ``values`` that is not text."""
+    for what, value in values.items():
+        items = [value] if isinstance(value, str) else list(value or ())
+        for v in items:
+            try:
+                text(v, what)
+            except InvalidArgumentError as err:
+                return err
+    return InvalidArgumentError(f"an argument is not text: {exc}")
 
 
 def is_array(value: Any) -> bool:

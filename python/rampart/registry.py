@@ -65,6 +65,7 @@ def _claim_label(label: str | None, reg: BlockRegistry) -> str:
                     break
         elif not isinstance(label, str) or not label:
             raise InvalidArgumentError(f"label must be a non-empty string, got {label!r}")
+        _args.text(label, "label")
         holder = _LABELS.get(label)
         if holder is not None:
             raise InvalidArgumentError(
@@ -428,21 +429,30 @@ class BlockRegistry:
                 (semantic_name, content, priority, source, evictable, trajectory_id),
                 (tags, position, author, embedding),
             )
-        return self._core.insert(
-            semantic_name,
-            content,
-            priority,
-            source,
-            evictable is True or bool(evictable),
-            trajectory_id,
-            None if tags is None else _tags(tags),
-            None,
-            None if self._tok.builtin else self._tok.count(content),
-            position,
-            source == "orchestrator",
-            None if author is None else author._core,
-            None if embedding is None else _vector(embedding, "embedding"),
-        )
+        try:
+            return self._core.insert(
+                semantic_name,
+                content,
+                priority,
+                source,
+                evictable is True or bool(evictable),
+                trajectory_id,
+                None if tags is None else _tags(tags),
+                None,
+                None if self._tok.builtin else self._tok.count(content),
+                position,
+                source == "orchestrator",
+                None if author is None else author._core,
+                None if embedding is None else _vector(embedding, "embedding"),
+            )
+        except UnicodeEncodeError as e:  # free on the hot path; rare enough to look here
+            raise _args.not_text(
+                e,
+                content=content,
+                semantic_name=semantic_name,
+                trajectory_id=trajectory_id,
+                tags=tags,
+            ) from None
 
     def _write_shared(self, head: tuple[Any, ...], tail: tuple[Any, ...]) -> str:
         # The same arguments as the local insert, in two halves (the journal
