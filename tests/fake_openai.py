@@ -40,9 +40,20 @@ def completion(text: str, payload: dict[str, Any], tool_calls: list[Call] | None
         {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
-            "model": payload.get("model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_words, "completion_tokens": len(text.split())},
+            "created": 1764547200,
+            "model": payload.get("model") or "fake-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_words,
+                "completion_tokens": len(text.split()),
+                "total_tokens": prompt_words + len(text.split()),
+            },
         }
     ).encode()
 

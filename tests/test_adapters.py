@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rampart
-from rampart.adapters import anthropic_messages, openai_chat
+from rampart.adapters import anthropic_messages, openai_chat, without_schema_uri
 
+from tests import fake_openai as fake
 from tests.conftest import words
 
 GIT = Path(__file__).resolve().parent / "data" / "mcp_git_tools.json"
@@ -105,3 +107,212 @@ def test_empty_prompt_and_no_tools_are_left_out() -> None:
 def test_bad_arguments(areg: Any, call: Any, match: str) -> None:
     with pytest.raises(rampart.InvalidArgumentError, match=match):
         call(areg.compile())
+
+
+# ---- the real SDKs' own request types ------------------------------------------------------
+
+DATA = Path(__file__).resolve().parent / "data"
+TOOL_FILES = sorted(p for p in DATA.glob("*_tools.json"))
+REQUIRE_SDKS = os.environ.get("RAMPART_REQUIRE_SDKS") == "1"
+openai_sdk = pytest.importorskip("openai") if not REQUIRE_SDKS else __import__("openai")
+anthropic_sdk = pytest.importorskip("anthropic") if not REQUIRE_SDKS else __import__("anthropic")
+
+
+def sdk_check(typed_dict: Any, value: Any) -> Any:
+    """Validate ``value`` against an SDK TypedDict with pydantic, refusing keys the type
+    does not declare (pydantic ignores them on TypedDicts), and consume ``Iterable``
+    fields, which pydantic only checks when iterated."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    members = typing.get_args(typed_dict)
+    if members:  # a union (MessageParam): one member must take it, keys and all
+        errors = []
+        for member in members:
+            try:
+                return sdk_check(member, value)
+            except (AssertionError, ValidationError) as exc:
+                errors.append(f"{member.__name__}: {exc}")
+        raise AssertionError("no member of the union takes it:\n" + "\n".join(errors))
+    declared = typed_dict.__required_keys__ | typed_dict.__optional_keys__
+    unknown = set(value) - declared
+    assert not unknown, f"{typed_dict.__name__} has no {sorted(unknown)}"
+    adapter = TypeAdapter(typed_dict)  # kept alive while its lazy iterators run
+    return _consume(adapter.validate_python(value))
+
+
+def _consume(v: Any) -> Any:
+    """Iterate every lazily validated ``Iterable`` field, however deep."""
+    if isinstance(v, dict):
+        return {k: _consume(x) for k, x in v.items()}
+    if isinstance(v, (str, bytes)):
+        return v
+    if isinstance(v, list) or hasattr(v, "__next__"):
+        return [_consume(x) for x in v]
+    return v
+
+
+@pytest.fixture(scope="module")
+def every_tool() -> Any:
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    seen: set[str] = set()
+    for path in TOOL_FILES:  # a name two files share (get_current_time) is loaded once
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        while isinstance(raw, dict):
+            raw = raw.get("result", raw.get("tools"))
+        fresh = [e for e in raw if (e.get("name") or e["function"]["name"]) not in seen]
+        seen.update(e.get("name") or e["function"]["name"] for e in fresh)
+        r.load_tools(fresh)
+    yield r
+    r.release()
+
+
+def test_every_tool_is_a_valid_sdk_tool_param(every_tool: Any) -> None:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from openai.types.responses import FunctionToolParam
+    from openai.types.shared_params import FunctionDefinition
+
+    result = every_tool.compile()
+    chat, responses, claude = (result.tools(f) for f in ("openai", "openai-responses", "anthropic"))
+    assert len(chat) == len(responses) == len(claude) >= 40
+    for tool in chat:
+        sdk_check(ChatCompletionFunctionToolParam, tool)
+        sdk_check(FunctionDefinition, tool["function"])
+    for tool in responses:
+        sdk_check(FunctionToolParam, tool)
+        assert isinstance(tool["strict"], bool)  # required by the Responses API
+    for tool in claude:
+        sdk_check(ToolParam, tool)
+    # a source that said strict keeps it in every format
+    weather = [t for t in chat if t["function"].get("strict") is True]
+    assert weather and all(
+        t["strict"] is True for t in claude if t["name"] == weather[0]["function"]["name"]
+    )
+
+
+def tool_turn_openai() -> Any:
+    """A real SDK response object with a tool call, parsed by the SDK."""
+    from openai.types.chat import ChatCompletion
+
+    body = fake.completion("", {"messages": []}, [("git_status", {"repo_path": "."})])
+    return ChatCompletion.model_validate(json.loads(body))
+
+
+def test_openai_chat_body_is_a_valid_sdk_request(every_tool: Any) -> None:
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+    resp = tool_turn_openai()
+    messages: list[Any] = [*USER, resp.choices[0].message]  # the SDK's own object
+    messages.append({"role": "tool", "tool_call_id": "call_0", "content": "clean"})
+    body = openai_chat(every_tool.compile(), messages, model="gpt-4o", tool_choice="auto")
+    json.dumps(body)  # plain JSON: the SDK object became a dict
+    assistant = body["messages"][2]
+    assert assistant["role"] == "assistant" and "annotations" not in assistant
+    assert assistant["tool_calls"][0]["function"]["name"] == "git_status"
+    checked = sdk_check(CompletionCreateParamsNonStreaming, body)
+    assert len(checked["messages"]) == 4 and len(checked["tools"]) == len(body["tools"])
+    for m in body["messages"]:  # item by item, each against the union's members
+        sdk_check(ChatCompletionMessageParam, m)
+
+
+def test_anthropic_body_is_a_valid_sdk_request(every_tool: Any) -> None:
+    from anthropic.types import Message, MessageParam
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+
+    resp = Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "git_status", "input": {}},
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    )
+    result_msg = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "clean"}],
+    }
+    for assistant in (resp, {"role": "assistant", "content": resp.content}):
+        body = anthropic_messages(
+            every_tool.compile(), [*USER, assistant, result_msg], model="claude-sonnet-4-5"
+        )
+        json.dumps(body)
+        assert body["messages"][1] == {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "git_status", "input": {}},
+            ],
+        }
+        checked = sdk_check(MessageCreateParamsNonStreaming, body)
+        assert len(checked["messages"]) == 3 and len(checked["tools"]) == len(body["tools"])
+        for m in body["messages"]:
+            sdk_check(MessageParam, m)
+
+
+def test_drop_schema_uri() -> None:
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    r.load_tools(DATA / "mcp_filesystem_tools.json")
+    r.load_tools(
+        [
+            {
+                "name": "odd",
+                "inputSchema": {
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    # a parameter that happens to be called "$schema" stays
+                    "properties": {"$schema": {"type": "string", "$schema": "x"}},
+                    "$defs": {"d": {"$schema": "y", "type": "string"}},
+                },
+            }
+        ]
+    )
+    result = r.compile()
+    kept = openai_chat(result)["tools"]
+    assert "$schema" in json.dumps(kept)
+    for body, key in (
+        (openai_chat(result, drop_schema_uri=True)["tools"], "function"),
+        (anthropic_messages(result, drop_schema_uri=True)["tools"], None),
+    ):
+        schemas = [t["function"]["parameters"] if key else t["input_schema"] for t in body]
+        odd = schemas[-1]
+        assert odd == {
+            "type": "object",
+            "properties": {"$schema": {"type": "string"}},
+            "$defs": {"d": {"type": "string"}},
+        }
+        text = json.dumps(schemas[:-1])
+        assert "$schema" not in text and "json-schema.org" not in text
+    # nothing else changed
+    stripped = without_schema_uri(kept)
+    first = kept[0]["function"]["parameters"]
+    assert {k: v for k, v in first.items() if k != "$schema"} == stripped[0]["function"][
+        "parameters"
+    ]
+    assert "$schema" in kept[0]["function"]["parameters"]  # the input is not changed
+    r.release()
+
+
+def test_openai_sdk_client_sends_the_body_unchanged(every_tool: Any) -> None:
+    # The SDK itself posts the adapter's body to the fake server, which records it.
+    result = every_tool.compile(tools_in_prompt=False)
+    with fake.FakeOpenAI(fake.scripted([("", [("git_status", {"repo_path": "."})])])) as server:
+        client = openai_sdk.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        resp = client.chat.completions.create(**openai_chat(result, USER, model="m"))
+        follow = [*USER, resp.choices[0].message]
+        follow.append({"role": "tool", "tool_call_id": "call_0", "content": "clean"})
+        client.chat.completions.create(**openai_chat(result, follow, model="m"))
+        client.close()
+        first, second = server.payloads
+    assert first["tools"] == result.tools("openai") and first["messages"] == USER
+    assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "git_status"
+    assert second["messages"][2] == follow[2]

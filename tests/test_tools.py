@@ -192,6 +192,7 @@ def test_conversion_shapes() -> None:
         "name": "find",
         "description": "Find things.",
         "parameters": OBJ,
+        "strict": False,  # the Responses API requires the key
     }
     assert t.to_anthropic() == {"name": "find", "description": "Find things.", "input_schema": OBJ}
     assert t.to_mcp() == {
@@ -204,7 +205,9 @@ def test_conversion_shapes() -> None:
     assert t.to_format("anthropic") == t.to_anthropic()
     strict = ToolSchema("s", input_schema=OBJ, strict=False)
     assert strict.to_openai()["function"]["strict"] is False
-    assert "strict" not in strict.to_anthropic() and "description" not in strict.to_anthropic()
+    assert strict.to_anthropic()["strict"] is False  # Anthropic's ToolParam has strict too
+    assert "description" not in strict.to_anthropic()
+    assert ToolSchema("s", input_schema=OBJ, strict=True).to_openai_responses()["strict"] is True
 
 
 def test_unknown_format_is_an_invalid_argument() -> None:

@@ -173,32 +173,49 @@ def _int_or_none(v: Any) -> int | None:
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
+def _call_object(obj: Any, known: Sequence[str]) -> ToolCall | None:
+    if not isinstance(obj, dict) or obj.get("name") not in known:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    return ToolCall(
+        id=f"call_{uuid.uuid4().hex[:12]}", name=str(obj["name"]), arguments=_arguments_text(args)
+    )
+
+
+_FENCED_JSON = re.compile(r"^\s*```(?:json)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
 def parse_text_tool_calls(text: str, known: Sequence[str]) -> tuple[str, tuple[ToolCall, ...]]:
-    """Tool calls a model wrote as text in its chat template's syntax
-    (``<tool_call>{"name", "arguments"}</tool_call>``): the text without them, and the
-    calls. Only names in ``known`` count, so prose that happens to hold the tag does
-    not become a call; a body that is not JSON is left in the text."""
+    """Tool calls a model wrote as text: in its chat template's syntax
+    (``<tool_call>{"name", "arguments"}</tool_call>``, what Qwen2.5's template asks
+    for), or, when that is the whole reply, as one bare or fenced JSON object
+    ``{"name", "arguments"}`` (what Qwen2.5-Coder-1.5B often writes instead). Returns
+    the text without them, and the calls. Only names in ``known`` count, so prose that
+    happens to hold the tag does not become a call; a body that is not JSON is left in
+    the text."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     last = 0
     for m in _TOOL_CALL.finditer(text):
         try:
-            obj = json.loads(m.group(1))
+            call = _call_object(json.loads(m.group(1)), known)
         except ValueError:
             continue
-        if not isinstance(obj, dict) or obj.get("name") not in known:
+        if call is None:
             continue
         kept.append(text[last : m.start()])
         last = m.end()
-        args = obj.get("arguments", obj.get("parameters", {}))
-        calls.append(
-            ToolCall(
-                id=f"call_{uuid.uuid4().hex[:12]}",
-                name=str(obj["name"]),
-                arguments=_arguments_text(args),
-            )
-        )
+        calls.append(call)
     kept.append(text[last:])
+    if not calls:
+        fenced = _FENCED_JSON.match(text)
+        body = fenced.group(1) if fenced else text
+        try:
+            call = _call_object(json.loads(body), known)
+        except ValueError:
+            call = None
+        if call is not None:
+            return "", (call,)
     return "".join(kept).strip(), tuple(calls)
 
 
@@ -441,7 +458,7 @@ class LlamaCppBackend:
             except ValueError as exc:  # e.g. the prompt exceeds n_ctx
                 raise BackendError(f"llama.cpp: {exc}", retryable=False) from exc
         reply = parse_completion(out)
-        if names and not reply.calls and "<tool_call>" in reply.text:
+        if names and not reply.calls and ("<tool_call>" in reply.text or '"name"' in reply.text):
             text, calls = parse_text_tool_calls(reply.text, names)
             if calls:
                 return Reply(

@@ -20,7 +20,9 @@ and ``to_openai`` / ``to_anthropic`` / ``to_mcp`` give it back in the shape an A
 
 Fields no other format has are dropped on conversion, because the APIs reject unknown
 keys: OpenAI and Anthropic have no ``title``, ``annotations`` or ``outputSchema``;
-only OpenAI has ``strict``. Keys outside the fields above (``cache_control``, vendor
+MCP has no ``strict``. The Responses API requires ``strict`` on every function tool
+(the SDK's ``FunctionToolParam``), so ``to_openai_responses`` sends ``false`` when the
+source did not say. Keys outside the fields above (``cache_control``, vendor
 extensions) are not kept.
 """
 
@@ -235,15 +237,22 @@ class ToolSchema:
         return {"type": "function", "function": fn}
 
     def to_openai_responses(self) -> dict[str, Any]:
-        """Responses API shape: ``{"type": "function", "name", ..., "parameters"}``."""
-        return {"type": "function", **self.to_openai()["function"]}
+        """Responses API shape: ``{"type": "function", "name", ..., "parameters",
+        "strict"}``; ``strict`` is always present (the API requires it), ``False``
+        unless the source set it."""
+        out = {"type": "function", **self.to_openai()["function"]}
+        out["strict"] = bool(self.strict)
+        return out
 
     def to_anthropic(self) -> dict[str, Any]:
-        """Anthropic Messages shape: ``{"name", "description", "input_schema"}``."""
+        """Anthropic Messages shape: ``{"name", "description", "input_schema"}``, plus
+        ``strict`` when the source set it (Anthropic's ``ToolParam`` has it too)."""
         out: dict[str, Any] = {"name": self.name}
         if self.description:
             out["description"] = self.description
         out["input_schema"] = self._params()
+        if self.strict is not None:
+            out["strict"] = self.strict
         return out
 
     def to_mcp(self) -> dict[str, Any]:
@@ -372,7 +381,7 @@ def _parse_entry(entry: Any) -> ToolSchema:
             entry.get("outputSchema"),
         )
     elif "input_schema" in entry and kind in (None, "custom"):
-        fmt, strict = "anthropic", None
+        fmt, strict = "anthropic", entry.get("strict")  # Anthropic's ToolParam has strict
         fields = (entry.get("name"), entry.get("description"), entry["input_schema"])
         fields += (None, None, None)
     elif isinstance(kind, str):
