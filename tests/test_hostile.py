@@ -674,3 +674,21 @@ def test_lone_surrogates_are_invalid_arguments(vreg: rampart.BlockRegistry) -> N
     assert len(vreg) == 3 and "\ud800" not in vreg.compile().prompt
     # Text outside the BMP and ordinary non-ASCII text are fine.
     vreg.write_block("emoji 🙂 and ü", "ok\u00e9")
+
+
+@pytest.mark.parametrize("score", [None, "high", NAN, [1.0]])
+def test_eviction_policy_returning_a_non_number_is_an_invalid_argument(score: object) -> None:
+    reg = rampart.BlockRegistry(eviction_policy=lambda b: score, default_max_tokens=None)
+    reg.write_block("x", "x")
+    with pytest.raises(rampart.InvalidArgumentError, match="eviction policy returned"):
+        reg.evict_by_policy()
+    assert len(reg) == 1
+    reg.release()
+
+
+def test_eviction_policy_may_return_numpy_scalars() -> None:
+    np = pytest.importorskip("numpy")
+    reg = rampart.BlockRegistry(eviction_policy=lambda b: np.float32(b.priority))
+    low, high = reg.write_block("x", "x", priority=0.1), reg.write_block("y", "y", priority=0.9)
+    assert reg.evict_by_policy(1) == [high] and low in reg
+    reg.release()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
-import math
 import os
 import sys
 import tempfile
@@ -690,9 +689,13 @@ class BlockRegistry:
         blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
         scored = []
         for k, b in enumerate(blocks):
-            s = float(policy(b))
-            if math.isnan(s):
-                raise InvalidArgumentError(f"eviction policy returned NaN for block {b!r}")
+            raw = policy(b)
+            try:
+                s = _number(raw, "score", finite=False)  # numpy scalars too; NaN refused
+            except InvalidArgumentError:
+                raise InvalidArgumentError(
+                    f"eviction policy returned {raw!r:.60} for block {b!r}; expected a number"
+                ) from None
             if threshold is None or s >= threshold:
                 scored.append((-s, k, b.runtime_id))
         scored.sort()
