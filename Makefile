@@ -30,8 +30,8 @@ RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
 # on failure print the log's tail. (No commas in COMMAND: make splits on them.)
-logged = printf '%s\n' "$(1)"; ( $(3) ) >$(2) 2>&1 || { tail -n 60 $(2); \
-	printf 'failed: %s (full log: %s)\n' "$(1)" "$(2)"; exit 1; }
+logged = printf '%s\n' "$(1)"; ( $(3) ) >$(strip $(2)) 2>&1 || { tail -n 60 $(strip $(2)); \
+	printf 'failed: %s (full log: %s)\n' "$(1)" "$(strip $(2))"; exit 1; }
 
 $(BIN)/python:
 	@$(call logged,creating $(VENV),/tmp/rampart-venv.log,\
@@ -140,12 +140,13 @@ lint: setup
 	$(BIN)/ruff format --check python tests benches examples scripts
 	$(BIN)/mypy
 	$(BIN)/actionlint .github/workflows/*.yml
-	$(BIN)/zizmor --offline --no-progress .github/workflows
+	$(BIN)/zizmor -q --offline --no-progress --persona pedantic .github/workflows
 
 # The API site (MkDocs Material + mkdocstrings); --strict turns a broken reference
-# or a missing page into a failure.
+# or a missing page into a failure, and every public name must have a docstring.
 docs: $(STAMPS)/docs-tools
-	$(BIN)/mkdocs build --strict -q -d site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d site
+	$(BIN)/python scripts/check_docstrings.py
 
 # The portable wheel (abi3, manylinux2014: glibc >= 2.17, linked by zig) and the
 # sdist, checked by auditwheel and twine.
