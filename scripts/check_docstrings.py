@@ -4,7 +4,8 @@ methods and properties of ``rampart`` that have no docstring, and fail if any.
 Run by `make docs` with the docs tools (griffe reads the sources statically, as
 mkdocstrings does for the API site). Public: not starting with an underscore, in
 a module whose path has no private part; names a module imports from elsewhere are
-checked where they are defined. Dunder methods and overload stubs are exempt.
+checked where they are defined. Dunder methods and overload stubs are exempt, and so is an override of a
+documented base-class method.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ def public(name: str) -> bool:
     return not name.startswith("_")
 
 
+def documented_in_base(cls: griffe.Object, name: str) -> bool:
+    """An override of a documented base-class method shares its docstring."""
+    try:
+        bases = cls.mro()  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, griffe.AliasResolutionError):
+        return False
+    for base in bases:
+        method = base.members.get(name)
+        if method is not None and method.docstring and method.docstring.value.strip():
+            return True
+    return False
+
+
 def walk(obj: griffe.Object, missing: list[str]) -> None:
     for member in obj.members.values():
         if member.is_alias or not public(member.name):
@@ -31,14 +45,17 @@ def walk(obj: griffe.Object, missing: list[str]) -> None:
             str(d.value) for d in getattr(member, "decorators", [])
         }:
             continue
-        if not (member.docstring and member.docstring.value.strip()):
+        documented = bool(member.docstring and member.docstring.value.strip())
+        if not documented and obj.kind is griffe.Kind.CLASS:
+            documented = documented_in_base(obj, member.name)
+        if not documented:
             missing.append(f"{member.relative_filepath}:{member.lineno}: {member.path}")
         if member.kind in (griffe.Kind.MODULE, griffe.Kind.CLASS):
             walk(member, missing)
 
 
 def main() -> int:
-    pkg = griffe.load("rampart", search_paths=[ROOT / "python"], resolve_aliases=False)
+    pkg = griffe.load("rampart", search_paths=[ROOT / "python"], resolve_aliases=True, resolve_external=False)
     missing: list[str] = []
     if not (pkg.docstring and pkg.docstring.value.strip()):
         missing.append("python/rampart/__init__.py: rampart")

@@ -319,6 +319,7 @@ class Snapshot:
         return self._snap.registry_id
 
     def blocks(self) -> list[InstructionBlock]:
+        """The blocks as they were when the snapshot was taken, in registry order."""
         return [InstructionBlock(b) for b in self._snap.blocks()]
 
     def __len__(self) -> int:

@@ -36,9 +36,16 @@ class Tokeniser:
     name: str = "tokeniser"
 
     def count(self, text: str) -> int:
+        """The number of tokens ``text`` costs in a prompt (no special tokens).
+
+        Example:
+            >>> rampart.tokens.Cl100kTokeniser().count("Run the tests.")
+            4
+        """
         raise NotImplementedError
 
     def count_many(self, texts: list[str]) -> list[int]:
+        """``count`` of each text, in order; subclasses batch where they can."""
         return [self.count(t) for t in texts]
 
     def __repr__(self) -> str:

@@ -314,6 +314,8 @@ class ToolSchema:
 
     @classmethod
     def from_json(cls, text: str) -> ToolSchema:
+        """The schema :meth:`to_json` wrote; :class:`UnsupportedFormatError` if ``text``
+        is not one."""
         try:
             data = json.loads(text)
         except (TypeError, ValueError, RecursionError) as exc:

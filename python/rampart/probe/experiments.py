@@ -211,6 +211,8 @@ class NeedleBench(_Bench):
         top_k: int | None = None,
         threshold: float | None = None,
     ) -> Prompt:
+        """The prompt of one trial: the registry arranged (or promoted, or gated with
+        ``top_k``/``threshold``) as ``spec`` says, compiled, with the task placed."""
         if spec.condition == "promoted":
             self.reg.reorder(self.base)
             self.reg.promote(self.critical, to_front=True)
@@ -257,6 +259,7 @@ class SchemaBench(_Bench):
         self.evicted.evict(self.evicted.load_tools(tools)[names.index(SCHEMA_TOOL)])
 
     def prompt(self, spec: TrialSpec) -> Prompt:
+        """The prompt of one schema trial: with the tool schema present or evicted."""
         if spec.condition not in ("present", "evicted"):
             raise InvalidArgumentError(f"schema condition {spec.condition!r}")
         reg = self.present if spec.condition == "present" else self.evicted
@@ -319,6 +322,8 @@ def gating_plan(positions: Sequence[int], placement: str, trials: int) -> Iterat
 
 
 def schema_plan(position: int, placement: str, trials: int) -> Iterator[TrialSpec]:
+    """The trials of the schema probe: ``trials`` each with the schema present and
+    evicted, at ``position``, task ``placement``."""
     for condition in ("present", "evicted"):
         for t in range(trials):
             yield TrialSpec("schema", condition, placement, position, 0, t)

@@ -95,6 +95,8 @@ def summarise(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_summary(out: str | Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``rows`` (from :func:`summarise`) as ``summary.csv`` in ``out``; returns
+    the file's path."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()

@@ -73,10 +73,13 @@ class TrialStore:
                 f.write(b"\n")
 
     def done(self, key: str) -> bool:
+        """Whether the trial ``key`` has a recorded result (a failed one runs again)."""
         rec = self.records.get(key)
         return rec is not None and rec.get("error") is None
 
     def append(self, record: dict[str, Any]) -> None:
+        """Add one trial's record as one line, flushed (thread-safe; a crash loses at
+        most the line being written)."""
         line = json.dumps(record, ensure_ascii=False) + "\n"
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +132,7 @@ class Progress:
         self._last_step = -1
 
     def update(self, success: bool | None) -> None:
+        """Count one finished trial (``None``: the call failed) and redraw."""
         self.done += 1
         self.fresh += 1
         if success is None:
@@ -140,6 +144,7 @@ class Progress:
         self.render()
 
     def render(self, final: bool = False) -> None:
+        """Draw the progress line (``final``: the closing line, with a newline)."""
         if self.stream is None:
             return
         frac = self.done / self.total if self.total else 1.0
