@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import rampart
 
 from tests.conftest import words
@@ -65,7 +66,10 @@ def test_restore_brings_back_blocks_order_and_metadata_under_new_ids() -> None:
     after = _state(r)
     assert after == before
     new_ids = r.runtime_ids()
-    assert not {s, p, a} & set(new_ids), "every restored block gets a new runtime id"
+    assert not {s, a} & set(new_ids), "every restored block gets a new runtime id"
+    # A block pinned by another registry is untouched by a restore: it keeps the
+    # id its author holds (docs/coordination.md, restore rows).
+    assert p in new_ids
     assert len(set(new_ids)) == 3
     # ownership survives: the author can still force-evict its block
     plan = r.get_by_name("p")[0]
@@ -102,3 +106,23 @@ def test_restore_brings_back_access_counts_as_snapshotted() -> None:
     assert r.list_blocks()[0].priority == 0.5
     r.restore(snap)
     assert r.list_blocks()[0].access_count == 1
+
+
+def test_restore_cannot_remove_or_resurrect_blocks_pinned_by_others() -> None:
+    """The capability bypass: a receiver that snapshots before an orchestrator
+    pins a block cannot restore it away, nor bring back a pinned block its author
+    evicted."""
+    boss = rampart.BlockRegistry(tokeniser=words)
+    r = rampart.BlockRegistry(tokeniser=words)
+    own = r.write_agent_block("note", "run-1", "own")
+    old = r.write_block("old order", "old", source="orchestrator", evictable=False, author=boss)
+    snap = r.snapshot()
+    new = r.write_block("new order", "new", source="orchestrator", evictable=False, author=boss)
+    r.evict(old, force=True, by=boss)
+    r.evict(own)
+    r.restore(snap)
+    assert [b.semantic_name for b in r.list_blocks()] == ["new", "own"]
+    assert new in r
+    with pytest.raises(rampart.BlockPermissionError):
+        r.evict(new, force=True)
+    r.evict(new, force=True, by=boss)

@@ -481,16 +481,38 @@ class RegistryMachine(RuleBasedStateMachine):
             b.access_count if RESTORE_KEEPS_SNAPSHOT_COUNTS else self.all_blocks[rid].access_count
             for rid, b in frozen
         ]
+        me = self.reg.registry_id
+
+        def pinned(b: ModelBlock) -> bool:
+            # Pinned by another registry: a restore leaves it alone (it neither
+            # removes it nor brings it back once its author evicted it).
+            return not b.evictable and b.author != me
+
+        in_snap = {rid for rid, _ in frozen}
+        current = self.model.blocks
+        plan = [(rid, b, None) for rid, b in current.items() if pinned(b) and rid not in in_snap]
+        for (rid, b), n in zip(frozen, counts):
+            if pinned(b):
+                if rid in current:
+                    plan.append((rid, current[rid], None))
+            else:
+                plan.append((None, b, n))
         self.reg.restore(snap)
         new_ids = self.reg.runtime_ids()
-        assert len(new_ids) == len(frozen)
-        assert not set(new_ids) & self.seen_ids, "restore gives every block a new id"
-        for old in self.seen_ids:
+        assert len(new_ids) == len(plan)
+        kept = {rid for rid, _, _ in plan if rid is not None}
+        fresh = [n for (rid, _, _), n in zip(plan, new_ids) if rid is None]
+        assert not set(fresh) & self.seen_ids, "restore gives every restored block a new id"
+        for old in self.seen_ids - kept:
             assert old not in self.reg
         for new in new_ids:
             assert str(uuid.UUID(new)) == new
         model = ModelRegistry(registry_id=self.reg.registry_id)
-        for new, (_, b), n in zip(new_ids, frozen, counts):
+        for new, (rid, b, n) in zip(new_ids, plan):
+            if rid is not None:
+                assert new == rid
+                model.write(b)
+                continue
             nb = dataclasses.replace(b, runtime_id=new, access_count=n)
             self.all_blocks[new] = nb
             model.write(nb)

@@ -71,25 +71,83 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
     Ok(admit_scores(&gate.scores, gate.threshold, gate.top_k))
 }
 
-/// Stages 1–3 with scores from a gate callable: gate, ordered walk, budget cut.
-/// Changes nothing.
+/// Stage 1 of a compile: where the gate's decision comes from.
+#[derive(Clone, Debug, Default)]
+pub enum GateInput {
+    /// No gate: every block is admitted.
+    #[default]
+    None,
+    /// Scores from the caller's gate callable, cut here by threshold / top-k.
+    Scores(Gate),
+    /// Admission already decided (the built-in cosine gate scans and cuts in one
+    /// pass over the embedding matrix): per position, admitted and score.
+    Decided {
+        admitted: Vec<bool>,
+        scores: Vec<f64>,
+    },
+}
+
+/// Everything one compile decides, besides the order it walks.
+#[derive(Clone, Debug, Default)]
+pub struct CompileRequest {
+    pub budget: Option<u64>,
+    /// Tokens of the separator placed between emitted blocks.
+    pub sep_tokens: u32,
+    pub gate: GateInput,
+    /// `false`: admitted tool blocks go only to the tools list (not the prompt
+    /// nor its budget).
+    pub tools_in_prompt: bool,
+    /// Stages 1–3 only: no access is counted.
+    pub dry_run: bool,
+}
+
+/// The one compile pipeline: gate, ordered walk, budget cut, and (unless a dry
+/// run) access counting, over one immutable view of the order. Every compile of
+/// the binding — ungated, callable gate, cosine gate, tools in or out of the
+/// prompt, dry or not — goes through here; rendering the prompt is the caller's.
+pub fn compile(order: Order, req: CompileRequest) -> Result<Selection> {
+    let admission = match req.gate {
+        GateInput::None => None,
+        GateInput::Scores(g) => Some((admit(order.len(), &g)?, g.scores)),
+        GateInput::Decided { admitted, scores } => Some((admitted, scores)),
+    };
+    let sel = select_with(
+        order,
+        req.budget,
+        req.sep_tokens,
+        admission,
+        req.tools_in_prompt,
+    );
+    if !req.dry_run {
+        sel.record_access();
+    }
+    Ok(sel)
+}
+
+/// Stages 1–3 with scores from a gate callable, tools in the prompt: a dry
+/// `compile` (kept for the core's own tests and callers).
 pub fn select(
     order: Order,
     budget: Option<u64>,
     sep_tokens: u32,
     gate: Option<Gate>,
 ) -> Result<Selection> {
-    let admission = match gate {
-        Some(g) => Some((admit(order.len(), &g)?, g.scores)),
-        None => None,
-    };
-    Ok(select_with(order, budget, sep_tokens, admission, true))
+    compile(
+        order,
+        CompileRequest {
+            budget,
+            sep_tokens,
+            gate: gate.map_or(GateInput::None, GateInput::Scores),
+            tools_in_prompt: true,
+            dry_run: true,
+        },
+    )
 }
 
 /// Stages 2–3 after a gate decided `admission` (per position: admitted, score).
 /// With `tools_in_prompt == false`, admitted tool blocks skip the budget walk
 /// and go to `tools_only` (the API's tools list), not the prompt.
-pub fn select_with(
+fn select_with(
     order: Order,
     budget: Option<u64>,
     sep_tokens: u32,

@@ -22,6 +22,7 @@
 use std::borrow::Cow;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use crate::block::{Block, MAX_ROWS};
@@ -313,85 +314,138 @@ impl MatrixView {
     }
 
     /// Run `f(segment, its slice of out)` over all segments: on the caller's thread
-    /// alone for small matrices or a machine with no idle core, else with a few
-    /// helper threads (the scan is memory-bound; one core does not saturate the
-    /// memory bus).
+    /// alone for small matrices, else with a few helper threads too (the scan is
+    /// memory-bound; one core does not saturate the memory bus).
     ///
-    /// Why scoped threads spawned per call and not a pool (rayon's, as before):
-    /// a pool's workers do not survive `fork()`, so a forked child (multiprocessing
-    /// workers, pre-fork servers) that scans after its parent started the pool waits
-    /// forever for them. Threads that live for one call cannot be lost that way,
-    /// and they never spin between calls against numpy's or onnxruntime's pools.
-    /// The caller works too, and every thread claims one segment at a time, so a
-    /// helper that the scheduler leaves waiting (another process on its core)
-    /// costs at most one segment's delay, not half of the scan.
-    fn for_segments<T: Send>(&self, out: &mut [T], f: impl Fn(&Segment, &mut [T]) + Sync) {
+    /// Why threads started per call and not a pool (rayon's, as before): a pool's
+    /// workers do not survive `fork()`, so a forked child (multiprocessing workers,
+    /// pre-fork servers) that scans after its parent started the pool waits forever
+    /// for them. Threads that serve one call cannot be lost that way, and they never
+    /// spin between calls against numpy's or onnxruntime's pools.
+    ///
+    /// Why the caller never waits for a helper to start: on a busy machine a new
+    /// thread may wait milliseconds for a core. The caller scans too, every thread
+    /// claims one segment at a time, and the caller waits only for segments a helper
+    /// has claimed (at most one each, ~0.1 ms). A helper that starts after the scan
+    /// is over finds nothing left to claim and exits. So helpers speed the scan up
+    /// when cores are idle and cost ~20 µs each to start when none is.
+    fn for_segments<T: Send, F: Fn(&Segment, &mut [T]) + Sync>(&self, out: &mut [T], f: F) {
         self.for_segments_on(scan_threads(self.rows), out, f)
     }
 
-    fn for_segments_on<T: Send>(
+    fn for_segments_on<T: Send, F: Fn(&Segment, &mut [T]) + Sync>(
         &self,
         threads: usize,
         out: &mut [T],
-        f: impl Fn(&Segment, &mut [T]) + Sync,
+        f: F,
     ) {
-        let parts: Vec<(&Segment, &mut [T])> = self
+        let parts: Vec<(&Segment, *mut T, usize)> = self
             .segments
             .iter()
-            .map(|s| &**s)
             .zip(out.chunks_mut(SEGMENT_ROWS))
+            .map(|(s, o)| (&**s, o.as_mut_ptr(), o.len()))
             .collect();
-        if threads <= 1 || parts.len() <= 1 {
-            for (seg, o) in parts {
-                f(seg, o);
+        let total = parts.len();
+        let job = Job { parts, f: &f };
+        if threads <= 1 || total <= 1 {
+            for i in 0..total {
+                // SAFETY: each index once, on this thread, while `out` is borrowed.
+                unsafe { run_part::<T, F>(&job as *const Job<'_, T, F> as *const (), i) };
             }
             return;
         }
-        // Each part is claimed by exactly one thread: the mutex hands out the
-        // `&mut` slices one at a time and is never held while scanning.
-        let queue = std::sync::Mutex::new(parts.into_iter());
-        let work = || loop {
-            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-            match next {
-                Some((seg, o)) => f(seg, o),
-                None => break,
+        let progress = Arc::new(Progress::default());
+        let job_addr = &job as *const Job<'_, T, F> as usize;
+        let run: unsafe fn(*const (), usize) = run_part::<T, F>;
+        for _ in 1..threads {
+            let p = Arc::clone(&progress);
+            // A failed spawn (a thread limit reached) only means fewer helpers.
+            let _ = std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || p.work(total, job_addr, run));
+        }
+        progress.work(total, job_addr, run);
+        // Only segments a helper claimed can still be in progress.
+        let mut spins = 0u32;
+        while progress.done.load(AtomicOrdering::Acquire) < total {
+            if spins < 64 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
             }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                // A failed spawn (thread limit reached) only means fewer helpers.
-                let _ = std::thread::Builder::new().spawn_scoped(scope, work);
+        }
+        // `job` may be dropped now: every index below `total` is claimed and
+        // finished, so no helper will read it again.
+        assert!(
+            !progress.panicked.load(AtomicOrdering::Relaxed),
+            "a gate scan thread panicked"
+        );
+    }
+}
+
+/// One scan's segments, output slices and function, on the caller's stack.
+struct Job<'a, T, F> {
+    parts: Vec<(&'a Segment, *mut T, usize)>,
+    f: &'a F,
+}
+
+/// Scan part `i` of the `Job` at `job`.
+///
+/// # Safety
+/// `job` points to a live `Job<T, F>`, and each `i < parts.len()` is passed
+/// once in all (the output slices are disjoint, so each is written by one thread).
+unsafe fn run_part<T, F: Fn(&Segment, &mut [T])>(job: *const (), i: usize) {
+    // SAFETY: the caller's contract above.
+    let job = unsafe { &*(job as *const Job<'_, T, F>) };
+    let (seg, ptr, len) = job.parts[i];
+    // SAFETY: part `i`'s slice of `out`, handed to this call alone.
+    (job.f)(seg, unsafe { std::slice::from_raw_parts_mut(ptr, len) });
+}
+
+/// What the threads of one scan share. It lives in an `Arc`, so a helper that
+/// starts after the scan has returned still finds it, and finds no work in it.
+#[derive(Default)]
+struct Progress {
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panicked: AtomicBool,
+}
+
+impl Progress {
+    /// Claim and scan parts until none is left.
+    fn work(&self, total: usize, job: usize, run: unsafe fn(*const (), usize)) {
+        loop {
+            let i = self.next.fetch_add(1, AtomicOrdering::Relaxed);
+            if i >= total {
+                return;
             }
-            work();
-        });
+            // SAFETY: `i < total` was claimed by this thread alone, and the
+            // caller does not return (nor drop the job) until `done` reaches
+            // `total`, which this part's increment below is needed for. A panic
+            // is caught so that the increment always happens.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+                run(job as *const (), i)
+            }));
+            if ran.is_err() {
+                self.panicked.store(true, AtomicOrdering::Relaxed);
+            }
+            self.done.fetch_add(1, AtomicOrdering::Release);
+        }
     }
 }
 
 /// Threads for one scan of `rows` rows, the caller's included: 1 below
-/// `PARALLEL_ROWS`; else one per core this process may use that no other
-/// runnable task is holding right now, capped at `MAX_SCAN_THREADS`.
+/// `PARALLEL_ROWS`; else one per core this process may use, at most one per
+/// 4 096 rows and `MAX_SCAN_THREADS`. Whether those cores are idle needs no
+/// guess: a helper that gets no core does no work (see `for_segments`).
 fn scan_threads(rows: usize) -> usize {
     if rows < PARALLEL_ROWS {
         return 1;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let by_size = rows / (PARALLEL_ROWS / 2); // ≥ 4 096 rows (~0.35 ms) per thread
-    let idle = match runnable_tasks() {
-        // `runnable` counts the caller itself; a spinning BLAS or onnxruntime worker
-        // shows up here too, and a helper on its core would only wait for it.
-        Some(runnable) => cores.saturating_sub(runnable.saturating_sub(1)),
-        None => cores,
-    };
-    idle.min(by_size).clamp(1, MAX_SCAN_THREADS)
-}
-
-/// Tasks runnable on the whole machine at this instant (the fourth field of
-/// Linux's `/proc/loadavg`, e.g. `3/120`); `None` elsewhere. Read per parallel
-/// scan (~10 µs) because the load-average numbers lag by a minute.
-fn runnable_tasks() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let field = text.split_whitespace().nth(3)?;
-    field.split('/').next()?.parse().ok()
+    let by_size = rows / (PARALLEL_ROWS / 2);
+    cores.min(by_size).clamp(1, MAX_SCAN_THREADS)
 }
 
 /// A query quantised like the rows, with what its error bound needs.
@@ -937,8 +991,32 @@ mod tests {
         for threads in [2, 3, 8] {
             assert_eq!(score(threads), one, "{threads} threads");
         }
+        for _ in 0..200 {
+            // helpers that start after the caller finished must find nothing to do
+            assert_eq!(score(4), one);
+        }
         assert_eq!(scan_threads(PARALLEL_ROWS - 1), 1);
         assert!((1..=MAX_SCAN_THREADS).contains(&scan_threads(1_000_000)));
+    }
+
+    #[test]
+    #[should_panic(expected = "a gate scan thread panicked")]
+    fn a_panicking_segment_scan_is_reported_after_all_threads_stop() {
+        let mut e = Embeddings::default();
+        for i in 0..3 * SEGMENT_ROWS {
+            let b = Block::build(
+                crate::block::NewBlock::new(format!("b{i}"), "x"),
+                crate::BlockId::random(),
+                Some(1),
+            );
+            e.attach(&b, &[1.0, 0.0], false).unwrap();
+        }
+        let view = e.view();
+        let mut out = vec![0f32; view.rows];
+        let second = view.segments[1].data.as_ptr() as usize;
+        view.for_segments_on(3, &mut out, |seg, _| {
+            assert!(seg.data.as_ptr() as usize != second, "scan failed");
+        });
     }
 
     /// Where a gated compile's time goes at 100 000 rows:

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_NAME_BYTES};
-use crate::compile::{select, select_with, Gate, Order, Selection};
+use crate::compile::{compile, CompileRequest, GateInput, Order, Selection};
 use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, MatrixView};
 use crate::error::{CoreError, Result};
 use crate::persist::{encode, Entry, SavedRegistry};
@@ -124,6 +124,9 @@ pub struct Snapshot {
     /// The embedding matrix as it was (segments shared, copied on write).
     pub embeddings: Embeddings,
 }
+
+/// A vector carried in a journal entry, and whether its text was truncated.
+pub(crate) type PublishedVector = (Vec<f32>, bool);
 
 /// What a cosine gate reads: the order, the matrix row of each position, the matrix.
 type GateInputs = (Order, Arc<Vec<u32>>, MatrixView);
@@ -720,7 +723,7 @@ impl Registry {
         entries: Vec<(Arc<Block>, u64)>,
         new_ids: Vec<BlockId>,
         snap_emb: Option<&Embeddings>,
-        vectors: Option<Vec<Option<(Vec<f32>, bool)>>>,
+        vectors: Option<Vec<Option<PublishedVector>>>,
         actor: BlockId,
     ) -> Result<()> {
         if new_ids.len() != entries.len() {
@@ -796,16 +799,10 @@ impl Registry {
 
     // ---- compile --------------------------------------------------------------
 
-    /// Stages 1–3 over the current order (or over `view`, the order a gate scored).
-    pub fn select(
-        &self,
-        view: Option<Order>,
-        budget: Option<u64>,
-        sep_tokens: u32,
-        gate: Option<Gate>,
-    ) -> Result<Selection> {
-        let order = view.unwrap_or_else(|| self.order());
-        select(order, budget, sep_tokens, gate)
+    /// Run the compile pipeline (`compile::compile`) over the current order, or
+    /// over `view` (the order a gate scored).
+    pub fn compile(&self, view: Option<Order>, req: CompileRequest) -> Result<Selection> {
+        compile(view.unwrap_or_else(|| self.order()), req)
     }
 
     // ---- persistence ----------------------------------------------------------
@@ -1085,33 +1082,29 @@ impl Registry {
         Ok(Some((order, rows, view)))
     }
 
-    /// Stages 1–3 with the built-in cosine gate against the query vector `q`.
-    /// `Ok(None)`: some block has no vector yet (embed `unembedded()`, retry).
-    pub fn select_cosine(
+    /// The cosine gate's decision for query `q` (stage 1 of a compile), with the
+    /// order it was taken on. `Ok(None)`: some block has no vector yet (embed
+    /// `unembedded()`, retry).
+    pub fn cosine_admission(
         &self,
         q: &[f32],
         threshold: Option<f64>,
         top_k: Option<usize>,
-        budget: Option<u64>,
-        sep_tokens: u32,
-        tools_in_prompt: bool,
-    ) -> Result<Option<Selection>> {
+    ) -> Result<Option<(Order, GateInput)>> {
         let q = &normalised(q);
         let Some((order, rows, view)) = self.gate_inputs(q)? else {
             return Ok(None);
         };
         let scored = cosine_gate(&view, &rows, q, threshold, top_k);
-        Ok(Some(select_with(
-            order,
-            budget,
-            sep_tokens,
-            Some((scored.admitted, scored.scores)),
-            tools_in_prompt,
-        )))
+        let gate = GateInput::Decided {
+            admitted: scored.admitted,
+            scores: scored.scores,
+        };
+        Ok(Some((order, gate)))
     }
 
     /// Blocks by cosine score against `q`, descending, ties in registry order,
-    /// cut by `threshold` and `top_k`. `Ok(None)` as for `select_cosine`.
+    /// cut by `threshold` and `top_k`. `Ok(None)` as for `cosine_admission`.
     #[allow(clippy::type_complexity)]
     pub fn rank(
         &self,
@@ -1146,21 +1139,6 @@ impl Registry {
         st.emb.check_dim(q.len(), "task embedding", &self.label)?;
         Ok(st.emb.vector(&b).map(|v| f64::from(dot(v, &normalised(q)))))
     }
-
-    /// All four stages: the prompt and the selection it came from.
-    pub fn compile(
-        &self,
-        view: Option<Order>,
-        budget: Option<u64>,
-        separator: &str,
-        sep_tokens: u32,
-        gate: Option<Gate>,
-    ) -> Result<(String, Selection)> {
-        let sel = self.select(view, budget, sep_tokens, gate)?;
-        let prompt = sel.render(separator);
-        sel.record_access();
-        Ok((prompt, sel))
-    }
 }
 
 #[cfg(test)]
@@ -1177,6 +1155,15 @@ mod tests {
             })
             .collect();
         (r, ids)
+    }
+
+    fn req(budget: Option<u64>, sep_tokens: u32) -> CompileRequest {
+        CompileRequest {
+            budget,
+            sep_tokens,
+            tools_in_prompt: true,
+            ..CompileRequest::default()
+        }
     }
 
     fn names(r: &Registry) -> Vec<String> {
@@ -1196,7 +1183,7 @@ mod tests {
             u32::MAX,
             "not counted yet"
         );
-        let (_, sel) = r.compile(None, Some(1000), "\n", 1, None).unwrap();
+        let sel = r.compile(None, req(Some(1000), 1)).unwrap();
         assert_eq!(sel.total_tokens, u64::from(count_cl100k(text)));
         assert_eq!(b.token_count(), count_cl100k(text));
         // A new version of the same text keeps the count; new content is counted at once.
@@ -1319,7 +1306,7 @@ mod tests {
     fn generation_moves_with_every_change() {
         let (r, ids) = reg_with(2);
         let g0 = r.order_and_generation().1;
-        r.compile(None, None, "", 0, None).unwrap();
+        r.compile(None, req(None, 0)).unwrap();
         assert_eq!(
             r.order_and_generation().1,
             g0,
@@ -1336,8 +1323,8 @@ mod tests {
     #[test]
     fn compile_keeps_order_view() {
         let (r, ids) = reg_with(3);
-        let (prompt, sel) = r.compile(None, Some(21), "|", 1, None).unwrap();
-        assert_eq!(prompt, "content 0|content 1");
+        let sel = r.compile(None, req(Some(21), 1)).unwrap();
+        assert_eq!(sel.render("|"), "content 0|content 1");
         r.evict(ids[0], false, r.id()).unwrap();
         assert_eq!(
             sel.order.len(),

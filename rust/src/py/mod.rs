@@ -17,7 +17,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString, PyType};
 
 use crate::block::{Attachment, Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
-use crate::compile::{select, select_with, Exclusion, Gate, Order, Selection as CoreSelection};
+use crate::compile::{
+    compile, CompileRequest, Exclusion, Gate, GateInput, Order, Selection as CoreSelection,
+};
 use crate::error::CoreError;
 use crate::persist::{self, SavedRegistry};
 use crate::registry::{Position, Registry as CoreRegistry, Snapshot as CoreSnapshot};
@@ -944,15 +946,13 @@ impl PyRegistry {
             threshold,
             top_k,
         });
+        let gated = gate.is_some();
         // The memo applies to ungated compiles of the current order only.
         let (order, memo_key) = match view {
             Some(v) => (Arc::clone(&v.get().0), None),
             None => {
                 let (o, g) = self.0.order_and_generation();
-                (
-                    o,
-                    (gate.is_none() && !dry_run && tools_in_prompt).then_some(g),
-                )
+                (o, (!gated && !dry_run && tools_in_prompt).then_some(g))
             }
         };
         let sep = separator.to_str()?;
@@ -963,22 +963,14 @@ impl PyRegistry {
             }
         }
         let heavy = order.len() > DETACH_ABOVE;
-        let sel = detach_if(py, heavy, || {
-            let sel = match (gate, tools_in_prompt) {
-                (g, true) => self.0.select(Some(order), budget, sep_tokens, g)?,
-                (None, false) => select_with(order, budget, sep_tokens, None, false),
-                (Some(g), false) => {
-                    let s = select(order, budget, sep_tokens, Some(g))?;
-                    let admission = s.admitted.zip(s.scores);
-                    select_with(s.order, budget, sep_tokens, admission, false)
-                }
-            };
-            if !dry_run {
-                sel.record_access();
-            }
-            Ok::<_, CoreError>(sel)
-        })
-        .py_err(py)?;
+        let req = CompileRequest {
+            budget,
+            sep_tokens,
+            gate: gate.map_or(GateInput::None, GateInput::Scores),
+            tools_in_prompt,
+            dry_run,
+        };
+        let sel = detach_if(py, heavy, || compile(order, req)).py_err(py)?;
         if dry_run {
             return Ok((None, PySelection(sel)));
         }
@@ -1115,13 +1107,17 @@ impl PyRegistry {
     ) -> PyResult<Option<(Option<Bound<'py, PyString>>, PySelection)>> {
         let q = floats(py, query, "task_embedding")?;
         let sel = detach_if(py, self.heavy(), || {
-            let sel =
-                self.0
-                    .select_cosine(&q, threshold, top_k, budget, sep_tokens, tools_in_prompt)?;
-            if let (Some(s), false) = (&sel, dry_run) {
-                s.record_access();
-            }
-            Ok::<_, CoreError>(sel)
+            let Some((order, gate)) = self.0.cosine_admission(&q, threshold, top_k)? else {
+                return Ok(None);
+            };
+            let req = CompileRequest {
+                budget,
+                sep_tokens,
+                gate,
+                tools_in_prompt,
+                dry_run,
+            };
+            compile(order, req).map(Some)
         })
         .py_err(py)?;
         let Some(sel) = sel else { return Ok(None) };
