@@ -248,3 +248,11 @@ def test_save_load_and_export_preserve_every_block(tmp_path: Path, specs: list) 
     assert [b.metadata["source"] for b in parsed] == [b.source for b in reg]
     labels = {reg.registry_id: reg.label, other.registry_id: other.label}
     assert [b.metadata["author"] for b in parsed] == [labels[b.author_id] for b in reg]
+
+
+def test_export_markdown_with_nothing_to_export_warns(tmp_path: Path) -> None:
+    reg = BlockRegistry.from_files([SEEDS])  # seeds only: no agent blocks yet
+    out = tmp_path / "learned.md"
+    with pytest.warns(RuntimeWarning, match="has no agent blocks"):
+        assert reg.export_markdown(out) == 0
+    assert BlockRegistry.from_files([out]).list_blocks() == []  # still a valid seed file

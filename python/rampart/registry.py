@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -1247,15 +1248,31 @@ class BlockRegistry:
         with the same names, contents, priorities and tags; provenance (source,
         trajectory, created, author) goes into front matter. Contents are stored
         the way seed files hold them: without surrounding blank space. Returns
-        the number of blocks written. A block whose text the seed format cannot
-        hold (a front-matter-like "---" line of its own) raises
-        InvalidArgumentError naming it, and nothing is written."""
+        the number of blocks written; when no block has that ``source`` the
+        (empty) file is written with a ``RuntimeWarning``. A block whose text the
+        seed format cannot hold (a front-matter-like "---" line of its own) raises
+        InvalidArgumentError naming it, and nothing is written.
+
+        Example:
+            >>> rid = reg.write_agent_block("Run `make lint` before committing.", "run-42")
+            >>> reg.export_markdown("learned.md")  # next session: from_files([..., "learned.md"])
+            1
+        """
         if source is not None and source not in SOURCES:
             raise InvalidArgumentError(f"source must be one of {SOURCES} or None, got {source!r}")
         p = Path(os.fspath(path))
         if not overwrite and p.exists():
             raise FileExistsError(f"{p} exists (pass overwrite=True to replace it)")
         blocks = [b for b in self.list_blocks() if source is None or b.source == source]
+        if not blocks and source is not None:
+            # Usually an agent that learned nothing this session: the file is still
+            # written (an empty seed file loads as no blocks), but not silently.
+            warnings.warn(
+                f"export_markdown: registry {self.label!r} has no {source} blocks; "
+                f"{p} holds no blocks (source=None exports every block)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         text = _seed_text(blocks)
         _check_round_trip(text, blocks, p)
         atomic_write(p, text.encode("utf-8"))
