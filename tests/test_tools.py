@@ -11,7 +11,7 @@ import rampart
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rampart import ToolSchema, parse_tools, render_tool
-from rampart.tools import FORMATS
+from rampart.tools import FORMATS, tool_gate_text
 
 from tests.conftest import words
 
@@ -434,7 +434,8 @@ def test_load_tools_makes_tagged_seed_blocks_that_keep_their_schema(treg: Any) -
         assert b.tags == ("tool", "git")
         assert (b.source, b.evictable, b.author_id) == ("seed", True, treg.registry_id)
         assert b.priority == 0.7
-        assert b.content == render_tool(schema) == b.gate_text
+        assert b.content == render_tool(schema)
+        assert b.gate_text == tool_gate_text(schema)  # the gate embeds words, not markup
         assert b.tool_schema == schema and b.tool_schema.source_format == "mcp"
         assert b.token_count == words(b.content)
     assert treg.get_by_name("rule")[0].tool_schema is None

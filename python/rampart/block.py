@@ -8,7 +8,13 @@ from typing import Any
 
 from rampart import _core
 from rampart.errors import UnsupportedFormatError
-from rampart.tools import METADATA_KEY, ToolSchema, check_format, schema_from_metadata
+from rampart.tools import (
+    METADATA_KEY,
+    ToolSchema,
+    check_format,
+    schema_from_metadata,
+    tool_gate_text,
+)
 
 __all__ = ["BlockReport", "CompileResult", "DryRunResult", "InstructionBlock", "Snapshot"]
 
@@ -100,7 +106,12 @@ class InstructionBlock:
 
     @property
     def gate_text(self) -> str:
-        """What a relevance gate should judge: the description (skills) and the content."""
+        """What a relevance gate should judge: for a tool block its name, description
+        and parameters in words (:func:`rampart.tools.tool_gate_text`); otherwise the
+        description (skills) and the content."""
+        schema = _tool_schema(self._b)
+        if schema is not None:
+            return tool_gate_text(schema)
         d = self.description
         return f"{d}\n\n{self.content}" if d else self.content
 

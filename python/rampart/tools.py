@@ -48,6 +48,7 @@ __all__ = [
     "parse_tools",
     "render_tool",
     "schema_from_metadata",
+    "tool_gate_text",
 ]
 
 #: Output formats of :meth:`ToolSchema.to_format` and ``CompileResult.tools``.
@@ -769,4 +770,40 @@ def render_tool(schema: ToolSchema) -> str:
         ) from None
     lines.append("Parameters:" if params else "Parameters: none.")
     lines.extend(params)
+    return "\n".join(lines)
+
+
+# ---- gate text ----------------------------------------------------------------------
+
+_WORD_SPLIT = re.compile(r"[_\-.\s]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _name_words(name: str) -> str:
+    """``read_text_file`` -> ``read text file``; ``entityType`` -> ``entity type``."""
+    return " ".join(w.lower() for w in _WORD_SPLIT.split(name) if w)
+
+
+def tool_gate_text(schema: ToolSchema) -> str:
+    """What the relevance gate embeds for a tool block (its prompt text stays
+    :func:`render_tool`'s).
+
+    The tool's name as words, its description, then one line per top-level
+    parameter: its name as words and its description. Types, required flags,
+    bounds and JSON punctuation are left out: they are the same few words in every
+    tool, so they pull all tool vectors together and away from how people ask.
+    Chosen on the tune half of tests/data/tool_gate_eval.json (docs/tool-gate.md):
+    top-3 79 % vs 74 % for the rendered text, on the held-out half 78 % vs 73 %.
+    """
+    if not isinstance(schema, ToolSchema):
+        raise InvalidArgumentError(
+            f"tool_gate_text takes a ToolSchema, got {type(schema).__name__}"
+        )
+    description = _one_line(schema.description)
+    lines = [
+        f"{_name_words(schema.name)}: {description}" if description else _name_words(schema.name)
+    ]
+    props = schema.input_schema.get("properties")
+    for name, prop in props.items() if isinstance(props, Mapping) else ():
+        desc = _one_line(prop.get("description")) if isinstance(prop, Mapping) else ""
+        lines.append(f"- {_name_words(name)}: {desc}" if desc else f"- {_name_words(name)}")
     return "\n".join(lines)
