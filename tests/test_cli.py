@@ -193,7 +193,7 @@ def test_broken_pipe_is_quiet() -> None:
         ((), ("required: COMMAND",)),
         (("frobnicate",), ("invalid choice: 'frobnicate'",)),
         (("inspect", "SEEDS", "--frobnicate"), ("unrecognized arguments",)),
-        (("compile",), ("required: paths",)),
+        (("compile",), ("give seed PATHS",)),
         (("compile", "SEEDS", "--top-k", "three", "--task", "x"), ("--top-k", "not an integer")),
         (("compile", "SEEDS", "--top-k", "0", "--task", "x"), ("--top-k", "at least 1")),
         (("compile", "SEEDS", "--top-k", str(2**64), "--task", "x"), ("--top-k", "at most")),
