@@ -437,6 +437,7 @@ class Agent:
         self._sessions: list[Any] = []
         self._mcp_tools: dict[str, Any] = {}  # tool name -> its session
         self._mcp_listed = False
+        self._wire: dict[str, dict[str, Any]] = {}  # tool block id -> OpenAI tool dict
         schemas: list[ToolSchema] = []
         session_cls = _mcp_session_class()
         for i, t in enumerate(tools):
@@ -553,11 +554,20 @@ class Agent:
     def _offered(self, result: CompileResult) -> list[dict[str, Any]]:
         # Only tools this agent can run: a tool block with no implementation here
         # (loaded for another agent) would only invite a failing call.
-        tools = [
-            t
-            for t in result.tools("openai")
-            if t["function"]["name"] in self._functions or t["function"]["name"] in self._mcp_tools
-        ]
+        tools = []
+        # The agent compiles with tools_in_prompt=False, so every included tool block
+        # is a tools-only block of the selection. Their wire form is built once per
+        # block: result.tools() would parse and re-validate every schema on every step
+        # (~50 µs for a dozen tools), and result.report builds a row per block.
+        for native in result._sel.tools_only_blocks():
+            rid = native.runtime_id
+            tool = self._wire.get(rid)
+            if tool is None:
+                schema = InstructionBlock(native).tool_schema
+                tool = self._wire[rid] = schema.to_openai() if schema else {}
+            name = tool.get("function", {}).get("name")
+            if name in self._functions or name in self._mcp_tools:
+                tools.append(tool)
         if self.memory_tools:
             tools.extend(_MEMORY_TOOLS)
         return tools
