@@ -359,3 +359,53 @@ def format_summary(s: dict[str, Any]) -> str:
     for conv, cells in s["by_convention"].items():
         lines.append(f"  {conv:8s} " + "  ".join(f"{k} {v:.0%}" for k, v in cells.items()))
     return "\n".join(lines)
+
+
+def cli_demo(
+    *,
+    model: str,
+    base_url: str | None,
+    seeds: str,
+    per_convention: int,
+    temperature: float,
+    threads: int | None,
+    out: str | None,
+    ceiling: bool,
+    embed: bool,
+) -> int:
+    """``rampart agent demo``: run the experiment and print its summary."""
+    from rampart.llm import LlamaCppBackend, OpenAIBackend
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise InvalidArgumentError(f"--seeds must be a comma list of ints, got {seeds!r}") from None
+    if not seed_list:
+        raise InvalidArgumentError("--seeds names no seed")
+    backend: Backend
+    if base_url:
+        backend = OpenAIBackend(base_url, model, concurrency=1)
+    else:
+        # One thread by default: on a shared or small machine, llama.cpp's worker
+        # threads spin-wait at every barrier, and two threads on a contended pair of
+        # cores ran ~4x slower than one (docs/agent.md).
+        backend = LlamaCppBackend(model, n_ctx=4096, n_threads=threads or 1)
+    embedder = None
+    if embed:
+        from rampart.embeddings import default_embedder
+
+        embedder = default_embedder()
+    try:
+        summary = run_demo(
+            backend,
+            seeds=seed_list,
+            per_convention=per_convention,
+            temperature=temperature,
+            embedding_model=embedder,
+            ceiling=ceiling,
+            out=Path(out) if out else None,
+        )
+    finally:
+        backend.close()
+    print(format_summary(summary))
+    return 0

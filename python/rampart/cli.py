@@ -570,6 +570,48 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_agent_parser(sub: Any) -> None:
+    ag = sub.add_parser("agent", help="the agent loop: rerun its learning experiment")
+    asub = ag.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
+    d = asub.add_parser(
+        "demo",
+        help="held-out success before/after the agent learns project conventions",
+        description="Tasks on conventions a model cannot guess; success on held-out tasks "
+        "before learning, after learning from the training tasks, and with hand-written "
+        "rules, per seed (docs/agent.md).",
+    )
+    d.add_argument(
+        "--model",
+        default="qwen2.5-coder-1.5b",
+        help="GGUF alias or path, or a model name with --base-url",
+    )
+    d.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
+    d.add_argument("--seeds", default="0,1,2", help="comma list (default 0,1,2)")
+    d.add_argument("--per-convention", type=int, default=2, help="train/held-out tasks each (1-3)")
+    d.add_argument("--temperature", type=float, default=0.7)
+    d.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
+    d.add_argument("--out", default=None, help="folder for summary.json")
+    d.add_argument("--no-ceiling", action="store_true", help="skip the hand-written-rules runs")
+    d.add_argument("--no-embed", action="store_true", help="text similarity for duplicate rules")
+    d.set_defaults(func=_cmd_agent_demo)
+
+
+def _cmd_agent_demo(args: argparse.Namespace) -> int:
+    from rampart.agent_demo import cli_demo
+
+    return cli_demo(
+        model=args.model,
+        base_url=args.base_url,
+        seeds=args.seeds,
+        per_convention=args.per_convention,
+        temperature=args.temperature,
+        threads=args.threads,
+        out=args.out,
+        ceiling=not args.no_ceiling,
+        embed=not args.no_embed,
+    )
+
+
 def _add_mcp_parser(sub: Any) -> None:
     mc = sub.add_parser(
         "mcp",
@@ -661,6 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_probe_parser(sub)
     _add_mcp_parser(sub)
     _add_store_parser(sub)
+    _add_agent_parser(sub)
     return p
 
 
