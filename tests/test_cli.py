@@ -22,6 +22,7 @@ TASK = "Write release notes for the changes since the last tag, then commit them
 def run(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rampart", *args],
+        stdin=subprocess.DEVNULL,  # `rampart mcp` would serve stdin if it started
         capture_output=True,
         text=True,
         timeout=120,
@@ -213,6 +214,15 @@ def test_broken_pipe_is_quiet() -> None:
         (("model", "prepare", "--model-dir", "nope-model"), ("nope-model",)),
         (("model",), ("required: COMMAND",)),
         (("probe", "report", "nope-results"), ("nope-results",)),
+        (("store",), ("required: COMMAND",)),
+        (("store", "ls"), ("required: url",)),
+        (("store", "ls", "bogus://x"), ("unknown store URL 'bogus://x'",)),
+        (("store", "compact", "sqlite:empty.db", "nosuch"), ("no registry 'nosuch'",)),
+        (("compile", "--store", "sqlite:x.db"), ("--store URL and --name NAME go together",)),
+        (("compile", "SEEDS", "--store", "sqlite:x.db", "--name", "n"), ("not both",)),
+        (("compile", "--store", "redis://127.0.0.1:9", "--name", "x"), ("127.0.0.1:9",)),
+        (("mcp",), ("needs seed paths",)),
+        (("mcp", "nope/"), ()),
         (("probe", "sweep", "--base-url", "http://127.0.0.1:9/v1"), ("--base-url needs --model",)),
     ],
 )

@@ -195,6 +195,9 @@ def _print_blocks(result: CompileResult, separator: str) -> None:
     """The prompt block by block, each under an unmistakable header line; the
     exact prompt text is what ``--prompt-only`` / ``--json`` print."""
     blocks = result.included_blocks
+    if not blocks:
+        sys.stdout.write("(the prompt is empty: no block was included)\n\n")
+        return
     pieces = [b.wrap_prefix + b.content + b.wrap_suffix for b in blocks]
     left, right = _boundary_marks()
     if separator.join(pieces) != result.prompt:
