@@ -133,6 +133,14 @@ class BlockRegistry:
     Order is explicit and is the only thing that decides where a block lands in the
     compiled prompt (index 0 = front). Every method is safe to call from many
     threads at once.
+
+    Example:
+        >>> reg = rampart.BlockRegistry.from_files(["seeds/"], "default")
+        >>> rid = reg.write_agent_block("In release notes, list breaking changes first.", "run-42")
+        >>> reg.promote(rid, to_front=True)
+        >>> result = reg.compile(task_text="write the release notes", top_k=8, max_tokens=1024)
+        >>> result.included[0]
+        'agent_note_run-42'
     """
 
     __slots__ = (
@@ -966,7 +974,14 @@ class BlockRegistry:
 
         ``gate``: a callable ``(task_text, blocks) -> scores`` replacing the
         built-in cosine gate. ``tools_in_prompt=False``: tool-schema blocks go
-        only to ``result.tools()``, not into the prompt text or its budget."""
+        only to ``result.tools()``, not into the prompt text or its budget.
+
+        Example:
+            >>> result = reg.compile(max_tokens=2048)  # no gate: order and budget only
+            >>> result = reg.compile(task_text="fix the failing test", top_k=8, max_tokens=2048)
+            >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
+            [('read_before_edit', 'gate'), ('ask_when_ambiguous', 'gate')]
+        """
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
