@@ -137,7 +137,8 @@ class BlockRegistry:
     Example:
         >>> reg = rampart.BlockRegistry.from_files(["seeds/"], "default")
         >>> rid = reg.write_agent_block("In release notes, list breaking changes first.", "run-42")
-        >>> reg.promote(rid, to_front=True)
+        >>> reg.promote(rid, to_front=True)  # returns the new index
+        0
         >>> result = reg.compile(task_text="write the release notes", top_k=8, max_tokens=1024)
         >>> result.included[0]
         'agent_note_run-42'
@@ -980,7 +981,7 @@ class BlockRegistry:
             >>> result = reg.compile(max_tokens=2048)  # no gate: order and budget only
             >>> result = reg.compile(task_text="fix the failing test", top_k=8, max_tokens=2048)
             >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
-            [('read_before_edit', 'gate'), ('ask_when_ambiguous', 'gate')]
+            [('read_before_edit', 'gate'), ('never_force_push', 'gate')]
         """
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
