@@ -116,3 +116,109 @@ def test_session_creation(
     onnx.save_model(model, str(tmp_path / "model.onnx"))
     shutil.copy(default.model_dir / "tokenizer.json", tmp_path)
     _run(benchmark, lambda: E.OnnxEmbedder(tmp_path), target_s=2.0, max_rounds=20)
+
+
+# ---- embedding inside a busy server ------------------------------------------------------
+#
+# A server embeds a task it has never seen (a fresh string every round: nothing is
+# cached), with other work on the machine and other sessions embedding at once.
+# Baselines in each group, on the same graph and tokenizer, one onnxruntime run per
+# call: "ort-default-session" is a session with onnxruntime's default options (what
+# rampart used before issue 11: all cores, workers spinning after each run) and
+# "ort-1-thread" a 1-thread session, which neither spins nor waits for a worker.
+
+SERVER_IMPLS = ["rampart-default", "ort-default-session", "ort-1-thread"]
+
+
+class RawSession:
+    """One ``session.run`` per ``encode`` call, nothing else (the baselines)."""
+
+    def __init__(self, emb: Any, threads: int | None) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        if threads is not None:
+            opts.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(emb.onnx_path), opts, providers=emb.providers)
+        self.emb = emb
+
+    def encode(self, text: str) -> Any:
+        ids = np.asarray([self.emb._truncate(self.emb._tok.encode(text).ids)], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        return self.session.run(["sentence_embedding"], feed)[0][0]
+
+
+@pytest.fixture(scope="module")
+def server_embedders(embedders: dict[str, Any]) -> dict[str, Any]:
+    default = embedders["rampart-default"]
+    return {
+        "rampart-default": default,
+        "ort-default-session": RawSession(default, None),
+        "ort-1-thread": RawSession(default, 1),
+    }
+
+
+def _new_queries() -> Callable[[], str]:
+    counter = iter(range(10**9))
+    return lambda: f"{QUERY} (session {next(counter)})"
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """A real second process spinning on one core for the duration of the test."""
+    import subprocess
+    import sys
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.3)  # let it start and get scheduled
+    assert spinner.poll() is None
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.parametrize("impl", SERVER_IMPLS)
+def test_encode_new_query_idle(benchmark: Any, server_embedders: dict[str, Any], impl: str) -> None:
+    benchmark.group = "embed-server: 1 new query, idle"
+    emb, query = server_embedders[impl], _new_queries()
+    _run(benchmark, lambda: emb.encode(query()), target_s=1.5)
+
+
+@pytest.mark.parametrize("impl", SERVER_IMPLS)
+def test_encode_new_query_one_core_busy(
+    benchmark: Any, server_embedders: dict[str, Any], impl: str, busy_core: None
+) -> None:
+    benchmark.group = "embed-server: 1 new query, a CPU-bound process running"
+    emb, query = server_embedders[impl], _new_queries()
+    _run(benchmark, lambda: emb.encode(query()), target_s=1.5)
+
+
+THREADS = 8
+PER_THREAD = 6
+
+
+@pytest.mark.parametrize("impl", SERVER_IMPLS)
+def test_encode_new_tasks_8_threads(
+    benchmark: Any, server_embedders: dict[str, Any], impl: str
+) -> None:
+    """8 server threads each embedding 6 new tasks (48 encode calls a round)."""
+    import threading
+
+    benchmark.group = f"embed-server: {THREADS} threads x {PER_THREAD} new tasks, encode() each"
+    emb, query = server_embedders[impl], _new_queries()
+
+    def one_thread() -> None:
+        for _ in range(PER_THREAD):
+            emb.encode(query())
+
+    def run() -> None:
+        workers = [threading.Thread(target=one_thread) for _ in range(THREADS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    _run(benchmark, run, target_s=4.0, max_rounds=30)

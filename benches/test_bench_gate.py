@@ -136,3 +136,68 @@ def test_cold_start_31_seeds_with_embeddings(benchmark: Any, embedders: Any, vec
 
     assert run().embedding_info()["embedded"] == 31  # also fills the vector cache
     benchmark.pedantic(run, rounds=7 if vectors == "model" else 50, warmup_rounds=1)
+
+
+# ---- the gate as a server runs it ---------------------------------------------------------
+#
+# In a real process numpy and onnxruntime have always just run: their worker threads
+# may still be spinning when the gate starts. Before every round (untimed) the model
+# embeds a new task and numpy multiplies a matrix by a vector, as an agent server
+# would between two compiles; then the gate runs (timed), rampart's or numpy's.
+
+SERVER_N = 100_000
+
+
+@pytest.mark.parametrize("impl", ["rampart-gated-compile", "numpy-matvec+argpartition"])
+def test_gate_after_ort_and_numpy(benchmark: Any, embedders: Any, impl: str) -> None:
+    d = _data(SERVER_N)
+    d.reg.quantise_embeddings(False)
+    benchmark.group = f"gate-server N{SERVER_N}: right after an ORT call and a numpy call"
+    emb = embedders[1]
+    counter = iter(range(10**9))
+    side = d.m[:20_000]
+
+    def setup() -> None:
+        emb.encode(f"{TASK} (#{next(counter)})")
+        side @ d.q  # a numpy call big enough for OpenBLAS to use its threads
+
+    m, q, reg = d.m, d.q, d.reg
+    if impl.startswith("numpy"):
+
+        def run() -> Any:
+            return np.argpartition(-(m @ q), TOP_K)[:TOP_K]
+    else:
+
+        def run() -> Any:
+            return reg.compile(task_embedding=q, top_k=TOP_K)
+
+    benchmark.pedantic(run, setup=setup, rounds=60, warmup_rounds=2)
+
+
+@pytest.mark.parametrize("impl", ["rampart-embed+gated-compile", "embed+numpy"])
+def test_embed_then_gate(benchmark: Any, embedders: Any, impl: str) -> None:
+    """The whole path: embed a new task, then gate 100 000 rows, alternating with a
+    numpy call (untimed) as the rest of a server would."""
+    d = _data(SERVER_N)
+    d.reg.quantise_embeddings(False)
+    benchmark.group = f"gate-server N{SERVER_N}: embed a new task, then gate"
+    emb = embedders[1]
+    counter = iter(range(10**9))
+    side = d.m[:20_000]
+    m, reg = d.m, d.reg
+
+    def setup() -> None:
+        side @ d.q
+
+    if impl.startswith("embed+numpy"):
+
+        def run() -> Any:
+            q = emb.encode(f"{TASK} (#{next(counter)})")
+            return np.argpartition(-(m @ q), TOP_K)[:TOP_K]
+    else:
+
+        def run() -> Any:
+            q = emb.encode(f"{TASK} (#{next(counter)})")
+            return reg.compile(task_embedding=q, top_k=TOP_K)
+
+    benchmark.pedantic(run, setup=setup, rounds=60, warmup_rounds=2)

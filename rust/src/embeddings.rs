@@ -1043,6 +1043,15 @@ mod tests {
         let rows: Vec<u32> = blocks.iter().map(|b| b.row().unwrap()).collect();
         let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
         let q = normalised(&q).into_owned();
+        let view = e.view();
+        for threads in [1, 2, 1, 2, 1, 2] {
+            let mut out = vec![0f32; view.rows];
+            let t = std::time::Instant::now();
+            view.for_segments_on(threads, &mut out, |seg, out| {
+                scan(&seg.data[..out.len() * dim], dim, &q, out)
+            });
+            eprintln!("float32 scan on {threads} thread(s): {:?}", t.elapsed());
+        }
         for quantised in [false, true] {
             e.set_quantised(quantised);
             let view = e.view();

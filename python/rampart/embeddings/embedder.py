@@ -173,14 +173,13 @@ class OnnxEmbedder:
         t0 = time.perf_counter()
         self._session, self.providers = _make_session(graph, where, chosen, explicit, threads)
         # Per run, the default threads=None chooses between this session (all cores)
-        # and a 1-thread one (see _session_for). Two sessions cost a second copy of
-        # onnxruntime's pre-packed weights (~45 MB for MiniLM) and ~30 ms here.
+        # and a 1-thread one (see _session_for), made the first time it is wanted:
+        # it costs a second copy of onnxruntime's pre-packed weights (~45 MB for
+        # MiniLM) and ~30 ms, which an embedder on an idle machine never pays.
         self._threads = threads
         self._graph = (graph, where)
-        self._cores = usable_cores()
+        self._adaptive = threads is None and self.providers == [CPU] and usable_cores() > 1
         self._solo: Any = None
-        if threads is None and self.providers == [CPU] and self._cores > 1:
-            self._solo = _make_session(graph, where, [CPU], True, 1)[0]
         self.session_seconds = time.perf_counter() - t0
         self._pid = os.getpid()
         self._pool_stale = False
@@ -278,9 +277,12 @@ class OnnxEmbedder:
         thread's and one more), else the 1-thread session. On two cores with one
         taken by another process, onnxruntime's two workers would each wait for the
         other at every op (6.4 ms a query against 4.0 ms on one thread: issue 11)."""
-        if self._solo is not None:
+        if self._adaptive:
             free = free_cores()
             if free is not None and free < 2:
+                if self._solo is None:
+                    graph, where = self._graph
+                    self._solo = _make_session(graph, where, self.providers, True, 1)[0]
                 return self._solo
         if self._pool_stale:
             graph, where = self._graph
