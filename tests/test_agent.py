@@ -478,3 +478,105 @@ def test_bad_arguments(registry: Any, backends: Any, kwargs: Any, match: str) ->
         Agent(object(), model(server, backends))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="chat"):
         Agent(registry, object())  # type: ignore[arg-type]
+
+
+# ---- text tool calls (llama.cpp) -------------------------------------------------------
+
+
+def test_parse_text_tool_calls() -> None:
+    from rampart.llm import parse_text_tool_calls
+
+    known = ["git_status", "git_log"]
+    text, calls = parse_text_tool_calls(
+        'Let me look.\n<tool_call>\n{"name": "git_status", "arguments": {"repo_path": "."}}\n'
+        '</tool_call>\n<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
+        known,
+    )
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("git_status", {"repo_path": "."})
+    ]
+    assert text.startswith("Let me look.") and "rm_rf" in text  # unknown names stay text
+    for bare in (
+        '{"name": "git_log", "arguments": {"repo_path": "."}}',
+        '```json\n{"name": "git_log", "arguments": {"repo_path": "."}}\n```',
+    ):
+        text, calls = parse_text_tool_calls(bare, known)
+        assert text == "" and [c.name for c in calls] == ["git_log"]
+    prose = 'Use {"name": "git_log"} in your config.'
+    assert parse_text_tool_calls(prose, known) == (prose, ())
+    assert parse_text_tool_calls("<tool_call>{oops</tool_call>", known)[1] == ()
+
+
+# ---- the learning demo's plumbing, with a deterministic model -------------------------
+
+
+MONTHS = "January February March April May June July August September October November December"
+
+
+def demo_model(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+    """Follows whichever convention rules are in its system prompt; a diagnosis turns
+    the reviewer's message into a rule naming the convention's key."""
+    import re
+
+    system = fake.system_text(payload)
+    user = payload["messages"][-1]["content"]
+    if "write one rule" in system:
+        from rampart.agent_demo import CONVENTIONS
+
+        for key, conv in (
+            ("DD.MM", "date"),
+            ("zx_", "naming"),
+            ("SPDX", "header"),
+            ("log.", "logging"),
+        ):
+            if key in user.split("Why it failed:")[-1]:  # the reviewer's message
+                return 200, fake.completion(f"Rule: {CONVENTIONS[conv]}", payload), 0.0
+        return 200, fake.completion("Be careful.", payload), 0.0
+    m = re.search(r"(\d{1,2}) (\w+) (\d{4})", user)
+    if m:
+        day, month = int(m.group(1)), MONTHS.split().index(m.group(2)) + 1
+        iso = f"{m.group(3)}-{month:02d}-{day:02d}"
+        dotted = f"{day:02d}.{month:02d}.{m.group(3)}"
+        return 200, fake.completion(dotted if "DD.MM.YYYY" in system else iso, payload), 0.0
+    head = "# SPDX-License-Identifier: MPL-2.0\n" if "SPDX" in system else ""
+    name = "zx_run" if "zx_" in system else "run"
+    say = "log.info('done')" if "log.info" in system else "print('done')"
+    code = f"```python\n{head}def {name}():\n    {say}\n```"
+    return 200, fake.completion(code, payload), 0.0
+
+
+def test_demo_learns_with_a_model_that_follows_rules(backends: Any, tmp_path: Any) -> None:
+    from rampart.agent_demo import CONVENTIONS, format_summary, run_demo, split
+
+    train, held = split(2)
+    assert len(train) == len(held) == 2 * len(CONVENTIONS)
+    assert not {t.text for t in train} & {t.text for t in held}
+    with fake.FakeOpenAI(demo_model) as server:
+        s = run_demo(
+            model(server, backends), seeds=[0, 1], per_convention=2, out=tmp_path, progress=None
+        )
+    assert s["before"]["mean"] == 0.0 and s["after"]["mean"] == 1.0
+    assert s["given_rules"]["mean"] == 1.0 and s["gain"]["per_seed"] == [1.0, 1.0]
+    for row in s["seeds"]:
+        # the first training task of each convention fails and writes its rule; the
+        # second already sees the rule and passes
+        assert sorted(row["rules"]) == sorted(CONVENTIONS.values())
+        assert [r["success"] for r in row["runs"]["training"]] == [False] * 4 + [True] * 4
+    assert json.loads((tmp_path / "summary.json").read_text())["after"]["mean"] == 1.0
+    assert "gain after - before: +100.0%" in format_summary(s)
+
+
+def test_demo_checkers() -> None:
+    from rampart.agent_demo import check_date, check_header, check_logging, check_naming
+
+    run = Run("t", "run-x")
+    assert check_date("05.03.2025")("- 05.03.2025: fix", run)[0]
+    ok, why = check_date("05.03.2025")("- 2025-03-05: fix", run)
+    assert not ok and "DD.MM.YYYY" in why
+    assert check_naming("```python\ndef zx_a():\n    pass\n```", run)[0]
+    assert not check_naming("def zx_a(): pass\ndef b(): pass", run)[0]
+    assert not check_naming("no code", run)[0]
+    assert check_header("```python\n# SPDX-License-Identifier: MPL-2.0\nX = 1\n```", run)[0]
+    assert not check_header("X = 1\n# SPDX-License-Identifier: MPL-2.0", run)[0]
+    assert check_logging("from zorblax import log\nlog.info('x')", run)[0]
+    assert not check_logging("print('x')\nlog.info('x')", run)[0]
