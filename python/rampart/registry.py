@@ -46,7 +46,13 @@ EvictionPolicy = Callable[[InstructionBlock], float]
 
 
 class EmbeddingModel(Protocol):
-    def encode(self, text: str) -> Any: ...
+    """What a registry's ``embedding_model`` must offer: ``encode(text)`` returning
+    one vector (any 1-d float sequence); ``encode_batch(texts)``, when present, is
+    used for batches. :class:`rampart.OnnxEmbedder` is one."""
+
+    def encode(self, text: str) -> Any:
+        """The embedding of ``text``, a 1-d sequence of floats of a fixed length."""
+        ...
 
 
 # ---- labels: process-unique, weak ---------------------------------------------------
@@ -621,6 +627,7 @@ class BlockRegistry:
         )
 
     def promote_to_front(self, runtime_id: str) -> int:
+        """``promote(runtime_id, to_front=True)``: move the block to index 0; returns 0."""
         return (
             self._core.move_to(runtime_id, 0)
             if self._replica is None
@@ -628,6 +635,8 @@ class BlockRegistry:
         )
 
     def demote_to_back(self, runtime_id: str) -> int:
+        """``demote(runtime_id, to_back=True)``: move the block to the last index;
+        returns that index."""
         return (
             self._core.move_to(runtime_id, _FAR)
             if self._replica is None
@@ -654,6 +663,8 @@ class BlockRegistry:
         )
 
     def index_of(self, runtime_id: str) -> int:
+        """The block's position (0 = front of the prompt); :class:`BlockNotFoundError`
+        if no block has that id."""
         return self._core.index_of(runtime_id)
 
     # ---- evict / rollback ----------------------------------------------------------------
@@ -1036,6 +1047,7 @@ class BlockRegistry:
     # ---- observability ----------------------------------------------------------------------
 
     def get_by_id(self, runtime_id: str) -> InstructionBlock:
+        """The block with this runtime id; :class:`BlockNotFoundError` if none."""
         return InstructionBlock(self._core.get(runtime_id))
 
     def get_by_name(self, semantic_name: str) -> list[InstructionBlock]:
@@ -1043,18 +1055,30 @@ class BlockRegistry:
         return [InstructionBlock(b) for b in self._core.find_by_name(semantic_name)]
 
     def find_by_tag(self, tag: str) -> list[InstructionBlock]:
+        """Blocks carrying ``tag``, registry order.
+
+        Example:
+            >>> [b.semantic_name for b in reg.find_by_tag("git")][:2]
+            ['never_force_push', 'check_worktree_first']
+        """
         return [InstructionBlock(b) for b in self._core.find_by_tags([tag], False)]
 
     def find_by_tags(self, tags: Iterable[str], match_all: bool = False) -> list[InstructionBlock]:
+        """Blocks carrying any of ``tags`` (all of them with ``match_all``), registry
+        order."""
         return [InstructionBlock(b) for b in self._core.find_by_tags(_tags(tags), match_all)]
 
     def list_blocks(self) -> list[InstructionBlock]:
+        """Every block, in registry order (index 0 first)."""
         return [InstructionBlock(b) for b in self._core.blocks()]
 
     def runtime_ids(self) -> list[str]:
+        """The runtime ids of every block, in registry order."""
         return self._core.runtime_ids()
 
     def registry_summary(self) -> dict[str, Any]:
+        """A JSON-ready overview: label, registry id, block and token counts, blocks
+        by source, evictable blocks, trajectories, tokeniser and default budget."""
         blocks = self._core.blocks()
         by_source = dict.fromkeys(SOURCES, 0)
         for b in blocks:
