@@ -148,6 +148,8 @@ class SeedBlock:
         return d if isinstance(d, str) else None
 
     def metadata_json(self) -> str | None:
+        """The front matter beyond the block fields, as the JSON the core stores (None
+        when there is none); :class:`ParseError` when it cannot be stored."""
         if not self.metadata:
             return None
         try:
@@ -857,6 +859,7 @@ class SeedRegistry:
         raise BlockNotFoundError(f"no seed block {name!r}")
 
     def key_of(self, name: str) -> str:
+        """The key (as in :meth:`list_names`) of the block ``get(name)`` finds."""
         block = self.get(name)
         return next(k for k, b in self._blocks.items() if b is block)
 
@@ -868,6 +871,7 @@ class SeedRegistry:
         return [k for k, b in self._blocks.items() if wanted.intersection(b.tags)]
 
     def blocks(self) -> list[SeedBlock]:
+        """Every seed block, in load order."""
         return list(self._blocks.values())
 
     def __len__(self) -> int:

@@ -89,6 +89,7 @@ class VectorCache:
             )
 
     def key(self, text: str) -> bytes:
+        """The cache key of ``text`` for this model (a salted SHA-256 prefix)."""
         return hashlib.sha256(self._salt + text.encode("utf-8", "surrogatepass")).digest()[:20]
 
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, tuple[np.ndarray, bool]]:
@@ -114,6 +115,8 @@ class VectorCache:
         return found
 
     def put_many(self, items: Sequence[tuple[bytes, np.ndarray, bool]]) -> None:
+        """Store (key, vector, truncated) rows; a cache that cannot be written is
+        skipped, never an error."""
         if self._broken or not items:
             return
         try:

@@ -95,6 +95,8 @@ class RedisStore:
 
     @staticmethod
     def keys(name: str) -> dict[str, str]:
+        """The Redis keys of registry ``name`` (journal stream, sequence, metadata,
+        checkpoint), in one hash slot so a cluster keeps them together."""
         tag = "{" + name + "}"
         return {k: f"rampart:{tag}:{k}" for k in ("log", "seq", "meta", "ckpt")}
 
