@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
-    "StoreUnavailableError",
     "BlockNotFoundError",
     "BlockPermissionError",
     "EvictionError",
@@ -22,6 +21,7 @@ __all__ = [
     "RampartError",
     "RegistryFileError",
     "SeedMutationError",
+    "StoreUnavailableError",
     "UnsupportedFormatError",
 ]
 
