@@ -106,9 +106,13 @@ class Backend(Protocol):
     @property
     def max_concurrency(self) -> int: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]:
+        """What runs: backend kind, model and where (recorded with every result)."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the model or the connection; the backend is not used after."""
+        ...
 
     def chat(
         self,
@@ -118,7 +122,10 @@ class Backend(Protocol):
         seed: int,
         max_tokens: int,
         tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Reply: ...
+    ) -> Reply:
+        """One chat completion of ``messages`` (with ``tools`` offered natively where
+        given): the reply's text, tool calls and token counts."""
+        ...
 
 
 def _arguments_text(raw: Any) -> str:
