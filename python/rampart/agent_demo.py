@@ -61,6 +61,8 @@ def _code(answer: str) -> str:
 
 
 def check_date(expected: str) -> Callable[[str, Run], tuple[bool, str]]:
+    """A checker passing answers that contain ``expected`` (a ``DD.MM.YYYY`` date)."""
+
     def check(answer: str, run: Run) -> tuple[bool, str]:
         if expected in answer:
             return True, ""
@@ -73,6 +75,7 @@ def check_date(expected: str) -> Callable[[str, Run], tuple[bool, str]]:
 
 
 def check_naming(answer: str, run: Run) -> tuple[bool, str]:
+    """Every Python function the answer defines starts with ``zx_``."""
     names = _DEF.findall(_code(answer))
     bad = [n for n in names if not n.startswith("zx_")]
     if names and not bad:
@@ -89,6 +92,7 @@ HEADER = "# SPDX-License-Identifier: MPL-2.0"
 
 
 def check_header(answer: str, run: Run) -> tuple[bool, str]:
+    """The answer's code starts with the project's SPDX licence header line."""
     lines = [ln.strip() for ln in _code(answer).strip().splitlines() if ln.strip()]
     if lines and lines[0] == HEADER:
         return True, ""
@@ -96,6 +100,7 @@ def check_header(answer: str, run: Run) -> tuple[bool, str]:
 
 
 def check_logging(answer: str, run: Run) -> tuple[bool, str]:
+    """The answer's code reports through ``log.info`` and never calls ``print``."""
     code = _code(answer)
     if "print(" not in code and "log.info(" in code:
         return True, ""
@@ -107,6 +112,9 @@ def check_logging(answer: str, run: Run) -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class Task:
+    """One task of the demo: its convention, the request text, and the checker
+    returning (passed, review message)."""
+
     convention: str
     text: str
     check: Callable[[str, Run], tuple[bool, str]]
@@ -206,6 +214,7 @@ def split(per_convention: int) -> tuple[list[Task], list[Task]]:
 
 
 def base_registry(embedding_model: Any = None) -> BlockRegistry:
+    """The demo agent's starting registry: only its persona, pinned."""
     reg = BlockRegistry(embedding_model, default_max_tokens=None)
     reg.write_block(PERSONA, "persona", source="seed", evictable=False)
     return reg
@@ -338,6 +347,7 @@ def _summarise(
 
 
 def format_summary(s: dict[str, Any]) -> str:
+    """The demo's result as the lines ``rampart agent demo`` prints."""
     lines = [
         f"model {s['model'].get('model')}, {s['held_out_tasks']} held-out tasks, "
         f"T={s['temperature']}, {len(s['seeds'])} seeds, {s['seconds']:.0f} s",
