@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import rampart
 from rampart.adapters import anthropic_messages, openai_chat, without_schema_uri
 
 from tests import fake_openai as fake
-from tests.conftest import words
+from tests.conftest import import_or_skip, words
 
 GIT = Path(__file__).resolve().parent / "data" / "mcp_git_tools.json"
 USER = [{"role": "user", "content": "What changed since yesterday?"}]
@@ -113,9 +112,13 @@ def test_bad_arguments(areg: Any, call: Any, match: str) -> None:
 
 DATA = Path(__file__).resolve().parent / "data"
 TOOL_FILES = sorted(p for p in DATA.glob("*_tools.json"))
-REQUIRE_SDKS = os.environ.get("RAMPART_REQUIRE_SDKS") == "1"
-openai_sdk = pytest.importorskip("openai") if not REQUIRE_SDKS else __import__("openai")
-anthropic_sdk = pytest.importorskip("anthropic") if not REQUIRE_SDKS else __import__("anthropic")
+
+
+@pytest.fixture
+def sdks() -> Any:
+    """The real openai and anthropic packages (skipped without them, unless
+    RAMPART_REQUIRE_SDKS=1, where their absence fails)."""
+    return import_or_skip("openai", "sdks"), import_or_skip("anthropic", "sdks")
 
 
 def sdk_check(typed_dict: Any, value: Any) -> Any:
@@ -168,7 +171,7 @@ def every_tool() -> Any:
     r.release()
 
 
-def test_every_tool_is_a_valid_sdk_tool_param(every_tool: Any) -> None:
+def test_every_tool_is_a_valid_sdk_tool_param(every_tool: Any, sdks: Any) -> None:
     from anthropic.types import ToolParam
     from openai.types.chat import ChatCompletionFunctionToolParam
     from openai.types.responses import FunctionToolParam
@@ -200,7 +203,7 @@ def tool_turn_openai() -> Any:
     return ChatCompletion.model_validate(json.loads(body))
 
 
-def test_openai_chat_body_is_a_valid_sdk_request(every_tool: Any) -> None:
+def test_openai_chat_body_is_a_valid_sdk_request(every_tool: Any, sdks: Any) -> None:
     from openai.types.chat import ChatCompletionMessageParam
     from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
@@ -218,7 +221,7 @@ def test_openai_chat_body_is_a_valid_sdk_request(every_tool: Any) -> None:
         sdk_check(ChatCompletionMessageParam, m)
 
 
-def test_anthropic_body_is_a_valid_sdk_request(every_tool: Any) -> None:
+def test_anthropic_body_is_a_valid_sdk_request(every_tool: Any, sdks: Any) -> None:
     from anthropic.types import Message, MessageParam
     from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
@@ -302,7 +305,8 @@ def test_drop_schema_uri() -> None:
     r.release()
 
 
-def test_openai_sdk_client_sends_the_body_unchanged(every_tool: Any) -> None:
+def test_openai_sdk_client_sends_the_body_unchanged(every_tool: Any, sdks: Any) -> None:
+    openai_sdk = sdks[0]
     # The SDK itself posts the adapter's body to the fake server, which records it.
     result = every_tool.compile(tools_in_prompt=False)
     with fake.FakeOpenAI(fake.scripted([("", [("git_status", {"repo_path": "."})])])) as server:

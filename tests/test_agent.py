@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import os
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -16,7 +14,7 @@ from rampart.errors import InvalidArgumentError
 from rampart.llm import OpenAIBackend
 
 from tests import fake_openai as fake
-from tests.conftest import words
+from tests.conftest import import_or_skip, words
 from tests.test_gate import HashingEmbedder
 
 RULE = "Write changelog dates as DD.MM.YYYY, e.g. 05.03.2025."
@@ -389,12 +387,8 @@ def test_arun_awaits_async_tools(registry: Any, backends: Any) -> None:
     assert run_sync.tool_results[0].output == run.tool_results[0].output
 
 
-MCP = importlib.util.find_spec("mcp") is not None
-REQUIRE_MCP = os.environ.get("RAMPART_REQUIRE_MCP") == "1"
-
-
-@pytest.mark.skipif(not MCP and not REQUIRE_MCP, reason="mcp not installed")
 def test_mcp_session_tools(registry: Any, backends: Any) -> None:
+    import_or_skip("mcp", "mcp")  # RAMPART_REQUIRE_MCP=1: a missing SDK fails
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
 
