@@ -419,7 +419,7 @@ def test_coalescer_errors_reach_every_caller_of_their_round() -> None:
 
     first = threading.Thread(target=call, args=(1,))
     first.start()
-    _until(lambda: c._busy)  # the first caller leads and waits at the gate
+    _until(lambda: c._leaders == 1)  # the first caller leads and waits at the gate
     rest = [threading.Thread(target=call, args=(i,)) for i in (2, -3, 4)]
     for t in rest:
         t.start()
@@ -429,7 +429,40 @@ def test_coalescer_errors_reach_every_caller_of_their_round() -> None:
         t.join(30)
     assert out[1] == 2  # its own round, before the bad item arrived
     assert all(isinstance(out[i], ValueError) for i in (2, -3, 4))  # one round together
-    assert c.submit(5) == 10 and not c._busy  # and the coalescer works on
+    assert c.submit(5) == 10 and c._leaders == 0  # and the coalescer works on
+
+
+def test_coalescer_runs_rounds_side_by_side() -> None:
+    """With ``leaders=2`` two rounds run at once (here they must: each waits for the
+    other at a barrier); waiting callers then share the next rounds."""
+    from rampart.embeddings.coalesce import Coalescer
+
+    both = threading.Barrier(2, timeout=30)
+    gate = threading.Event()
+    sizes: list[int] = []
+
+    def run(items: list[int]) -> list[int]:
+        if items[0] < 2:
+            both.wait()  # the first two rounds meet here
+            gate.wait(30)
+        sizes.append(len(items))
+        return [i + 100 for i in items]
+
+    c: Coalescer[int, int] = Coalescer(run, limit=8, leaders=2)
+    got: dict[int, int] = {}
+    threads = [threading.Thread(target=lambda i=i: got.update({i: c.submit(i)})) for i in range(2)]
+    for t in threads:
+        t.start()
+    _until(lambda: c._leaders == 2)
+    more = [threading.Thread(target=lambda i=i: got.update({i: c.submit(i)})) for i in range(2, 9)]
+    for t in more:
+        t.start()
+    _until(lambda: len(c._pending) == 7)  # both places taken: the rest wait
+    gate.set()
+    for t in threads + more:
+        t.join(30)
+    assert got == {i: i + 100 for i in range(9)} and c._leaders == 0
+    assert sorted(sizes) == [1, 1, 7]  # the seven waiting callers formed one round
 
 
 def test_coalescer_survives_an_interrupted_caller() -> None:
@@ -443,14 +476,14 @@ def test_coalescer_survives_an_interrupted_caller() -> None:
     c: Coalescer[int, int] = Coalescer(lambda items: [gate.wait(30) and i for i in items], 4)
     leader = threading.Thread(target=c.submit, args=(1,))
     leader.start()
-    _until(lambda: c._busy)
+    _until(lambda: c._leaders == 1)
     threading.Timer(0.2, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
         c.submit(2)  # waits behind the leader until interrupted
     gate.set()
     leader.join(30)
     assert not leader.is_alive() and c._pending == []
-    assert c.submit(3) == 3 and not c._busy
+    assert c.submit(3) == 3 and c._leaders == 0
 
 
 def test_busy_machine_runs_on_one_thread(
@@ -462,15 +495,18 @@ def test_busy_machine_runs_on_one_thread(
         pytest.skip("one usable core: there is only the 1-thread choice")
     text = "rotate the signing keys before the release"
     monkeypatch.setattr(E.embedder, "free_cores", lambda: 2)
-    assert emb._session_for() is emb._session
+    assert emb._session_for(alone=True) == (emb._session, emb._pool_lock)
     pooled = emb.encode(text)
     monkeypatch.setattr(E.embedder, "free_cores", lambda: 1)
-    solo = emb._session_for()  # made on first need, then kept
-    assert solo is not emb._session and solo is emb._solo and emb._session_for() is solo
+    solo, lock = emb._session_for(alone=True)  # made on first need, then kept
+    assert solo is not emb._session and solo is emb._solo and lock is None
+    monkeypatch.setattr(E.embedder, "free_cores", lambda: 2)
+    assert emb._session_for(alone=False) == (solo, None)  # beside another run: one thread
+    monkeypatch.setattr(E.embedder, "free_cores", lambda: 1)
     assert np.abs(emb.encode(text) - pooled).max() < 1e-5
     assert np.abs(emb.encode_batch([text, "x"])[0] - pooled).max() < 1e-5
     monkeypatch.setattr(E.embedder, "free_cores", lambda: None)  # unknown: all cores
-    assert emb._session_for() is emb._session
+    assert emb._session_for(alone=True)[0] is emb._session
 
 
 def test_free_cores_reads_the_machine() -> None:

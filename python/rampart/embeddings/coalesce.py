@@ -21,13 +21,15 @@ R = TypeVar("R")
 
 
 class _Request(Generic[T, R]):
-    __slots__ = ("done", "error", "item", "lead", "result")
+    __slots__ = ("batch", "done", "error", "item", "result")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.result: R | None = None
         self.error: BaseException | None = None
-        self.lead = False  # set when the finishing leader hands the next round over
+        # Set (under the lock) when this caller is to lead a round: the round's
+        # requests, its own first.
+        self.batch: list[_Request[T, R]] | None = None
         self.done = threading.Event()
 
 
@@ -35,44 +37,45 @@ class Coalescer(Generic[T, R]):
     """``submit(item)`` returns ``run([item, ...])[i]`` for its item, running the items
     of concurrent callers together.
 
-    One round runs at a time. Its leader is a caller: it takes every waiting item (at
-    most ``limit``), runs them, hands each result to its caller, then passes the lead
-    to the oldest caller still waiting, so nobody serves others indefinitely. An
-    exception from ``run`` is raised in every caller of that round.
+    Up to ``leaders`` rounds run at a time, each led by one of the callers: it runs
+    its round's items (every item waiting when the round formed, at most ``limit``),
+    hands each result to its caller, then forms the next round from the callers
+    still waiting and hands it to the oldest of them, so nobody serves others
+    indefinitely. An exception from ``run`` is raised in every caller of that round.
 
     Not fork-safe by itself (a lock held by a thread that the child does not have
     stays held): an owner that may be used after ``fork()`` makes a new one there.
     """
 
-    def __init__(self, run: Callable[[list[T]], Sequence[R]], limit: int) -> None:
+    def __init__(self, run: Callable[[list[T]], Sequence[R]], limit: int, leaders: int = 1) -> None:
         self._run = run
         self._limit = max(1, limit)
+        self._max_leaders = max(1, leaders)
         self._lock = threading.Lock()
         self._pending: list[_Request[T, R]] = []
-        self._busy = False
+        self._leaders = 0  # rounds running or handed over
 
     def submit(self, item: T) -> R:
         req: _Request[T, R] = _Request(item)
         with self._lock:
-            self._pending.append(req)
-            lead = not self._busy
-            self._busy = True
-        if not lead:
+            if self._leaders < self._max_leaders:
+                # Nobody is waiting (a finishing leader hands waiting callers a round
+                # before it gives up its place), so this round is this caller alone.
+                self._leaders += 1
+                req.batch = [req]
+            else:
+                self._pending.append(req)
+        if req.batch is None:
             try:
                 req.done.wait()
             except BaseException:  # e.g. KeyboardInterrupt: leave without stalling others
                 self._withdraw(req)
                 raise
-            if not req.lead:
-                return self._outcome(req)
-        self._lead()
+        if req.batch is not None:
+            self._lead(req.batch)
         return self._outcome(req)
 
-    def _lead(self) -> None:
-        # The leader's own request is the oldest pending one, so it runs in this round.
-        with self._lock:
-            batch = self._pending[: self._limit]
-            del self._pending[: self._limit]
+    def _lead(self, batch: list[_Request[T, R]]) -> None:
         try:
             results = self._run([r.item for r in batch])
             if len(results) != len(batch):
@@ -88,23 +91,29 @@ class Coalescer(Generic[T, R]):
                 r.done.set()
 
     def _hand_over(self) -> None:
-        """Pass the lead to the oldest waiting caller, or mark the coalescer idle."""
+        """Form the next round for the oldest waiting caller, or give up the place."""
         with self._lock:
-            nxt = self._pending[0] if self._pending else None
-            if nxt is None:
-                self._busy = False
+            if self._pending:
+                nxt = self._pending[0]
+                nxt.batch = self._pending[: self._limit]
+                del self._pending[: self._limit]
             else:
-                nxt.lead = True
+                nxt = None
+                self._leaders -= 1
         if nxt is not None:
             nxt.done.set()
 
     def _withdraw(self, req: _Request[T, R]) -> None:
         with self._lock:
-            handed = req.lead
             if req in self._pending:
                 self._pending.remove(req)
-        if handed:  # it was given the lead it can no longer take: pass it on
-            self._hand_over()
+                return
+            batch = req.batch
+            if batch is None:
+                return  # in another caller's round: its result is simply dropped
+            # It was handed a round it can no longer run: give the round back.
+            self._pending[:0] = batch[1:]
+        self._hand_over()
 
     @staticmethod
     def _outcome(req: _Request[T, R]) -> R:

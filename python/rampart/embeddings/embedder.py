@@ -183,7 +183,9 @@ class OnnxEmbedder:
         self.session_seconds = time.perf_counter() - t0
         self._pid = os.getpid()
         self._pool_stale = False
-        self._run_lock = threading.Lock()  # the coalescer comes once _max_batch is known
+        self._state_lock = threading.Lock()  # the rest comes once _max_batch is known
+        self._pool_lock = threading.Lock()
+        self._in_flight = 0
         try:
             tok = tokenizers.Tokenizer.from_file(str(src.tokenizer))
         except Exception as exc:  # tokenizers raises a bare Exception
@@ -229,11 +231,17 @@ class OnnxEmbedder:
         )
 
     def _locks(self) -> None:
-        self._run_lock = threading.Lock()
-        # A round takes up to four CPU batches of waiting queries; plan_batches then
-        # splits it by length like any other batch.
+        self._state_lock = threading.Lock()  # guards _in_flight and the lazy sessions
+        self._pool_lock = threading.Lock()  # one run at a time on a multi-thread session
+        self._in_flight = 0
+        # Concurrent encode() calls form rounds of up to four CPU batches (plan_batches
+        # splits them by length). With a 1-thread session at hand, one round per core
+        # runs side by side: independent runs never wait for each other's threads.
+        single = self._adaptive or self._threads == 1
         self._coalescer: Coalescer[list[int], np.ndarray] = Coalescer(
-            self._encode_ids, limit=4 * self._max_batch
+            self._encode_ids,
+            limit=4 * self._max_batch,
+            leaders=usable_cores() if single else 1,
         )
 
     def _check_fork(self) -> None:
@@ -272,23 +280,30 @@ class OnnxEmbedder:
 
     # -- running ------------------------------------------------------------------------
 
-    def _session_for(self) -> Any:
-        """The session for the next run: all cores while at least two are idle (this
-        thread's and one more), else the 1-thread session. On two cores with one
-        taken by another process, onnxruntime's two workers would each wait for the
-        other at every op (6.4 ms a query against 4.0 ms on one thread: issue 11)."""
+    def _session_for(self, alone: bool) -> tuple[Any, threading.Lock | None]:
+        """The session for the next run, and the lock to run it under (None: it may
+        run beside others). ``alone``: no other run of this embedder is in flight.
+
+        With the default threads=None on the CPU: all cores for a run that is alone
+        while at least two cores are idle (this thread's and one more); otherwise the
+        1-thread session. On two cores with one taken by another process,
+        onnxruntime's two workers wait for each other at every op (6.4 ms a query
+        against 4.0 ms on one thread: issue 11), and concurrent runs of one thread
+        each never wait for anybody."""
         if self._adaptive:
-            free = free_cores()
+            free = free_cores() if alone else 0
             if free is not None and free < 2:
-                if self._solo is None:
-                    graph, where = self._graph
-                    self._solo = _make_session(graph, where, self.providers, True, 1)[0]
-                return self._solo
-        if self._pool_stale:
-            graph, where = self._graph
-            self._session = _make_session(graph, where, self.providers, True, self._threads)[0]
-            self._pool_stale = False
-        return self._session
+                with self._state_lock:
+                    if self._solo is None:
+                        graph, where = self._graph
+                        self._solo = _make_session(graph, where, self.providers, True, 1)[0]
+                return self._solo, None
+        with self._state_lock:
+            if self._pool_stale:
+                graph, where = self._graph
+                self._session = _make_session(graph, where, self.providers, True, self._threads)[0]
+                self._pool_stale = False
+        return self._session, None if self._threads == 1 else self._pool_lock
 
     def _run(self, batch: list[list[int]]) -> np.ndarray:
         lens = np.fromiter((len(x) for x in batch), dtype=np.int64, count=len(batch))
@@ -301,10 +316,19 @@ class OnnxEmbedder:
         for name, kind, dtype in self._inputs:
             arr = ids if kind == "ids" else mask if kind == "mask" else np.zeros_like(ids)
             feed[name] = arr if dtype == np.int64 else arr.astype(dtype)
-        # One run at a time per embedder: two would split the same cores between them.
-        with self._run_lock:
-            session = self._session_for()
-            raw = session.run([self._output], feed)[0]
+        with self._state_lock:
+            alone = self._in_flight == 0
+            self._in_flight += 1
+        try:
+            session, lock = self._session_for(alone)
+            if lock is None:
+                raw = session.run([self._output], feed)[0]
+            else:  # two runs on one pool would split the same cores between them
+                with lock:
+                    raw = session.run([self._output], feed)[0]
+        finally:
+            with self._state_lock:
+                self._in_flight -= 1
         out: np.ndarray = np.asarray(raw, np.float32)
         if not self._external:
             return out  # rampart's graph pools and normalises itself
