@@ -228,9 +228,11 @@ def test_checkpoint_compaction_and_a_late_replica(sqlite_url: str) -> None:
         while store.checkpoint("agent") is None and time.monotonic() < deadline:
             time.sleep(0.01)  # the follower writes it off the write path
         ck = store.checkpoint("agent")
-        assert ck is not None and ck[0] == CHECKPOINT_EVERY
-        assert store.compact("agent", 10**9) == CHECKPOINT_EVERY
-        assert store.first_seq("agent") == CHECKPOINT_EVERY + 1
+        # The state after whatever entry the follower had applied when it got
+        # to it: at or just past the 1 000th.
+        assert ck is not None and CHECKPOINT_EVERY <= ck[0] <= CHECKPOINT_EVERY + 5
+        assert store.compact("agent", 10**9) == ck[0]
+        assert store.first_seq("agent") == (ck[0] + 1 if ck[0] < CHECKPOINT_EVERY + 5 else 0)
         late = opened(sqlite_url)
         assert late.runtime_ids() == ids == a.runtime_ids()
         assert state(late) == state(a)
