@@ -692,3 +692,26 @@ def test_eviction_policy_may_return_numpy_scalars() -> None:
     low, high = reg.write_block("x", "x", priority=0.1), reg.write_block("y", "y", priority=0.9)
     assert reg.evict_by_policy(1) == [high] and low in reg
     reg.release()
+
+
+# ---- skill files: headers cost linear time ---------------------------------------------------
+
+
+def test_header_lines_of_blank_space_parse_in_linear_time(tmp_path: Path) -> None:
+    # The former one-regex header form backtracked cubically: 2 000 spaces took
+    # 12 s, these would take hours (a hang, not a timed assertion, is the failure).
+    text = "## x" + " " * 20_000 + "y\nbody\n## z" + "#" * 20_000 + "\n## w [" + " " * 20_000 + "\n"
+    text += "## t" + " " * 20_000 + "[priority=0.9]\nend\n"
+    blocks = parse_skill_file(write(tmp_path, "SKILL.md", text))
+    assert [b.name for b in blocks] == ["x_y", "z", "w", "t"]
+    assert blocks[3].priority == 0.9 and blocks[3].content == "## t\nend"
+
+
+def test_header_closing_hashes_and_hints_keep_their_meaning(tmp_path: Path) -> None:
+    text = "## Deploy ##\nA\n### Rules [priority=0.8, tags=a b] ###\nB\n#### Deep\nC\n"
+    blocks = parse_skill_file(write(tmp_path, "SKILL.md", text))
+    assert [(b.name, b.priority, b.tags) for b in blocks] == [
+        ("deploy", 0.9, ()),
+        ("rules", 0.8, ("a", "b")),
+    ]
+    assert blocks[0].content == "## Deploy\nA" and blocks[1].content.endswith("#### Deep\nC")
