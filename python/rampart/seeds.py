@@ -255,12 +255,15 @@ def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
         ) from None
 
 
-def _key_line(fm: list[str], key: str, first_line: int) -> int:
-    pat = re.compile(rf"^{re.escape(key)}\s*:")
+def _key_lines(fm: list[str], first_line: int) -> dict[str, int]:
+    """Line of the first top-level ``key:`` for each key, in one linear pass (a
+    scan per key was quadratic: 20 000 keys took 55 s)."""
+    out: dict[str, int] = {}
     for k, ln in enumerate(fm):
-        if pat.match(ln):
-            return first_line + k
-    return first_line
+        head, colon, _ = ln.partition(":")
+        if colon and head and not head[0].isspace():
+            out.setdefault(head.rstrip(), first_line + k)
+    return out
 
 
 def _first_nonblank(lines: list[str], start: int) -> str:
@@ -455,21 +458,20 @@ def _block_from_section(
         return SeedBlock(stem_name(path), content, default_priority, (), {}, str(path), 1)
     meta = dict(sec.meta)
     fm_first = sec.fm_line + 1
+    lines = _key_lines(sec.fm, fm_first)
     if "name" in meta:
-        name = _check_name(meta.pop("name"), path, _key_line(sec.fm, "name", fm_first))
+        name = _check_name(meta.pop("name"), path, lines.get("name", fm_first))
     elif first:
         name = stem_name(path)
     else:  # pragma: no cover - later sections are only recognised by their name
         raise ParseError("front matter has no name", path=path, line=sec.fm_line)
     priority = default_priority
     if "priority" in meta:
-        priority = _check_priority(
-            meta.pop("priority"), path, _key_line(sec.fm, "priority", fm_first)
-        )
-    tags = _check_tags(meta.pop("tags", None), path, _key_line(sec.fm, "tags", fm_first))
+        priority = _check_priority(meta.pop("priority"), path, lines.get("priority", fm_first))
+    tags = _check_tags(meta.pop("tags", None), path, lines.get("tags", fm_first))
     plain: dict[str, Any] = {}
     for k, v in meta.items():
-        plain.update(_plain({k: v}, path, _key_line(sec.fm, str(k), fm_first)))
+        plain.update(_plain({k: v}, path, lines.get(str(k), fm_first)))
     meta = plain
     return SeedBlock(name, content, priority, tags, meta, str(path), sec.fm_line)
 
