@@ -101,6 +101,13 @@ _LINES = st.sampled_from(
         "\x00",
         "\u2028",
         "\x85",
+        # Long runs: regex backtracking on one line is how parsers hang.
+        "## x" + " " * 3000 + "y",
+        "## x" + "#" * 3000,
+        "### t [" + " " * 3000,
+        "name:" + " " * 3000 + "x",
+        " " * 3000,
+        "`" * 3000,
     ]
 )
 _TEXT_LINE = st.text(
