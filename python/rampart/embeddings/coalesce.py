@@ -56,6 +56,8 @@ class Coalescer(Generic[T, R]):
         self._leaders = 0  # rounds running or handed over
 
     def submit(self, item: T) -> R:
+        """``run([..., item, ...])``'s result for ``item``, computed in one round with
+        the items of other callers waiting at the same time (blocks until ready)."""
         req: _Request[T, R] = _Request(item)
         with self._lock:
             if self._leaders < self._max_leaders:
