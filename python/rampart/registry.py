@@ -705,28 +705,25 @@ class BlockRegistry:
         if self._policy is None and self._replica is None:
             return self._core.evict_by_policy(n, threshold)
         # A custom policy, or a shared registry (whose access counts are partly
-        # local): decide here, then remove exactly the decided ids (SPEC §7).
+        # local): score here, then the core ranks, cuts and removes under one
+        # lock (skipping blocks another thread removed meanwhile); a shared
+        # registry journals the scores and every replica decides the same.
         policy = self._policy or _default_eviction_score
         blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
-        scored = []
-        for k, b in enumerate(blocks):
+        scores = []
+        for b in blocks:
             raw = policy(b)
             try:
-                s = _number(raw, "score", finite=False)  # numpy scalars too; NaN refused
+                scores.append(_number(raw, "score", finite=False))  # numpy scalars; NaN refused
             except InvalidArgumentError:
                 raise InvalidArgumentError(
                     f"eviction policy returned {raw!r:.60} for block {b!r}; expected a number"
                 ) from None
-            if threshold is None or s >= threshold:
-                scored.append((-s, k, b.runtime_id))
-        scored.sort()
-        doomed = [rid for _, _, rid in scored[: n if n is not None else len(scored)]]
-        (
-            self._core.evict_many(doomed)
-            if self._replica is None
-            else self._replica.submit("evict_many", (doomed,))
-        )
-        return doomed
+        ids = [b.runtime_id for b in blocks]
+        if self._replica is None:
+            return self._core.evict_scored(ids, scores, n, threshold)
+        removed: list[str] = self._replica.submit("evict_scored", (ids, scores, n, threshold))
+        return removed
 
     def rollback_trajectory(self, trajectory_id: str, *, by: BlockRegistry | None = None) -> int:
         """Remove the agent blocks of run ``trajectory_id`` written by this registry

@@ -77,14 +77,16 @@ pub enum Op {
         force: bool,
         actor: BlockId,
     },
-    /// A decided eviction (a policy's choice): the ids, checked as a whole.
-    EvictMany {
-        ids: Vec<BlockId>,
-        actor: BlockId,
-    },
     Rollback {
         trajectory: String,
         actor: BlockId,
+    },
+    /// A caller's eviction policy: its scores, ranked and cut at apply time
+    /// (`Registry::evict_scored`) against the state every replica has there.
+    EvictScored {
+        scored: Vec<(BlockId, f64)>,
+        limit: Option<u64>,
+        threshold: Option<f64>,
     },
     /// A snapshot as checkpoint bytes (old ids inside) and the new ids.
     Restore {
@@ -126,7 +128,7 @@ const MOVE_BY: u8 = 6;
 const MOVE_NEXT_TO: u8 = 7;
 const PROMOTE_GROUP: u8 = 8;
 const EVICT: u8 = 9;
-const EVICT_MANY: u8 = 10;
+const EVICT_SCORED: u8 = 10;
 const ROLLBACK: u8 = 11;
 const RESTORE: u8 = 12;
 const EMBED: u8 = 13;
@@ -293,15 +295,36 @@ pub fn encode_entry(origin: BlockId, op: &Op) -> Vec<u8> {
             w.u8(u8::from(*force));
             w.id(*actor);
         }
-        Op::EvictMany { ids, actor } => {
-            w.u8(EVICT_MANY);
-            w.ids(ids);
-            w.id(*actor);
-        }
         Op::Rollback { trajectory, actor } => {
             w.u8(ROLLBACK);
             w.str(trajectory);
             w.id(*actor);
+        }
+        Op::EvictScored {
+            scored,
+            limit,
+            threshold,
+        } => {
+            w.u8(EVICT_SCORED);
+            w.u32(scored.len() as u32);
+            for (id, score) in scored {
+                w.id(*id);
+                w.f64(*score);
+            }
+            match limit {
+                Some(n) => {
+                    w.u8(1);
+                    w.u64(*n);
+                }
+                None => w.u8(0),
+            }
+            match threshold {
+                Some(t) => {
+                    w.u8(1);
+                    w.f64(*t);
+                }
+                None => w.u8(0),
+            }
         }
         Op::Restore {
             snapshot,
@@ -584,14 +607,31 @@ pub fn decode_entry(buf: &[u8]) -> Result<(BlockId, Op)> {
             force: r.flag("an eviction")?,
             actor: r.id("an eviction")?,
         },
-        EVICT_MANY => Op::EvictMany {
-            ids: r.ids("an eviction")?,
-            actor: r.id("an eviction")?,
-        },
         ROLLBACK => Op::Rollback {
             trajectory: r.str("a rollback")?,
             actor: r.id("a rollback")?,
         },
+        EVICT_SCORED => {
+            let n = r.count("a scored eviction", 24)?;
+            let scored = (0..n)
+                .map(|_| Ok((r.id("a scored eviction")?, r.f64("a scored eviction")?)))
+                .collect::<Result<_>>()?;
+            let limit = if r.flag("a scored eviction")? {
+                Some(r.u64("a scored eviction")?)
+            } else {
+                None
+            };
+            let threshold = if r.flag("a scored eviction")? {
+                Some(r.f64("a scored eviction")?)
+            } else {
+                None
+            };
+            Op::EvictScored {
+                scored,
+                limit,
+                threshold,
+            }
+        }
         RESTORE => {
             let n = r.u64("a restore")? as usize;
             let snapshot = r.take(n, "a restore")?.to_vec();
@@ -676,10 +716,18 @@ impl Registry {
                 Outcome::Index(self.promote_group(&ids, position)?)
             }
             Op::Evict { id, force, actor } => Outcome::Evicted(self.evict(id, force, actor)?),
-            Op::EvictMany { ids, actor } => Outcome::Count(self.evict_many(&ids, actor)?),
             Op::Rollback { trajectory, actor } => {
                 Outcome::Count(self.rollback_trajectory(&trajectory, actor))
             }
+            Op::EvictScored {
+                scored,
+                limit,
+                threshold,
+            } => Outcome::Ids(self.evict_scored(
+                &scored,
+                limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                threshold,
+            )?),
             Op::Restore {
                 snapshot,
                 new_ids,

@@ -604,17 +604,44 @@ impl Registry {
         index.retain(|b| !doomed.contains(&Arc::as_ptr(b)));
     }
 
-    /// Remove the listed evictable blocks (a caller's own eviction policy). All
-    /// are checked first; on any error nothing is removed.
-    pub fn evict_many(&self, ids: &[BlockId], actor: BlockId) -> Result<usize> {
-        let mut st = self.write();
-        let blocks = self.distinct(ids, &st)?;
-        for b in &blocks {
-            self.check_evict(b, false, actor)?;
+    /// A caller's eviction policy, decided: `scored` pairs blocks (in the order
+    /// the policy saw them) with its scores. Under one write lock, the blocks
+    /// still present and evictable are ranked (highest score first, ties in the
+    /// given order), cut by `threshold` and `limit`, and removed. Blocks another
+    /// thread (or replica) removed meanwhile are skipped, not an error, so a
+    /// policy never fails half-way. Returns the removed ids, ranked.
+    pub fn evict_scored(
+        &self,
+        scored: &[(BlockId, f64)],
+        limit: Option<usize>,
+        threshold: Option<f64>,
+    ) -> Result<Vec<BlockId>> {
+        if let Some((id, _)) = scored.iter().find(|(_, s)| s.is_nan()) {
+            return Err(CoreError::InvalidArgument(format!(
+                "eviction policy score for block {} is NaN",
+                id.to_hyphenated()
+            )));
         }
-        let doomed = blocks.iter().map(Arc::as_ptr).collect();
+        let mut st = self.write();
+        let mut ranked: Vec<(f64, usize, Arc<Block>)> = scored
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| threshold.is_none_or(|t| *s >= t))
+            .filter_map(|(k, (id, s))| {
+                st.index
+                    .get(id)
+                    .filter(|b| b.evictable)
+                    .map(|b| (*s, k, Arc::clone(b)))
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        // A block listed twice counts once.
+        let mut seen = IdMap::default();
+        ranked.retain(|(_, _, b)| seen.insert(b.id, ()).is_none());
+        ranked.truncate(limit.unwrap_or(usize::MAX));
+        let doomed = ranked.iter().map(|(_, _, b)| Arc::as_ptr(b)).collect();
         Self::remove_where(&mut st, &doomed);
-        Ok(blocks.len())
+        Ok(ranked.into_iter().map(|(_, _, b)| b.id).collect())
     }
 
     /// Rank evictable blocks by the default policy (highest score first, ties in
@@ -1287,6 +1314,22 @@ mod tests {
         assert_eq!(names(&r), ["new", "b0", "b1"]);
         assert!(r.contains(new));
         assert!(!r.contains(old));
+    }
+
+    #[test]
+    fn evict_scored_skips_blocks_gone_meanwhile() {
+        let (r, ids) = reg_with(4);
+        let scored: Vec<(BlockId, f64)> = ids
+            .iter()
+            .zip([0.1, 0.9, 0.5, 0.9])
+            .map(|(i, s)| (*i, s))
+            .collect();
+        r.evict(ids[1], false, r.id()).unwrap(); // another thread got there first
+        let removed = r.evict_scored(&scored, Some(2), Some(0.2)).unwrap();
+        assert_eq!(removed, [ids[3], ids[2]]);
+        assert_eq!(names(&r), ["b0"]);
+        assert!(r.evict_scored(&[(ids[0], f64::NAN)], None, None).is_err());
+        assert_eq!(names(&r), ["b0"], "a refused call changes nothing");
     }
 
     #[test]

@@ -184,11 +184,14 @@ pub(super) fn entry<'py>(
                 actor: actor(reg, by),
             }
         }
-        "evict_many" => {
-            let (ids,): (Vec<String>,) = args.extract()?;
-            Op::EvictMany {
-                ids: parse_ids(py, core, ids)?,
-                actor: core.id(),
+        "evict_scored" => {
+            let (ids, scores, limit, threshold): (Vec<String>, Vec<f64>, Option<u64>, Option<f64>) =
+                args.extract()?;
+            let ids = parse_ids(py, core, ids)?;
+            Op::EvictScored {
+                scored: ids.into_iter().zip(scores).collect(),
+                limit,
+                threshold,
             }
         }
         "rollback" => {

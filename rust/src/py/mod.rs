@@ -849,10 +849,34 @@ impl PyRegistry {
             .map(|b| PyBlock(b, None))
             .py_err(py)
     }
-    fn evict_many(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<usize> {
+    /// A caller's policy decided: rank `ids` by `scores` and remove (see
+    /// `Registry::evict_scored`); returns the removed ids, ranked.
+    #[pyo3(signature = (ids, scores, limit, threshold))]
+    fn evict_scored(
+        &self,
+        py: Python<'_>,
+        ids: Vec<String>,
+        scores: Vec<f64>,
+        limit: Option<usize>,
+        threshold: Option<f64>,
+    ) -> PyResult<Vec<String>> {
+        if ids.len() != scores.len() {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidArgument(format!(
+                    "{} scores for {} blocks",
+                    scores.len(),
+                    ids.len()
+                )),
+            ));
+        }
         let ids = parse_ids(py, &self.0, ids)?;
-        let actor = self.0.id();
-        detach_if(py, self.heavy(), || self.0.evict_many(&ids, actor)).py_err(py)
+        let scored: Vec<(BlockId, f64)> = ids.into_iter().zip(scores).collect();
+        let removed = detach_if(py, self.heavy(), || {
+            self.0.evict_scored(&scored, limit, threshold)
+        })
+        .py_err(py)?;
+        Ok(removed.into_iter().map(BlockId::to_hyphenated).collect())
     }
     #[pyo3(signature = (limit, threshold))]
     fn evict_by_policy(
