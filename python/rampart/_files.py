@@ -182,7 +182,9 @@ def json_object(text: str, what: str) -> dict[str, Any]:
         raise FileProblem(f"{what} is not valid JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(value, dict):
         raise FileProblem(f"{what} must be a JSON object, got {type(value).__name__}")
-    if not _depth_at_most(value, MAX_SAVED_JSON_DEPTH):
+    # Nesting needs a bracket per level: text with few brackets needs no walk.
+    few = text.count("{") + text.count("[") <= MAX_SAVED_JSON_DEPTH
+    if not few and not _depth_at_most(value, MAX_SAVED_JSON_DEPTH):
         raise FileProblem(f"{what} nests deeper than {MAX_SAVED_JSON_DEPTH} levels")
     return value
 
