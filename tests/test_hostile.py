@@ -726,3 +726,15 @@ def test_many_front_matter_keys_report_their_own_lines(tmp_path: Path) -> None:
     fails_at(exc, p, 20_003)
     (b,) = parse_file(write(tmp_path, "ok.md", f"---\nname: x\n{keys}---\nbody\n"))
     assert len(b.metadata) == 20_000
+
+
+def test_skill_header_names_and_hint_tags_are_checked_with_the_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "SKILL.md", "## ok\nA\n## " + "n" * 70_000 + "\nB\n")
+    with pytest.raises(ParseError, match="name is 70000 bytes") as exc:
+        rampart.SeedRegistry.from_skill_file(p)
+    fails_at(exc, p, 3)
+    tags = " ".join(["t" * 1000] * 70)
+    p = write(tmp_path, "SKILL.md", f"## ok [tags={tags}]\nA\n")
+    with pytest.raises(ParseError, match="tags take") as exc:
+        parse_skill_file(p)
+    fails_at(exc, p, 1)

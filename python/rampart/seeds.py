@@ -673,7 +673,7 @@ def _parse_hint(hint: str, path: Path, line: int) -> tuple[float | None, tuple[s
                 ) from None
             priority = _check_priority(num, path, line)
         elif key == "tags":
-            tags = tuple(value.split())
+            tags = _check_tags(value.split(), path, line)
         else:
             raise ParseError(f"unknown header hint {key!r} (priority, tags)", path=path, line=line)
     return priority, tags
@@ -731,6 +731,7 @@ def _split_headers(text: str, path: Path, default_priority: float) -> list[SeedB
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name}_{seen[name]}"
+        name = _check_name(name, path, k + 1)
         body = "\n".join([f"{level} {title}", *lines[k + 1 : end]]).strip()
         blocks.append(
             SeedBlock(
