@@ -114,3 +114,93 @@ def test_no_request_is_a_paraphrase_of_a_description() -> None:
 
     described = set().union(*(runs(t.description) for t in tools))
     assert not [r["request"] for r in doc["requests"] if runs(r["request"]) & described]
+
+
+# ---- the optional gates (rampart.toolgate) -----------------------------------------
+
+
+def test_bm25_ranks_rare_shared_words_first() -> None:
+    from rampart.toolgate import BM25, terms
+
+    assert terms("listAllowedDirectories of the repo_path files") == [
+        "list",
+        "allow",
+        "directorie",
+        "repo",
+        "path",
+        "file",
+    ]
+    assert terms("branches staged class") == terms("branch stag class")
+    index = BM25(["Read a file from disk", "Switch git branches", "Read the commit logs"])
+    scores = index.scores("which branches exist in git?")
+    assert scores[1] > 0 and scores[0] == scores[2] == 0
+    assert BM25([]).scores("x") == []
+
+
+def gate_registry() -> rampart.BlockRegistry:
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Dates are written as ISO 8601.", "dates", "seed")
+    reg.load_tools(DATA / "mcp_git_tools.json")
+    reg.load_tools(DATA / "mcp_time_tools.json")
+    return reg
+
+
+def test_hybrid_gate_adds_normalised_bm25_to_the_cosine() -> None:
+    from rampart.toolgate import DenseGate, HybridGate
+
+    reg = gate_registry()
+    blocks = reg.list_blocks()
+    task = "convert a time between timezones"
+    dense = DenseGate(reg)(task, blocks)
+    assert dense == [reg.score_block(b.runtime_id, task) for b in blocks]
+    hybrid = HybridGate(reg, 0.5)
+    lexical = hybrid.lexical(task, blocks)
+    assert max(lexical) == 1.0 and min(lexical) >= 0.0
+    assert blocks[lexical.index(1.0)].semantic_name == "convert_time"
+    assert hybrid(task, blocks) == pytest.approx([d + 0.5 * x for d, x in zip(dense, lexical)])
+    assert HybridGate(reg, 0.0)(task, blocks) == dense
+    # Through compile, as a gate= callable; a new block rebuilds the index.
+    result = reg.compile(task_text=task, top_k=1, gate=hybrid, tools_in_prompt=False)
+    assert [t["function"]["name"] for t in result.tools()] == ["convert_time"]
+    reg.write_block("Convert every time to UTC between timezones first.", "utc-rule")
+    assert len(hybrid.lexical(task, reg.list_blocks())) == len(blocks) + 1
+    with pytest.raises(InvalidArgumentError, match="lexical_weight"):
+        HybridGate(reg, -1)
+    reg.release()
+
+
+def test_judge_gate_puts_the_models_picks_first() -> None:
+    from rampart.llm import OpenAIBackend
+    from rampart.toolgate import DenseGate, JudgeGate
+    from tests import fake_openai as fake
+
+    reg = gate_registry()
+    turns: list[Any] = [("git_log\nnot_a_tool\ngit_show\ngit_log", [])]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        backend = OpenAIBackend(server.base_url, "judge", native_tools=False)
+        judge = JudgeGate(backend, picks=3)
+        result = reg.compile(
+            task_text="who changed what lately?", top_k=2, gate=judge, tools_in_prompt=False
+        )
+        blocks = reg.list_blocks()
+        scores = JudgeGate(backend, fallback=DenseGate(reg))("who changed what?", blocks)
+        backend.close()
+        payload = server.payloads[0]
+    # The picks (unknown names ignored) outrank everything; tools() lists them in
+    # registry order. With a fallback, the other blocks keep their cosine scores.
+    assert [t["function"]["name"] for t in result.tools()] == ["git_log", "git_show"]
+    assert result.included == []
+    by_name = {b.semantic_name: s for b, s in zip(blocks, scores)}
+    assert by_name["git_log"] == 2.0 and by_name["git_show"] == 1.99
+    assert by_name["dates"] == reg.score_block(blocks[0].runtime_id, "who changed what?")
+    system = fake.system_text(payload)
+    assert "- git_status: Shows the working tree status" in system
+    assert "- convert_time: Convert time between timezones" in system
+    assert payload["messages"][-1]["content"] == "Request: who changed what lately?"
+    assert payload["temperature"] == 0.0
+    assert judge.last_reply.startswith("git_log")
+    with pytest.raises(InvalidArgumentError, match="picks"):
+        JudgeGate(backend, picks=0)
+    reg.release()
