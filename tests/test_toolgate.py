@@ -9,11 +9,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 import rampart
 from rampart import ToolSchema, parse_tools
 from rampart.errors import InvalidArgumentError
 from rampart.tools import tool_gate_text
+
 from tests.conftest import DATA, needs_model
 
 EVAL = DATA / "tool_gate_eval.json"
@@ -174,6 +174,7 @@ def test_hybrid_gate_adds_normalised_bm25_to_the_cosine() -> None:
 def test_judge_gate_puts_the_models_picks_first() -> None:
     from rampart.llm import OpenAIBackend
     from rampart.toolgate import DenseGate, JudgeGate
+
     from tests import fake_openai as fake
 
     reg = gate_registry()
