@@ -831,45 +831,6 @@ mod simd {
         }
     }
 
-    /// Four rows per pass (EXPERIMENT).
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn scan4_avx2(data: &[f32], dim: usize, q: &[f32], out: &mut [f32]) {
-        let rows = out.len();
-        assert!(data.len() >= rows * dim && q.len() == dim);
-        let pq = q.as_ptr();
-        let mut r = 0;
-        while r + 4 <= rows && dim % 16 == 0 {
-            let p0 = data.as_ptr().add(r * dim);
-            let p1 = p0.add(dim);
-            let p2 = p1.add(dim);
-            let p3 = p2.add(dim);
-            let mut acc = [_mm256_setzero_ps(); 8];
-            let mut i = 0;
-            while i + 16 <= dim {
-                let y0 = _mm256_loadu_ps(pq.add(i));
-                let y1 = _mm256_loadu_ps(pq.add(i + 8));
-                acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p0.add(i)), y0, acc[0]);
-                acc[1] = _mm256_fmadd_ps(_mm256_loadu_ps(p0.add(i + 8)), y1, acc[1]);
-                acc[2] = _mm256_fmadd_ps(_mm256_loadu_ps(p1.add(i)), y0, acc[2]);
-                acc[3] = _mm256_fmadd_ps(_mm256_loadu_ps(p1.add(i + 8)), y1, acc[3]);
-                acc[4] = _mm256_fmadd_ps(_mm256_loadu_ps(p2.add(i)), y0, acc[4]);
-                acc[5] = _mm256_fmadd_ps(_mm256_loadu_ps(p2.add(i + 8)), y1, acc[5]);
-                acc[6] = _mm256_fmadd_ps(_mm256_loadu_ps(p3.add(i)), y0, acc[6]);
-                acc[7] = _mm256_fmadd_ps(_mm256_loadu_ps(p3.add(i + 8)), y1, acc[7]);
-                i += 16;
-            }
-            out[r] = hsum(_mm256_add_ps(acc[0], acc[1]));
-            out[r + 1] = hsum(_mm256_add_ps(acc[2], acc[3]));
-            out[r + 2] = hsum(_mm256_add_ps(acc[4], acc[5]));
-            out[r + 3] = hsum(_mm256_add_ps(acc[6], acc[7]));
-            r += 4;
-        }
-        while r < rows {
-            out[r] = dot_avx2(&data[r * dim..(r + 1) * dim], q);
-            r += 1;
-        }
-    }
-
     /// int8 dot: |b| (unsigned) times a with b's sign, pairwise into i16
     /// (`maddubs`; |values| <= 127 so no pair saturates), then into i32.
     #[target_feature(enable = "avx2,fma")]
@@ -1083,21 +1044,13 @@ mod tests {
         let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
         let q = normalised(&q).into_owned();
         let view = e.view();
-        let mut res: Vec<Vec<f64>> = vec![vec![]; 4];
-        for _ in 0..15 {
-            for (k, (threads, four)) in [(1, false), (1, true), (2, false), (2, true)].iter().enumerate() {
-                let mut out = vec![0f32; view.rows];
-                let t = std::time::Instant::now();
-                view.for_segments_on(*threads, &mut out, |seg, out| unsafe {
-                    if *four { simd::scan4_avx2(&seg.data[..out.len() * dim], dim, &q, out) }
-                    else { simd::scan_avx2(&seg.data[..out.len() * dim], dim, &q, out) }
-                });
-                res[k].push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        for (k, name) in ["1t 2row", "1t 4row", "2t 2row", "2t 4row"].iter().enumerate() {
-            res[k].sort_by(|a, b| a.partial_cmp(b).unwrap());
-            eprintln!("EXP {name}: median {:.2} ms min {:.2}", res[k][7], res[k][0]);
+        for threads in [1, 2, 1, 2, 1, 2] {
+            let mut out = vec![0f32; view.rows];
+            let t = std::time::Instant::now();
+            view.for_segments_on(threads, &mut out, |seg, out| {
+                scan(&seg.data[..out.len() * dim], dim, &q, out)
+            });
+            eprintln!("float32 scan on {threads} thread(s): {:?}", t.elapsed());
         }
         for quantised in [false, true] {
             e.set_quantised(quantised);
