@@ -86,3 +86,22 @@ def test_registries_are_not_copied_behind_your_back() -> None:
     for fn in (copy.copy, copy.deepcopy):
         with pytest.raises(TypeError, match="snapshot"):
             fn(r)
+
+
+def test_one_label_table_for_errors_and_the_provenance_report(tmp_path) -> None:
+    """The report names an author exactly as the core's error messages do, also
+    for an author known only from a loaded file."""
+    planner = rampart.BlockRegistry(label="lbl-planner")
+    worker = rampart.BlockRegistry(label="lbl-worker")
+    rid = worker.write_block("plan", "plan", source="orchestrator", evictable=False, author=planner)
+    assert worker.provenance_report()[0]["author_label"] == "lbl-planner"
+    worker.save(tmp_path / "w.rampart")
+    planner_id = planner.registry_id
+    del planner
+    gc.collect()
+    loaded = rampart.BlockRegistry.load(tmp_path / "w.rampart", label="lbl-loaded")
+    row = loaded.provenance_report()[0]
+    assert row["author_id"] == planner_id and row["author_label"] == "lbl-planner"
+    with pytest.raises(rampart.EvictionError, match="lbl-planner"):
+        loaded.evict(loaded.get_by_name("plan")[0].runtime_id)
+    assert rid in worker

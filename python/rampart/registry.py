@@ -1401,8 +1401,6 @@ def _check_round_trip(text: str, blocks: Sequence[InstructionBlock], path: Path)
 
 
 def _label_of(registry_id: str) -> str | None:
-    with _LABELS_LOCK:
-        for label, reg in _LABELS.items():
-            if reg.registry_id == registry_id:
-                return label
-    return None
+    # The core's id -> label table: the one error messages read too (it also
+    # knows the authors a loaded file named).
+    return _core.label_of(registry_id)

@@ -39,10 +39,14 @@ fn directory() -> &'static RwLock<IdMap<Arc<str>>> {
 
 /// Label of a live registry, or its id when it is gone.
 pub fn label_of(id: BlockId) -> String {
-    match directory().read().get(&id) {
-        Some(l) => l.to_string(),
-        None => id.to_hyphenated(),
-    }
+    known_label(id).unwrap_or_else(|| id.to_hyphenated())
+}
+
+/// The label this process knows for registry `id` (a live registry, or an author
+/// named by a loaded file): the one id -> label table, which error messages and
+/// the façade's provenance report both read.
+pub fn known_label(id: BlockId) -> Option<String> {
+    directory().read().get(&id).map(|l| l.to_string())
 }
 
 /// Where a written block goes.
@@ -145,7 +149,15 @@ pub struct Registry {
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        directory().write().remove(&self.id);
+        // Only our own entry: a replica that replaced its core (a reload from a
+        // checkpoint) has already put the new core's entry under the same id.
+        let mut dir = directory().write();
+        if dir
+            .get(&self.id)
+            .is_some_and(|l| Arc::ptr_eq(l, &self.label))
+        {
+            dir.remove(&self.id);
+        }
     }
 }
 

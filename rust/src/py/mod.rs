@@ -1234,6 +1234,12 @@ fn decode_registry(py: Python<'_>, data: &[u8]) -> PyResult<PySaved> {
     Ok(saved(s, None))
 }
 
+/// The label this process knows for a registry id (None: unknown).
+#[pyfunction]
+fn label_of(registry_id: &str) -> Option<String> {
+    BlockId::parse(registry_id).and_then(crate::registry::known_label)
+}
+
 /// Tokens of `text` under cl100k_base (exact, offline).
 #[pyfunction]
 fn count_tokens(py: Python<'_>, text: &str) -> u32 {
@@ -1257,6 +1263,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySaved>()?;
     m.add_function(wrap_pyfunction!(decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(decode_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(label_of, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_tokens_many, m)?)?;
     Ok(())
