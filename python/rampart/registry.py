@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import datetime
-import itertools
 import json
 import os
-import sys
-import tempfile
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from rampart import _args, _core, _files
+from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
+from rampart._export import check_round_trip, seed_text
 from rampart._files import atomic_write
+from rampart._labels import claim_label, get_by_label, label_of, release_label
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
-from rampart.errors import InvalidArgumentError, ParseError, RampartError, RegistryFileError
+from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
 from rampart.seeds import (
     BlockSource,
     PathLike,
     SeedBlock,
     SeedRegistry,
     load_sources,
-    parse_markdown,
 )
 from rampart.tokens import Tokeniser, resolve_tokeniser
 
@@ -45,49 +40,6 @@ GateFn = Callable[[str, Sequence[InstructionBlock]], Sequence[float]]
 EvictionPolicy = Callable[[InstructionBlock], float]
 
 
-class EmbeddingModel(Protocol):
-    """What a registry's ``embedding_model`` must offer: ``encode(text)`` returning
-    one vector (any 1-d float sequence); ``encode_batch(texts)``, when present, is
-    used for batches. :class:`rampart.OnnxEmbedder` is one."""
-
-    def encode(self, text: str) -> Any:
-        """The embedding of ``text``, a 1-d sequence of floats of a fixed length."""
-        ...
-
-
-# ---- labels: process-unique, weak ---------------------------------------------------
-
-_LABELS: weakref.WeakValueDictionary[str, BlockRegistry] = weakref.WeakValueDictionary()
-_LABELS_LOCK = threading.Lock()
-_LABEL_COUNTER = itertools.count(1)
-
-
-def _claim_label(label: str | None, reg: BlockRegistry) -> str:
-    with _LABELS_LOCK:
-        if label is None:
-            while True:
-                label = f"registry-{next(_LABEL_COUNTER)}"
-                if label not in _LABELS:
-                    break
-        elif not isinstance(label, str) or not label:
-            raise InvalidArgumentError(f"label must be a non-empty string, got {label!r}")
-        _args.text(label, "label")
-        holder = _LABELS.get(label)
-        if holder is not None:
-            raise InvalidArgumentError(
-                f"label {label!r} is already held by registry {holder.registry_id}; "
-                "call release() on it or pick another label"
-            )
-        _LABELS[label] = reg
-        return label
-
-
-def get_by_label(label: str) -> BlockRegistry | None:
-    """The live registry holding ``label``, or None. Labels do not keep registries alive."""
-    with _LABELS_LOCK:
-        return _LABELS.get(label)
-
-
 # ---- argument checks (rampart._args) ----------------------------------------------------
 
 _int = _args.int_arg
@@ -101,36 +53,6 @@ _is_array = _args.is_array
 _vector = _args.vector
 _FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
-
-
-def _encode(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
-    """Embed ``texts`` with any model: (float32 bytes of the (n, dim) matrix, dim,
-    truncated flags). Uses the model's batch and truncation report when it has them."""
-    report = getattr(model, "encode_batch_report", None)
-    if report is not None:
-        vectors, truncated = report(texts)
-    else:
-        batch = getattr(model, "encode_batch", None)
-        vectors = batch(texts) if batch is not None else [model.encode(t) for t in texts]
-        truncated = [False] * len(texts)
-    if _is_array(vectors) and len(getattr(vectors, "shape", ())) == 2:
-        import numpy as np
-
-        arr = np.ascontiguousarray(vectors, dtype=np.float32)
-        if arr.shape[0] != len(texts):
-            raise RampartError(
-                f"embedding model returned {arr.shape[0]} vectors for {len(texts)} texts"
-            )
-        if not np.isfinite(arr).all():
-            raise RampartError("embedding model returned NaN or infinite values")
-        return arr.tobytes(), int(arr.shape[1]), [bool(t) for t in truncated]
-    rows = [_vector(v, "embedding model output") for v in vectors]
-    if len(rows) != len(texts):
-        raise RampartError(f"embedding model returned {len(rows)} vectors for {len(texts)} texts")
-    dims = {len(r) // 4 for r in rows}
-    if len(dims) > 1:
-        raise RampartError(f"embedding model returned vectors of different lengths {dims}")
-    return b"".join(rows), (dims.pop() if dims else 0), [bool(t) for t in truncated]
 
 
 class BlockRegistry:
@@ -179,14 +101,14 @@ class BlockRegistry:
             raise InvalidArgumentError("eviction_policy must be a callable(block) -> float")
         tok = resolve_tokeniser(tokeniser)
         self._tok: Tokeniser = tok
-        self._embedder: EmbeddingModel | None = _resolve_model(embedding_model)
+        self._embedder: EmbeddingModel | None = resolve_model(embedding_model)
         self._policy = eviction_policy
         self.default_max_tokens = default_max_tokens
         self._sep_cache: dict[str, int] = {}
         # One thread embeds pending blocks at a time; the others then find none.
         self._embed_lock = threading.Lock()
         self._queries: dict[tuple[int, str], bytes] = {}
-        self._core = _core.Registry(_claim_label(label, self))
+        self._core = _core.Registry(claim_label(label, self))
         # Set by BlockRegistry.open: mutations then go through the journal (SPEC §7).
         self._replica: Replica | None = None
         if quantise_embeddings:
@@ -307,14 +229,12 @@ class BlockRegistry:
     def embedding_model(self, model: EmbeddingModel | str | None) -> None:
         """Attach (or swap) the model that embeds blocks for the default gate.
         Stored vectors stay; use a model of the same dimension, or evict first."""
-        self._embedder = _resolve_model(model)
+        self._embedder = resolve_model(model)
         self._queries.clear()
 
     def release(self) -> None:
         """Free this registry's label for another registry (the registry stays usable)."""
-        with _LABELS_LOCK:
-            if _LABELS.get(self.label) is self:
-                del _LABELS[self.label]
+        release_label(self.label, self)
 
     def _drop(self) -> None:
         """Undo a construction that failed half-way (a load, a cold start): free the
@@ -781,7 +701,7 @@ class BlockRegistry:
                 return 0
             model = self._model()
             texts = [InstructionBlock(b).gate_text for b in pending]
-            matrix, dim, truncated = _encode(model, texts)
+            matrix, dim, truncated = encode_texts(model, texts)
             n = int(self._core.attach_embeddings(pending, matrix, dim, truncated))
             if self._replica is not None:
                 # Publish the vectors: other replicas need not run the model.
@@ -1107,7 +1027,7 @@ class BlockRegistry:
                     "runtime_id": b.runtime_id,
                     "source": b.source,
                     "author_id": b.author_id,
-                    "author_label": _label_of(b.author_id),
+                    "author_label": label_of(b.author_id),
                     "trajectory_id": b.trajectory_id,
                     "created_at": b.created_at,
                     "evictable": b.evictable,
@@ -1270,7 +1190,7 @@ class BlockRegistry:
         # it; of embedding models only the shared default one does (vectors
         # always do).
         model = (
-            "default" if self._embedder is not None and self._embedder is _default_model() else None
+            "default" if self._embedder is not None and self._embedder is default_model() else None
         )
         return (
             _unpickle,
@@ -1310,8 +1230,8 @@ class BlockRegistry:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        text = _seed_text(blocks)
-        _check_round_trip(text, blocks, p)
+        text = seed_text(blocks)
+        check_round_trip(text, blocks, p)
         atomic_write(p, text.encode("utf-8"))
         return len(blocks)
 
@@ -1322,85 +1242,9 @@ def _default_eviction_score(b: InstructionBlock) -> float:
     return 0.5 * (1.0 - b.priority) + 0.5 / (b.access_count + 1.0)
 
 
-def _resolve_model(model: Any) -> Any:
-    if isinstance(model, str):
-        if model != "default":
-            raise InvalidArgumentError(
-                f'embedding_model must be a model object or "default", got {model!r}'
-            )
-        from rampart.embeddings import default_embedder
-
-        return default_embedder()
-    if model is not None and not callable(getattr(model, "encode", None)):
-        raise InvalidArgumentError(
-            "embedding_model needs an encode(text) method (and optionally encode_batch)"
-        )
-    return model
-
-
-def _default_model() -> Any:
-    """The shared default embedder if it was created, without creating it."""
-    mod = sys.modules.get("rampart.embeddings")
-    return getattr(mod, "_DEFAULT", None) if mod is not None else None
-
-
 def _unpickle(
     data: bytes, tokeniser: Any, model: str | None, default_max_tokens: int | None
 ) -> BlockRegistry:
     return BlockRegistry._from_bytes(
         data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
     )
-
-
-def _seed_text(blocks: Sequence[InstructionBlock]) -> str:
-    parts = []
-    for b in blocks:
-        front: dict[str, Any] = {"name": b.semantic_name, "priority": b.priority}
-        if b.tags:
-            front["tags"] = list(b.tags)
-        front["source"] = b.source
-        if b.trajectory_id:
-            front["trajectory"] = b.trajectory_id
-        front["created"] = datetime.datetime.fromtimestamp(
-            b.created_at, datetime.timezone.utc
-        ).strftime("%Y-%m-%dT%H:%M:%SZ")
-        author = _label_of(b.author_id)
-        front["author"] = author if author is not None else b.author_id
-        for k, v in b.metadata.items():
-            front.setdefault(k, v)
-        head = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10**9)
-        parts.append(f"---\n{head}---\n\n{b.content.strip()}\n")
-    return "\n".join(parts)
-
-
-def _check_round_trip(text: str, blocks: Sequence[InstructionBlock], path: Path) -> None:
-    """Parse ``text`` with the seed parser and make sure every block comes back."""
-    with tempfile.TemporaryDirectory() as d:
-        probe = Path(d) / (path.stem + ".md")
-        probe.write_text(text, encoding="utf-8")
-        try:
-            back = parse_markdown(probe, default_priority=0.5)
-        except ParseError as e:
-            raise InvalidArgumentError(f"cannot export to {path}: {e}") from None
-    for i, b in enumerate(blocks):
-        got = back[i] if i < len(back) else None
-        if (
-            got is None
-            or got.name != b.semantic_name
-            or got.content != b.content.strip()
-            or got.priority != b.priority
-            or list(got.tags) != list(b.tags)
-        ):
-            raise InvalidArgumentError(
-                f"cannot export block {b.semantic_name!r} ({b.runtime_id}) to {path}: its "
-                "text does not survive the seed format (a line '---' followed by a "
-                "'name:' mapping starts a new block)"
-            )
-    if len(back) != len(blocks):
-        raise InvalidArgumentError(f"cannot export to {path}: the seed format split a block")
-
-
-def _label_of(registry_id: str) -> str | None:
-    # The core's id -> label table: the one error messages read too (it also
-    # knows the authors a loaded file named).
-    return _core.label_of(registry_id)

@@ -28,7 +28,8 @@ fn origin_id(py: Python<'_>, raw: &[u8]) -> PyResult<BlockId> {
 }
 
 fn actor(reg: &PyRegistry, by: Option<Bound<'_, PyRegistry>>) -> BlockId {
-    by.map(|r| r.get().0.id()).unwrap_or_else(|| reg.0.id())
+    by.map(|r| r.get().core.id())
+        .unwrap_or_else(|| reg.core.id())
 }
 
 /// Encode `kind(args…)` as an entry; `None` when there is nothing to append
@@ -41,7 +42,7 @@ pub(super) fn entry<'py>(
     args: &Bound<'py, PyTuple>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let origin = origin_id(py, origin)?;
-    let core = &reg.0;
+    let core = &reg.core;
     let id = |s: String| parse_id(py, core, &s);
     let op = match kind {
         "insert" => {
@@ -265,7 +266,7 @@ pub(super) fn apply<'py>(
     let me = origin_id(py, me)?;
     let heavy = entry.len() > 1 << 16;
     let outcome = super::detach_if(py, heavy, || {
-        decode_entry(entry).and_then(|(origin, op)| reg.0.apply(origin, op, me))
+        decode_entry(entry).and_then(|(origin, op)| reg.core.apply(origin, op, me))
     })
     .py_err(py)?;
     Ok(match outcome {

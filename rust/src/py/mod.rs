@@ -558,11 +558,15 @@ type SeedRow = (
 );
 
 #[pyclass(frozen, module = "rampart._core", name = "Registry")]
-pub struct PyRegistry(CoreRegistry, Mutex<Option<Memo>>);
+pub struct PyRegistry {
+    core: CoreRegistry,
+    /// The last ungated compile's prompt, reused while the generation holds.
+    memo: Mutex<Option<Memo>>,
+}
 
 impl PyRegistry {
     fn heavy(&self) -> bool {
-        self.0.len() > DETACH_ABOVE
+        self.core.len() > DETACH_ABOVE
     }
 
     /// The memo lookup for an ungated compile: `Some` when the registry has not
@@ -578,7 +582,7 @@ impl PyRegistry {
     ) -> Option<(Py<PyString>, CoreSelection)> {
         // Only ever locked while attached to the interpreter, and nothing inside
         // calls Python, so the GIL and this lock cannot wait on each other.
-        let memo = self.1.lock();
+        let memo = self.memo.lock();
         let m = memo.as_ref()?;
         if m.generation != generation
             || m.budget != budget
@@ -601,7 +605,8 @@ impl PyRegistry {
         Some((m.prompt.clone_ref(py), sel))
     }
     fn actor(&self, by: Option<&Bound<'_, PyRegistry>>) -> BlockId {
-        by.map(|r| r.get().0.id()).unwrap_or_else(|| self.0.id())
+        by.map(|r| r.get().core.id())
+            .unwrap_or_else(|| self.core.id())
     }
 }
 
@@ -622,21 +627,24 @@ impl PyRegistry {
                 }
             },
         };
-        Ok(PyRegistry(core, Mutex::new(None)))
+        Ok(PyRegistry {
+            core,
+            memo: Mutex::new(None),
+        })
     }
     #[getter]
     fn registry_id(&self) -> String {
-        self.0.id().to_hyphenated()
+        self.core.id().to_hyphenated()
     }
     #[getter]
     fn label(&self) -> &str {
-        self.0.label()
+        self.core.label()
     }
     fn __len__(&self) -> usize {
-        self.0.len()
+        self.core.len()
     }
     fn contains(&self, id: &str) -> bool {
-        BlockId::parse(id).is_some_and(|i| self.0.contains(i))
+        BlockId::parse(id).is_some_and(|i| self.core.contains(i))
     }
 
     #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author, embedding=None))]
@@ -684,7 +692,7 @@ impl PyRegistry {
         };
         let author = self.actor(author);
         let big = nb.token_count.is_none() && nb.content.len() > 1 << 16; // counted now
-        let id = detach_if(py, big, || self.0.insert(nb, author, pos)).py_err(py)?;
+        let id = detach_if(py, big, || self.core.insert(nb, author, pos)).py_err(py)?;
         // The id straight into a Python str: this call is the hot path of
         // shared-registry coordination.
         Ok(PyString::new(py, id.encode_hyphenated(&mut [0; 36])))
@@ -725,26 +733,26 @@ impl PyRegistry {
                 },
             )
             .collect();
-        let author = self.0.id();
+        let author = self.core.id();
         let ids = py
-            .detach(|| self.0.insert_many(blocks, author))
+            .detach(|| self.core.insert_many(blocks, author))
             .py_err(py)?;
         Ok(ids.into_iter().map(BlockId::to_hyphenated).collect())
     }
 
     fn get(&self, py: Python<'_>, id: &str) -> PyResult<PyBlock> {
-        let id = parse_id(py, &self.0, id)?;
-        self.0.get(id).map(|b| PyBlock(b, None)).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        self.core.get(id).map(|b| PyBlock(b, None)).py_err(py)
     }
     fn index_of(&self, py: Python<'_>, id: &str) -> PyResult<usize> {
-        let id = parse_id(py, &self.0, id)?;
-        self.0.index_of(id).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        self.core.index_of(id).py_err(py)
     }
     fn blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        views(py, self.0.order().iter().cloned())
+        views(py, self.core.order().iter().cloned())
     }
     fn runtime_ids(&self) -> Vec<String> {
-        self.0
+        self.core
             .order()
             .iter()
             .map(|b| b.id.to_hyphenated())
@@ -753,7 +761,11 @@ impl PyRegistry {
     fn find_by_name<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyList>> {
         views(
             py,
-            self.0.order().iter().filter(|b| b.name() == name).cloned(),
+            self.core
+                .order()
+                .iter()
+                .filter(|b| b.name() == name)
+                .cloned(),
         )
     }
     fn find_by_tags<'py>(
@@ -769,33 +781,33 @@ impl PyRegistry {
                 tags.iter().any(|t| b.has_tag(t))
             }
         };
-        views(py, self.0.order().iter().filter(hit).cloned())
+        views(py, self.core.order().iter().filter(hit).cloned())
     }
     fn view(&self) -> PyOrderView {
-        PyOrderView(self.0.order())
+        PyOrderView(self.core.order())
     }
 
     fn move_to(&self, py: Python<'_>, id: &str, position: i64) -> PyResult<usize> {
-        let id = parse_id(py, &self.0, id)?;
-        self.0.move_to(id, position).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        self.core.move_to(id, position).py_err(py)
     }
     fn move_by(&self, py: Python<'_>, id: &str, steps: i64) -> PyResult<usize> {
-        let id = parse_id(py, &self.0, id)?;
-        self.0.move_by(id, steps).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        self.core.move_by(id, steps).py_err(py)
     }
     fn move_next_to(&self, py: Python<'_>, id: &str, anchor: &str, after: bool) -> PyResult<usize> {
-        let id = parse_id(py, &self.0, id)?;
-        let anchor = parse_id(py, &self.0, anchor)?;
-        self.0.move_next_to(id, anchor, after).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        let anchor = parse_id(py, &self.core, anchor)?;
+        self.core.move_next_to(id, anchor, after).py_err(py)
     }
     fn promote_group(&self, py: Python<'_>, ids: Vec<String>, position: i64) -> PyResult<usize> {
-        let ids = parse_ids(py, &self.0, ids)?;
-        detach_if(py, self.heavy(), || self.0.promote_group(&ids, position)).py_err(py)
+        let ids = parse_ids(py, &self.core, ids)?;
+        detach_if(py, self.heavy(), || self.core.promote_group(&ids, position)).py_err(py)
     }
 
     fn update_priority(&self, py: Python<'_>, id: &str, priority: f64) -> PyResult<()> {
-        let id = parse_id(py, &self.0, id)?;
-        self.0.update_priority(id, priority).py_err(py)
+        let id = parse_id(py, &self.core, id)?;
+        self.core.update_priority(id, priority).py_err(py)
     }
     #[pyo3(signature = (id, prefix, suffix, tokens))]
     fn set_wrap(
@@ -806,7 +818,7 @@ impl PyRegistry {
         suffix: &str,
         tokens: Option<u32>,
     ) -> PyResult<()> {
-        let id = parse_id(py, &self.0, id)?;
+        let id = parse_id(py, &self.core, id)?;
         let wrap = if prefix.is_empty() && suffix.is_empty() {
             None
         } else {
@@ -817,7 +829,7 @@ impl PyRegistry {
                 tokens,
             })
         };
-        self.0.set_wrap(id, wrap).py_err(py)
+        self.core.set_wrap(id, wrap).py_err(py)
     }
     #[pyo3(signature = (id, content, token_count, by))]
     fn update_content(
@@ -828,9 +840,9 @@ impl PyRegistry {
         token_count: Option<u32>,
         by: Option<&Bound<'_, PyRegistry>>,
     ) -> PyResult<()> {
-        let id = parse_id(py, &self.0, id)?;
+        let id = parse_id(py, &self.core, id)?;
         let actor = self.actor(by);
-        self.0
+        self.core
             .update_content(id, content, token_count, actor)
             .py_err(py)
     }
@@ -843,9 +855,9 @@ impl PyRegistry {
         force: bool,
         by: Option<&Bound<'_, PyRegistry>>,
     ) -> PyResult<PyBlock> {
-        let id = parse_id(py, &self.0, id)?;
+        let id = parse_id(py, &self.core, id)?;
         let actor = self.actor(by);
-        detach_if(py, self.heavy(), || self.0.evict(id, force, actor))
+        detach_if(py, self.heavy(), || self.core.evict(id, force, actor))
             .map(|b| PyBlock(b, None))
             .py_err(py)
     }
@@ -870,10 +882,10 @@ impl PyRegistry {
                 )),
             ));
         }
-        let ids = parse_ids(py, &self.0, ids)?;
+        let ids = parse_ids(py, &self.core, ids)?;
         let scored: Vec<(BlockId, f64)> = ids.into_iter().zip(scores).collect();
         let removed = detach_if(py, self.heavy(), || {
-            self.0.evict_scored(&scored, limit, threshold)
+            self.core.evict_scored(&scored, limit, threshold)
         })
         .py_err(py)?;
         Ok(removed.into_iter().map(BlockId::to_hyphenated).collect())
@@ -886,7 +898,7 @@ impl PyRegistry {
         threshold: Option<f64>,
     ) -> Vec<String> {
         let ids = detach_if(py, self.heavy(), || {
-            self.0.evict_by_policy(limit, threshold)
+            self.core.evict_by_policy(limit, threshold)
         });
         ids.into_iter().map(BlockId::to_hyphenated).collect()
     }
@@ -899,11 +911,11 @@ impl PyRegistry {
     ) -> usize {
         let actor = self.actor(by);
         detach_if(py, self.heavy(), || {
-            self.0.rollback_trajectory(trajectory, actor)
+            self.core.rollback_trajectory(trajectory, actor)
         })
     }
     fn snapshot(&self, py: Python<'_>) -> PySnapshot {
-        PySnapshot(detach_if(py, self.heavy(), || self.0.snapshot()))
+        PySnapshot(detach_if(py, self.heavy(), || self.core.snapshot()))
     }
     #[pyo3(signature = (snapshot, by=None))]
     fn restore(
@@ -915,7 +927,7 @@ impl PyRegistry {
         let snap = &snapshot.get().0;
         let actor = self.actor(by);
         detach_if(py, snap.order.len() > DETACH_ABOVE, || {
-            self.0.restore(snap, actor)
+            self.core.restore(snap, actor)
         })
         .py_err(py)
     }
@@ -944,7 +956,7 @@ impl PyRegistry {
     }
     /// The whole registry as a checkpoint (save format + runtime ids).
     fn checkpoint_bytes<'py>(&self, py: Python<'py>, settings: &str) -> Bound<'py, PyBytes> {
-        let data = py.detach(|| self.0.checkpoint_bytes(settings));
+        let data = py.detach(|| self.core.checkpoint_bytes(settings));
         PyBytes::new(py, &data)
     }
 
@@ -975,7 +987,7 @@ impl PyRegistry {
         let (order, memo_key) = match view {
             Some(v) => (Arc::clone(&v.get().0), None),
             None => {
-                let (o, g) = self.0.order_and_generation();
+                let (o, g) = self.core.order_and_generation();
                 (o, (!gated && !dry_run && tools_in_prompt).then_some(g))
             }
         };
@@ -1005,7 +1017,7 @@ impl PyRegistry {
         // Same block versions emitted as last time: keep the prompt and the memo's
         // block list, move the memo to this generation.
         {
-            let mut memo = self.1.lock();
+            let mut memo = self.memo.lock();
             if let Some(m) = memo.as_mut() {
                 if m.same_prompt(&sel, sep).is_some() {
                     m.generation = g;
@@ -1024,7 +1036,7 @@ impl PyRegistry {
             Some(list) => list.iter().map(|s| s.as_ptr() as usize).collect(),
             None => Vec::new(),
         };
-        *self.1.lock() = Some(Memo {
+        *self.memo.lock() = Some(Memo {
             generation: g,
             budget,
             separator: sep.to_owned(),
@@ -1043,26 +1055,26 @@ impl PyRegistry {
 
     /// The whole registry in the file format of `persist.rs`.
     fn save_bytes<'py>(&self, py: Python<'py>, settings: &str) -> Bound<'py, PyBytes> {
-        let data = py.detach(|| self.0.save_bytes(settings));
+        let data = py.detach(|| self.core.save_bytes(settings));
         PyBytes::new(py, &data)
     }
     /// Fill this (empty) registry from a decoded file; returns the block count.
     fn install(&self, py: Python<'_>, saved: &Bound<'_, PySaved>) -> PyResult<usize> {
-        let taken = saved.get().0.lock().take();
+        let taken = saved.get().saved.lock().take();
         let Some(saved) = taken else {
             return Err(PyValueError::new_err(
                 "this decoded file was already installed",
             ));
         };
         let (saved, ids) = saved;
-        py.detach(|| self.0.install_as(saved, ids)).py_err(py)
+        py.detach(|| self.core.install_as(saved, ids)).py_err(py)
     }
 
     // ---- embeddings and the cosine gate ----------------------------------------
 
     /// Blocks that have no vector yet, registry order.
     fn unembedded<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let missing = detach_if(py, self.heavy(), || self.0.unembedded());
+        let missing = detach_if(py, self.heavy(), || self.core.unembedded());
         views(py, missing.into_iter())
     }
     /// Store the vectors of `blocks` (rows of `matrix`, float32 bytes, `dim` wide);
@@ -1093,25 +1105,27 @@ impl PyRegistry {
             .map(|((b, v), &t)| (Arc::clone(&b.0), v, t))
             .collect();
         detach_if(py, items.len() > DETACH_ABOVE, || {
-            self.0.attach_embeddings(&items)
+            self.core.attach_embeddings(&items)
         })
         .py_err(py)
     }
     fn set_embedding(&self, py: Python<'_>, id: &str, vector: &[u8]) -> PyResult<()> {
-        let id = parse_id(py, &self.0, id)?;
+        let id = parse_id(py, &self.core, id)?;
         let v = floats(py, vector, "embedding")?;
-        self.0.set_embedding(id, &v).py_err(py)
+        self.core.set_embedding(id, &v).py_err(py)
     }
     /// The stored vector of this block version, as float32 bytes.
     fn embedding<'py>(&self, py: Python<'py>, block: &PyBlock) -> Option<Bound<'py, PyBytes>> {
-        self.0.embedding_of(&block.0).map(|v| float_bytes(py, &v))
+        self.core
+            .embedding_of(&block.0)
+            .map(|v| float_bytes(py, &v))
     }
     /// (dimension, rows in use, bytes held, quantised).
     fn embedding_stats(&self) -> (usize, usize, usize, bool) {
-        self.0.embedding_stats()
+        self.core.embedding_stats()
     }
     fn set_quantised(&self, py: Python<'_>, on: bool) {
-        detach_if(py, self.heavy(), || self.0.set_quantised(on));
+        detach_if(py, self.heavy(), || self.core.set_quantised(on));
     }
     /// Stages 1–4 with the built-in cosine gate against `query` (float32 bytes).
     /// `None`: some block has no vector yet (embed `unembedded()` and retry).
@@ -1131,7 +1145,7 @@ impl PyRegistry {
     ) -> PyResult<Option<(Option<Bound<'py, PyString>>, PySelection)>> {
         let q = floats(py, query, "task_embedding")?;
         let sel = detach_if(py, self.heavy(), || {
-            let Some((order, gate)) = self.0.cosine_admission(&q, threshold, top_k)? else {
+            let Some((order, gate)) = self.core.cosine_admission(&q, threshold, top_k)? else {
                 return Ok(None);
             };
             let req = CompileRequest {
@@ -1162,59 +1176,67 @@ impl PyRegistry {
     ) -> PyResult<Option<Vec<(PyBlock, f64)>>> {
         let q = floats(py, query, "task_embedding")?;
         let ranked =
-            detach_if(py, self.heavy(), || self.0.rank(&q, top_k, threshold)).py_err(py)?;
+            detach_if(py, self.heavy(), || self.core.rank(&q, top_k, threshold)).py_err(py)?;
         Ok(ranked.map(|r| r.into_iter().map(|(b, s)| (PyBlock(b, None), s)).collect()))
     }
     /// Cosine score of one block; `None` if it has no vector yet.
     fn score(&self, py: Python<'_>, id: &str, query: &[u8]) -> PyResult<Option<f64>> {
-        let id = parse_id(py, &self.0, id)?;
+        let id = parse_id(py, &self.core, id)?;
         let q = floats(py, query, "task_embedding")?;
-        self.0.score(id, &q).py_err(py)
+        self.core.score(id, &q).py_err(py)
     }
 }
 
 /// A registry file decoded and checked, not yet in any registry.
 #[pyclass(frozen, module = "rampart._core", name = "SavedRegistry")]
-pub struct PySaved(
-    Mutex<Option<(SavedRegistry, Option<Vec<BlockId>>)>>,
-    String,
-    usize,
-    usize,
-    String,
-    BlockId,
-);
+pub struct PySaved {
+    /// Taken (once) by `Registry.install`; the ids when it came from a checkpoint.
+    saved: Mutex<Option<(SavedRegistry, Option<Vec<BlockId>>)>>,
+    label: String,
+    blocks: usize,
+    dim: usize,
+    settings: String,
+    registry_id: BlockId,
+}
 
 #[pymethods]
 impl PySaved {
     /// Label of the registry that was saved.
     #[getter]
     fn label(&self) -> &str {
-        &self.1
+        &self.label
     }
     fn __len__(&self) -> usize {
-        self.2
+        self.blocks
     }
     /// Embedding dimension (0: no vectors).
     #[getter]
     fn dim(&self) -> usize {
-        self.3
+        self.dim
     }
     /// The settings JSON the binding saved.
     #[getter]
     fn settings(&self) -> &str {
-        &self.4
+        &self.settings
     }
     /// Id of the registry that was saved.
     #[getter]
     fn registry_id(&self) -> String {
-        self.5.to_hyphenated()
+        self.registry_id.to_hyphenated()
     }
 }
 
 fn saved(saved: SavedRegistry, ids: Option<Vec<BlockId>>) -> PySaved {
     let (label, n, dim) = (saved.label.clone(), saved.blocks.len(), saved.dim);
     let (settings, id) = (saved.settings.clone(), saved.registry);
-    PySaved(Mutex::new(Some((saved, ids))), label, n, dim, settings, id)
+    PySaved {
+        saved: Mutex::new(Some((saved, ids))),
+        label,
+        blocks: n,
+        dim,
+        settings,
+        registry_id: id,
+    }
 }
 
 /// Decode and check a shared registry's checkpoint (`RegistryFileError` if bad);

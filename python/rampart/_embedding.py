@@ -1,0 +1,78 @@
+"""The registry's embedding plumbing: what an embedding model must offer, how
+"default" resolves, and turning any model's output into the float32 matrix the
+core stores (with the per-text truncation flags)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Protocol
+
+from rampart import _args
+from rampart.errors import InvalidArgumentError, RampartError
+
+__all__ = ["EmbeddingModel", "default_model", "encode_texts", "resolve_model"]
+
+_is_array = _args.is_array
+_vector = _args.vector
+
+
+class EmbeddingModel(Protocol):
+    """What a registry's ``embedding_model`` must offer: ``encode(text)`` returning
+    one vector (any 1-d float sequence); ``encode_batch(texts)``, when present, is
+    used for batches. :class:`rampart.OnnxEmbedder` is one."""
+
+    def encode(self, text: str) -> Any:
+        """The embedding of ``text``, a 1-d sequence of floats of a fixed length."""
+        ...
+
+
+def encode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
+    """Embed ``texts`` with any model: (float32 bytes of the (n, dim) matrix, dim,
+    truncated flags). Uses the model's batch and truncation report when it has them."""
+    report = getattr(model, "encode_batch_report", None)
+    if report is not None:
+        vectors, truncated = report(texts)
+    else:
+        batch = getattr(model, "encode_batch", None)
+        vectors = batch(texts) if batch is not None else [model.encode(t) for t in texts]
+        truncated = [False] * len(texts)
+    if _is_array(vectors) and len(getattr(vectors, "shape", ())) == 2:
+        import numpy as np
+
+        arr = np.ascontiguousarray(vectors, dtype=np.float32)
+        if arr.shape[0] != len(texts):
+            raise RampartError(
+                f"embedding model returned {arr.shape[0]} vectors for {len(texts)} texts"
+            )
+        if not np.isfinite(arr).all():
+            raise RampartError("embedding model returned NaN or infinite values")
+        return arr.tobytes(), int(arr.shape[1]), [bool(t) for t in truncated]
+    rows = [_vector(v, "embedding model output") for v in vectors]
+    if len(rows) != len(texts):
+        raise RampartError(f"embedding model returned {len(rows)} vectors for {len(texts)} texts")
+    dims = {len(r) // 4 for r in rows}
+    if len(dims) > 1:
+        raise RampartError(f"embedding model returned vectors of different lengths {dims}")
+    return b"".join(rows), (dims.pop() if dims else 0), [bool(t) for t in truncated]
+
+
+def resolve_model(model: Any) -> Any:
+    if isinstance(model, str):
+        if model != "default":
+            raise InvalidArgumentError(
+                f'embedding_model must be a model object or "default", got {model!r}'
+            )
+        from rampart.embeddings import default_embedder
+
+        return default_embedder()
+    if model is not None and not callable(getattr(model, "encode", None)):
+        raise InvalidArgumentError(
+            "embedding_model needs an encode(text) method (and optionally encode_batch)"
+        )
+    return model
+
+
+def default_model() -> Any:
+    """The shared default embedder if it was created, without creating it."""
+    mod = sys.modules.get("rampart.embeddings")
+    return getattr(mod, "_DEFAULT", None) if mod is not None else None
