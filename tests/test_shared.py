@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import rampart
-from conftest import ROOT, SEEDS
+from conftest import ROOT, SEEDS, needs_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymodel import ModelBlock, ModelRegistry
@@ -526,3 +526,28 @@ def test_cli_reads_and_compacts_a_shared_registry(sqlite_url: str) -> None:
     ):
         out = cli(*argv)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, (argv, out.stderr)
+
+
+@needs_model
+def test_vectors_travel_in_the_journal(sqlite_url: str) -> None:
+    """The writer embeds (off its write path) and publishes; a replica without
+    the model gets the very same vector, and gates with it."""
+    a = opened(sqlite_url, embedding_model="default", seeds=[SEEDS])
+    b = opened(sqlite_url)  # no model: it can only get vectors from the journal
+    try:
+        rid = a.write_agent_block("Always sign release tags with GPG.", "run-1")
+        b.sync()
+        deadline = time.monotonic() + 30
+        while b.embedding(rid) is None:
+            assert time.monotonic() < deadline, "the vector never arrived"
+            time.sleep(0.02)
+            b.sync()
+        va, vb = a.embedding(rid), b.embedding(rid)
+        assert va is not None and vb.tobytes() == va.tobytes()
+        assert all(b.embedding(x) is not None for x in b.runtime_ids())
+        q = rampart.default_embedder().encode("sign the release tag")
+        top = b.compile(task_embedding=q, top_k=1).included
+        assert top == [a.get_by_id(rid).semantic_name]
+    finally:
+        a.close()
+        b.close()
