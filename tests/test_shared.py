@@ -551,3 +551,21 @@ def test_vectors_travel_in_the_journal(sqlite_url: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_tool_schemas_load_once_for_every_replica(sqlite_url: str) -> None:
+    a = opened(sqlite_url)
+    b = opened(sqlite_url)
+    try:
+        ids = a.load_tools(ROOT / "tests" / "data" / "mcp_git_tools.json")
+        b.sync()
+        assert b.runtime_ids() == ids
+        assert b.get_by_id(ids[0]).tool_schema == a.get_by_id(ids[0]).tool_schema
+        wire = [t["function"]["name"] for t in b.compile(tools_in_prompt=False).tools("openai")]
+        assert wire == [a.get_by_id(i).semantic_name for i in ids]
+        a.evict(ids[0])
+        b.sync()
+        assert ids[0] not in b
+    finally:
+        a.close()
+        b.close()
