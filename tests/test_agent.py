@@ -574,3 +574,16 @@ def test_demo_checkers() -> None:
     assert not check_header("X = 1\n# SPDX-License-Identifier: MPL-2.0", run)[0]
     assert check_logging("from zorblax import log\nlog.info('x')", run)[0]
     assert not check_logging("print('x')\nlog.info('x')", run)[0]
+
+
+def test_demo_cli_against_a_server(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from rampart.cli import main as cli_main
+
+    with fake.FakeOpenAI(demo_model) as server:
+        argv = ["agent", "demo", "--base-url", server.base_url, "--model", "fake"]
+        argv += ["--seeds", "3", "--per-convention", "1", "--no-embed", "--no-ceiling"]
+        assert cli_main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gain after - before: +100.0%" in out and "4 held-out tasks" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["seed"] for r in summary["seeds"]] == [3] and "given_rules" not in summary["seeds"][0]
