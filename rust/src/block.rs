@@ -146,26 +146,6 @@ pub const MAX_NAME_BYTES: usize = u16::MAX as usize;
 /// Separates tags inside a block's text allocation (never valid in a tag).
 const TAG_SEP: char = '\u{1f}';
 
-/// A block's access counter, shared by all its versions. `journaled` is the part
-/// of `total` already published to a shared registry's journal (always equal to
-/// `total` in a local registry's eyes, which never reads it): a replica counts
-/// its compiles locally and publishes only the difference, in batches, so the
-/// compile path never touches the store (SPEC §7).
-#[derive(Debug, Default)]
-pub struct AccessCell {
-    total: AtomicU64,
-    journaled: AtomicU64,
-}
-
-impl AccessCell {
-    fn starting_at(n: u64) -> Arc<AccessCell> {
-        Arc::new(AccessCell {
-            total: AtomicU64::new(n),
-            journaled: AtomicU64::new(n),
-        })
-    }
-}
-
 /// Everything the caller decides about a block before it enters a registry.
 #[derive(Clone, Debug)]
 pub struct NewBlock {
@@ -231,7 +211,7 @@ pub struct Block {
     /// Shared by every version of the block (a priority, wrap or content change
     /// makes a new version), so a compile that emitted an older version still
     /// counts for the block: no increment is lost to a concurrent change.
-    access: Arc<AccessCell>,
+    access: Arc<AtomicU64>,
     name_len: u16,
     tags_len: u16,
     /// Row of this block's vector in the registry's embedding matrix
@@ -302,7 +282,7 @@ impl Block {
                 Some(Arc::new(extra))
             },
             priority: nb.priority,
-            access: AccessCell::starting_at(0),
+            access: Arc::new(AtomicU64::new(0)),
             token_count: AtomicU32::new(token_count.map_or(UNCOUNTED, |n| n.min(UNCOUNTED - 1))),
             wrap_tokens: 0,
             created_at: nb.created_at.unwrap_or_else(now_unix),
@@ -325,7 +305,7 @@ impl Block {
     ) -> Block {
         let mut b = Block::build(nb, author, Some(token_count));
         b.created_at = created_at;
-        b.access = AccessCell::starting_at(access);
+        b.access = Arc::new(AtomicU64::new(access));
         if wrap.is_some() {
             b = b.with_wrap(wrap);
         }
@@ -370,22 +350,14 @@ impl Block {
         self.extra.as_ref().and_then(|e| e.wrap.as_deref())
     }
     pub fn access_count(&self) -> u64 {
-        self.access.total.load(Ordering::Relaxed)
+        self.access.load(Ordering::Relaxed)
     }
     pub(crate) fn record_access(&self) {
-        self.access.total.fetch_add(1, Ordering::Relaxed);
+        self.access.fetch_add(1, Ordering::Relaxed);
     }
-    /// Accesses counted here and not yet published; marks them published.
-    /// Increments racing with this call stay unpublished for the next one.
-    pub(crate) fn take_unjournaled(&self) -> u64 {
-        let total = self.access.total.load(Ordering::Relaxed);
-        let before = self.access.journaled.swap(total, Ordering::Relaxed);
-        total.saturating_sub(before)
-    }
-    /// Accesses another replica published: counted and already journaled.
-    pub(crate) fn add_journaled(&self, n: u64) {
-        self.access.total.fetch_add(n, Ordering::Relaxed);
-        self.access.journaled.fetch_add(n, Ordering::Relaxed);
+    /// Add accesses counted elsewhere (another replica of a shared registry).
+    pub(crate) fn add_accesses(&self, n: u64) {
+        self.access.fetch_add(n, Ordering::Relaxed);
     }
     /// Tokens of the content (counted with cl100k_base on first use when the
     /// block was written without a count). Racing threads count the same text
@@ -430,7 +402,7 @@ impl Block {
         self.copy(self.id, Arc::clone(&self.access))
     }
 
-    fn copy(&self, id: BlockId, access: Arc<AccessCell>) -> Block {
+    fn copy(&self, id: BlockId, access: Arc<AtomicU64>) -> Block {
         Block {
             id,
             author: self.author,
@@ -454,7 +426,7 @@ impl Block {
     /// The same block as a new logical block (snapshot restore): fresh id, its
     /// own access counter starting at `access_count`.
     pub(crate) fn with_new_id(&self, id: BlockId, access_count: u64) -> Block {
-        self.copy(id, AccessCell::starting_at(access_count))
+        self.copy(id, Arc::new(AtomicU64::new(access_count)))
     }
     pub(crate) fn with_priority(&self, priority: f64) -> Block {
         let mut b = self.version();

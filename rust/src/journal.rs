@@ -683,13 +683,19 @@ impl Registry {
                 mut blocks,
             } => {
                 let nb = blocks.pop().expect("decoded with exactly one block");
-                Outcome::Id(self.insert(nb, author, position)?)
+                let id = self.insert(nb, author, position)?;
+                self.note_published([(id, 0)]);
+                Outcome::Id(id)
             }
             Op::Insert {
                 author,
                 position: None,
                 blocks,
-            } => Outcome::Ids(self.insert_many(blocks, author)?),
+            } => {
+                let ids = self.insert_many(blocks, author)?;
+                self.note_published(ids.iter().map(|id| (*id, 0)));
+                Outcome::Ids(ids)
+            }
             Op::UpdateContent {
                 id,
                 content,
@@ -761,16 +767,22 @@ impl Registry {
             )));
         }
         let mut entries = Vec::with_capacity(saved.blocks.len());
+        let mut counts = Vec::with_capacity(saved.blocks.len());
         let mut vectors = Vec::with_capacity(saved.blocks.len());
         for (mut sb, id) in saved.blocks.into_iter().zip(old_ids) {
             vectors.push(sb.block.embedding.take().map(|v| (v, sb.truncated)));
             sb.block.id = Some(id);
             let tokens = sb.block.token_count.unwrap_or(0);
             let access = sb.access;
+            counts.push(access);
             let b = Block::restored(sb.block, sb.author, tokens, sb.created_at, access, sb.wrap);
             entries.push((Arc::new(b), access));
         }
-        self.restore_blocks(entries, new_ids, None, Some(vectors), actor)
+        let published: Vec<(BlockId, u64)> = new_ids.iter().copied().zip(counts).collect();
+        self.restore_blocks(entries, new_ids, None, Some(vectors), actor)?;
+        // The restored counts are in the entry: the journal's, not this replica's.
+        self.note_published(published);
+        Ok(())
     }
 }
 

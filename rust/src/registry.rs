@@ -145,6 +145,11 @@ pub struct Registry {
     rows: Mutex<Option<(u64, Arc<Vec<u32>>)>>,
     /// Generation at which every block was known to have a vector.
     embedded_at: AtomicU64,
+    /// Shared registries only (`None` in a local one): per block, the access
+    /// count the journal holds, so a replica publishes only its own compiles'
+    /// accesses. Kept beside the blocks, not in them, so a local registry pays
+    /// no memory for it.
+    published: Mutex<Option<IdMap<u64>>>,
 }
 
 impl Drop for Registry {
@@ -219,6 +224,7 @@ impl Registry {
             state: RwLock::new(State::default()),
             rows: Mutex::new(None),
             embedded_at: AtomicU64::new(u64::MAX),
+            published: Mutex::new(None),
         }
     }
 
@@ -903,6 +909,7 @@ impl Registry {
                 )));
             }
         }
+        let keep_ids = ids.is_some();
         let mut ids = ids.map(Vec::into_iter);
         {
             let mut dir = directory().write();
@@ -947,6 +954,10 @@ impl Registry {
             st.index.insert(Arc::clone(b));
         }
         let n = built.len();
+        if keep_ids {
+            // A checkpoint: the counts it holds are the journal's.
+            self.note_published(built.iter().map(|b| (b.id, b.access_count())));
+        }
         Arc::make_mut(&mut st.order).extend(built);
         Ok(n)
     }
@@ -965,25 +976,50 @@ impl Registry {
 
     // ---- access counts of shared registries -----------------------------------
 
-    /// Per block, the accesses counted here since the last call (and not yet
-    /// published); blocks with none are left out. Registry order.
-    pub fn take_access_deltas(&self) -> Vec<(BlockId, u64)> {
-        let order = self.order();
-        order
-            .iter()
-            .filter_map(|b| {
-                let n = b.take_unjournaled();
-                (n > 0).then_some((b.id, n))
-            })
-            .collect()
+    /// Record what the journal already holds of these blocks' access counts
+    /// (blocks a journal entry or checkpoint just brought in): accesses beyond
+    /// it are this replica's own, still to publish.
+    pub fn note_published(&self, counts: impl IntoIterator<Item = (BlockId, u64)>) {
+        self.published
+            .lock()
+            .get_or_insert_with(IdMap::default)
+            .extend(counts);
     }
 
-    /// Add accesses another replica counted (blocks gone meanwhile are skipped).
+    /// Per block, the accesses counted here and not yet published (then marked
+    /// published); blocks with none are left out. Registry order. Empty for a
+    /// local registry, which never noted anything as published.
+    pub fn take_access_deltas(&self) -> Vec<(BlockId, u64)> {
+        let order = self.order();
+        let mut guard = self.published.lock();
+        let Some(published) = guard.as_mut() else {
+            return Vec::new();
+        };
+        let mut deltas = Vec::new();
+        // Rebuilt from the current order, so evicted blocks leave the table.
+        let mut now = IdMap::default();
+        for b in order.iter() {
+            let total = b.access_count();
+            let known = published.get(&b.id).copied().unwrap_or(total);
+            if total > known {
+                deltas.push((b.id, total - known));
+            }
+            now.insert(b.id, total);
+        }
+        *published = now;
+        deltas
+    }
+
+    /// Add accesses another replica counted and published (blocks gone
+    /// meanwhile are skipped).
     pub fn add_accesses(&self, deltas: &[(BlockId, u64)]) {
         let st = self.state.read();
+        let mut guard = self.published.lock();
+        let published = guard.get_or_insert_with(IdMap::default);
         for (id, n) in deltas {
             if let Some(b) = st.index.get(id) {
-                b.add_journaled(*n);
+                b.add_accesses(*n);
+                *published.entry(*id).or_insert(0) += *n;
             }
         }
     }
