@@ -569,3 +569,47 @@ def test_tool_schemas_load_once_for_every_replica(sqlite_url: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+def _valid_entries() -> list[bytes]:
+    reg = rampart.BlockRegistry.from_files([SEEDS], label=None)
+    core, origin = reg._core, b"\x01" * 16
+    rid = reg.runtime_ids()[0]
+    row = ("n", "text", 0.5, ["t"], None, None)
+    return [
+        core.journal_entry(origin, "insert_many", ([row], "seed", False, None)),
+        core.journal_entry(
+            origin,
+            "insert",
+            (("n", "c", 0.5, "agent", True, "run"), (["t"], None, None, 2, False, None, None)),
+        ),
+        core.journal_entry(origin, "promote_group", ([rid], 1)),
+        core.journal_entry(origin, "evict_scored", ([rid], [0.5], 1, 0.1)),
+        core.journal_entry(origin, "set_wrap", (rid, "<a>", "</a>", None)),
+        core.journal_entry(origin, "restore", (reg.snapshot()._snap, None)),
+    ]
+
+
+VALID = _valid_entries()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from(VALID),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=4),
+    cut=st.integers(0, 10**6),
+    junk=st.binary(max_size=64),
+)
+def test_journal_decoder_fuzz(base: bytes, flips: list[Any], cut: int, junk: bytes) -> None:
+    """Damaged, truncated or foreign entries: only rampart's typed errors, never a
+    crash, and a refused entry leaves the replica as it was."""
+    reg = rampart.BlockRegistry.from_files([SEEDS], label=None)
+    data = bytearray(base)
+    for at, x in flips:
+        data[at % len(data)] ^= x
+    data = data[: max(1, cut % (len(data) + 1))] + junk if cut % 3 == 0 else data
+    before = state(reg)
+    try:
+        reg._core.apply_entry(bytes(data), b"\x02" * 16)
+    except rampart.RampartError:
+        assert state(reg) == before
