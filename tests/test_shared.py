@@ -613,3 +613,18 @@ def test_journal_decoder_fuzz(base: bytes, flips: list[Any], cut: int, junk: byt
         reg._core.apply_entry(bytes(data), b"\x02" * 16)
     except rampart.RampartError:
         assert state(reg) == before
+
+
+def test_lone_surrogates_are_refused_before_the_journal(sqlite_url: str) -> None:
+    a = opened(sqlite_url)
+    try:
+        with pytest.raises(InvalidArgumentError, match="surrogate"):
+            a.write_block("text \ud800", "n")
+        with pytest.raises(InvalidArgumentError, match="surrogate"):
+            a.get_by_id("\ud800")
+        for find in (a.get_by_name, a.find_by_tag):
+            with pytest.raises(InvalidArgumentError, match="surrogate"):
+                find("\udfff")
+        assert a.position == 0 and len(a) == 0
+    finally:
+        a.close()

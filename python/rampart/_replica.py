@@ -158,7 +158,14 @@ class Replica:
         (or raise its error), as the local call would."""
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
-        entry = self._core().journal_entry(self.origin, kind, args)
+        try:
+            entry = self._core().journal_entry(self.origin, kind, args)
+        except UnicodeEncodeError as exc:
+            # A lone surrogate in a string argument: not text, refused like locally.
+            raise InvalidArgumentError(
+                f"shared registry {self.name!r}: {kind} got a string holding a lone "
+                f"surrogate at index {exc.start}, which is not text"
+            ) from None
         if entry is None:
             return None
         with self._lock:

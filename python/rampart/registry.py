@@ -585,7 +585,10 @@ class BlockRegistry:
     def index_of(self, runtime_id: str) -> int:
         """The block's position (0 = front of the prompt); :class:`BlockNotFoundError`
         if no block has that id."""
-        return self._core.index_of(runtime_id)
+        try:
+            return self._core.index_of(runtime_id)
+        except UnicodeEncodeError as exc:
+            raise _args.not_text(exc, runtime_id=runtime_id) from None
 
     # ---- evict / rollback ----------------------------------------------------------------
 
@@ -965,11 +968,14 @@ class BlockRegistry:
 
     def get_by_id(self, runtime_id: str) -> InstructionBlock:
         """The block with this runtime id; :class:`BlockNotFoundError` if none."""
-        return InstructionBlock(self._core.get(runtime_id))
+        try:
+            return InstructionBlock(self._core.get(runtime_id))
+        except UnicodeEncodeError as exc:
+            raise _args.not_text(exc, runtime_id=runtime_id) from None
 
     def get_by_name(self, semantic_name: str) -> list[InstructionBlock]:
         """All blocks with this name, registry order (names may repeat)."""
-        return [InstructionBlock(b) for b in self._core.find_by_name(semantic_name)]
+        return [InstructionBlock(b) for b in self._core.find_by_name(_text(semantic_name, "name"))]
 
     def find_by_tag(self, tag: str) -> list[InstructionBlock]:
         """Blocks carrying ``tag``, registry order.
@@ -978,12 +984,13 @@ class BlockRegistry:
             >>> [b.semantic_name for b in reg.find_by_tag("git")][:2]
             ['never_force_push', 'check_worktree_first']
         """
-        return [InstructionBlock(b) for b in self._core.find_by_tags([tag], False)]
+        return [InstructionBlock(b) for b in self._core.find_by_tags([_text(tag, "tag")], False)]
 
     def find_by_tags(self, tags: Iterable[str], match_all: bool = False) -> list[InstructionBlock]:
         """Blocks carrying any of ``tags`` (all of them with ``match_all``), registry
         order."""
-        return [InstructionBlock(b) for b in self._core.find_by_tags(_tags(tags), match_all)]
+        found = self._core.find_by_tags([_text(t, "tag") for t in _tags(tags)], match_all)
+        return [InstructionBlock(b) for b in found]
 
     def list_blocks(self) -> list[InstructionBlock]:
         """Every block, in registry order (index 0 first)."""
