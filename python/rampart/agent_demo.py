@@ -260,6 +260,9 @@ def run_demo(
     """Run the experiment; returns (and writes to ``out``/summary.json) per-seed held-out
     success before, after learning and with hand-written rules, and every run's row."""
     train, held = split(per_convention)
+    if not seeds:
+        raise InvalidArgumentError("run_demo needs at least one seed")
+    summary: dict[str, Any] = {}
     seeds_out = []
     t0 = time.perf_counter()
 
@@ -297,10 +300,13 @@ def run_demo(
             row["runs"]["given_rules"] = given
             say(f"seed {seed}: held-out with hand-written rules {_rate(given):.0%}")
         seeds_out.append(row)
-    summary = _summarise(seeds_out, model, per_convention, temperature, time.perf_counter() - t0)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        summary = _summarise(
+            seeds_out, model, per_convention, temperature, time.perf_counter() - t0
+        )
+        if out is not None:  # after every seed: a long run cut short keeps what it measured
+            out.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(summary, indent=2) + "\n"
+            (out / "summary.json").write_text(text, encoding="utf-8")
     return summary
 
 
