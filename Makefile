@@ -129,7 +129,7 @@ redis:
 			$(call logged,installing redis-server (apt-get),$(STAMPS)/redis.log,\
 				apt-get update -qq && \
 				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server); \
-		else echo "redis-server not found (not root: not installing it)"; fi; \
+		else echo "redis-server not found (installing it needs root and apt-get)"; fi; \
 	fi
 
 lint: setup
