@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rampart import _core
+from rampart import _core, _files
 from rampart.errors import (
     InvalidArgumentError,
     RampartError,
@@ -325,6 +325,10 @@ def _install_checkpoint(label: str, registry_id: str, data: bytes, name: str) ->
         raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
     if saved.registry_id != registry_id:
         raise RegistryFileError(f"shared registry {name!r}: checkpoint of another registry")
+    try:
+        _files.check_block_metadata(saved.block_metadata())
+    except _files.FileProblem as e:
+        raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
     core.install(saved)
     return core
 

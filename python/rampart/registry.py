@@ -1166,6 +1166,9 @@ class BlockRegistry:
         try:
             saved = _core.decode_registry(data)
             settings = _files.registry_settings(saved.settings)
+            # Block metadata is opaque to the core: checked before a registry
+            # exists, so that reading it later cannot fail.
+            _files.check_block_metadata(saved.block_metadata())
         except RegistryFileError as e:
             raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
         except _files.FileProblem as e:
@@ -1180,14 +1183,9 @@ class BlockRegistry:
         reg = cls(embedding_model, tok, label=label, **kwargs)
         try:
             reg._core.install(saved)
-            # Block metadata is opaque to the core: checked here, before the
-            # registry is handed out, so that reading it later cannot fail.
-            _files.check_block_metadata(reg._core.blocks())
-        except BaseException as e:
+        except BaseException:
             reg._drop()
             del reg  # this frame, kept by the traceback, no longer holds it
-            if isinstance(e, _files.FileProblem):
-                raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
             raise
         return reg
 

@@ -1219,6 +1219,20 @@ impl PySaved {
     fn settings(&self) -> &str {
         &self.settings
     }
+    /// `(index, name, metadata JSON)` of every block that has metadata, read
+    /// before anything is installed (the façade validates it: opaque to the core).
+    fn block_metadata(&self) -> Vec<(usize, String, String)> {
+        let guard = self.saved.lock();
+        let Some((saved, _)) = guard.as_ref() else {
+            return Vec::new();
+        };
+        saved
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| Some((k, b.block.name.clone(), b.block.meta.clone()?)))
+            .collect()
+    }
     /// Id of the registry that was saved.
     #[getter]
     fn registry_id(&self) -> String {
