@@ -22,6 +22,7 @@ from rampart.errors import (
     RampartError,
     RegistryFileError,
     SeedMutationError,
+    StoreUnavailableError,
     UnsupportedFormatError,
 )
 from rampart.openai_embedder import OpenAIEmbedder
@@ -54,6 +55,7 @@ __all__ = [
     "SeedMutationError",
     "SeedRegistry",
     "Snapshot",
+    "StoreUnavailableError",
     "ToolSchema",
     "UnsupportedFormatError",
     "__version__",
