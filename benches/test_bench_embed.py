@@ -5,7 +5,11 @@ picked), each next to its baseline in the same group:
   with rampart's default graph (onnxruntime com.microsoft fused ops) against the
   standard-op graph it builds for other providers;
 * session creation from the cache: the default weights-in-``.onnx.data`` layout
-  (memory-mapped by onnxruntime) against one self-contained ``.onnx`` file.
+  (memory-mapped by onnxruntime) against one self-contained ``.onnx`` file;
+* as a server embeds (issue 11): one new query on an idle machine and with a real
+  CPU-bound process running, and 8 threads each embedding new tasks, against a
+  session with onnxruntime's default options (rampart's before issue 11) and a
+  1-thread session, both one ``session.run`` per call.
 
     python -m pytest benches/test_bench_embed.py --benchmark-only -p no:cacheprovider -q
 

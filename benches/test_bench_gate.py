@@ -8,7 +8,9 @@ a million real embeddings would take hours to compute here.
 
 With the real model (skipped when it is not prepared): ``find_relevant`` over the
 31 seed blocks including the query embedding, and the cold start of ``seeds/``
-from files with embeddings.
+from files with embeddings; and at N = 100 000 the gate as a server runs it, right
+after an onnxruntime call and a numpy call (whose worker threads may still be
+spinning), and the whole path (embed a new task, then gate), against numpy.
 
     python -m pytest benches/test_bench_gate.py --benchmark-only -p no:cacheprovider -q
 """

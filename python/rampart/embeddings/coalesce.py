@@ -132,16 +132,29 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_LOADAVG: int | None = None  # an open descriptor of /proc/loadavg; -1: unavailable
+
+
 def free_cores() -> int | None:
     """Cores with nothing runnable on them right now, counting the caller's thread as
     free: ``usable_cores()`` minus the other runnable tasks of the whole machine.
 
     Read from the fourth field of Linux's ``/proc/loadavg`` (``runnable/total``, an
-    instantaneous count, ~10 µs); the load averages themselves lag by a minute.
+    instantaneous count); the load averages themselves lag by a minute. The file is
+    opened once and re-read with ``pread`` (~1 µs; opening it each time costs ~20–50).
     ``None`` where the count is unknown (other systems)."""
+    global _LOADAVG
+    fd = _LOADAVG
+    if fd is None:
+        try:
+            fd = os.open("/proc/loadavg", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            fd = -1
+        _LOADAVG = fd
+    if fd < 0:
+        return None
     try:
-        with open("/proc/loadavg", "rb") as f:
-            runnable = int(f.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
+        runnable = int(os.pread(fd, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
     return max(0, usable_cores() - max(0, runnable - 1))
