@@ -321,7 +321,11 @@ impl MatrixView {
     /// workers do not survive `fork()`, so a forked child (multiprocessing workers,
     /// pre-fork servers) that scans after its parent started the pool waits forever
     /// for them. Threads that serve one call cannot be lost that way, and they never
-    /// spin between calls against numpy's or onnxruntime's pools.
+    /// spin between calls against numpy's or onnxruntime's pools. A pool of our
+    /// own, parked on a condition variable and re-made in a forked child (pid
+    /// check), was tried: no faster within the noise of a loaded 2-core machine
+    /// (gate after an onnxruntime and a numpy call, 1.3-1.4× numpy either way), so
+    /// the simpler per-call threads stay.
     ///
     /// Why the caller never waits for a helper to start: on a busy machine a new
     /// thread may wait milliseconds for a core. The caller scans too, every thread
