@@ -77,6 +77,7 @@ class BM25:
         self._tf = [{w: d.count(w) for w in set(d)} for d in docs]
 
     def scores(self, query: str) -> list[float]:
+        """The BM25 score of every document for ``query``, in document order."""
         q = terms(query)
         out = []
         for tf, length in zip(self._tf, self._lengths):
@@ -119,6 +120,8 @@ class HybridGate:
         self._index: BM25 | None = None
 
     def lexical(self, task_text: str, blocks: Sequence[InstructionBlock]) -> list[float]:
+        """The BM25 part alone: each block's score for the task over the blocks'
+        gate texts, divided by the best (all zeros when no term matches)."""
         # Keyed on content (cheap to read); the gate text (a tool block's is parsed
         # from its schema) is computed only when the blocks changed.
         key = tuple((b.runtime_id, b.content) for b in blocks)
