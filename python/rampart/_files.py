@@ -148,12 +148,15 @@ def read_registry_bytes(path: Path) -> bytes:
                     f"it is truncated or has trailing bytes (header says {length} payload "
                     f"bytes, file holds {max(size - _HEADER - _TRAILER, 0)})"
                 )
-            rest = f.read(length + _TRAILER + 1)
+            # The whole file in one read into one buffer (`head + rest` would copy
+            # a large registry a second time); the header is read twice, 20 bytes.
+            f.seek(0)
+            data = f.read(size + 1)
         except OSError as exc:
             raise FileProblem(f"cannot read: {exc}") from None
-    if len(rest) != length + _TRAILER:  # it changed while being read
-        raise FileProblem("it changed size while being read")
-    return head + rest
+    if len(data) != size or data[:_HEADER] != head:  # it changed while being read
+        raise FileProblem("it changed while being read")
+    return data
 
 
 def _depth_at_most(value: Any, limit: int) -> bool:
