@@ -114,7 +114,7 @@ def test_near_duplicate_by_cosine_with_an_embedding_model(backends: Any) -> None
         agent = Agent(reg, model(server, backends), check=date_check, top_k=5)
         runs = [agent.run(f"Changelog line number {i} for 5 March 2025.") for i in range(3)]
     assert [r.lesson.updated for r in runs if r.lesson] == [False, True, False]
-    assert runs[1].lesson and runs[1].lesson.similarity and runs[1].lesson.similarity >= 0.85
+    assert runs[1].lesson and runs[1].lesson.similarity and runs[1].lesson.similarity >= 0.7
     assert sorted(b.content for b in agent.lessons()) == sorted(
         [RULE.replace("e.g.", "like"), other]
     )
