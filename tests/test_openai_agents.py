@@ -161,3 +161,19 @@ def test_task_from_the_context() -> None:
         RampartInstructions("not a registry")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="drop instructions="):
         RampartInstructions(rampart.BlockRegistry()).agent("a", instructions="x")
+
+
+def test_one_compile_per_turn_and_none_shared_between_runs() -> None:
+    reg = rampart.BlockRegistry()
+    reg.write_block("First rule.", "first")
+    instructions = RampartInstructions(reg)
+    run1 = agents.RunContextWrapper(context="same task")
+    first = instructions.compile(run1)
+    assert instructions.compile(run1) is first  # instructions and tool gate share it
+    reg.write_block("Second rule.", "second")
+    assert instructions.compile(run1) is first  # same turn: same compile
+    run1.usage.requests += 1  # the next model call of the run compiles again
+    assert "Second rule." in instructions.compile(run1).prompt
+    run2 = agents.RunContextWrapper(context="same task")  # a new run never reuses one
+    assert "Second rule." in instructions(run2, None)  # type: ignore[arg-type]
+    reg.release()

@@ -111,7 +111,9 @@ class RampartInstructions:
         self.preamble = preamble
         self._task = task or task_of
         self._lock = threading.Lock()
-        self._compiled: dict[tuple[int, str, int], CompileResult] = {}
+        # (id(run), task, model requests so far) -> (run, compile). The run itself is
+        # kept so that its id cannot be reused by a later run while the entry lives.
+        self._compiled: dict[tuple[int, str, int], tuple[Any, CompileResult]] = {}
 
     @property
     def gated(self) -> bool:
@@ -128,8 +130,8 @@ class RampartInstructions:
         key = (id(ctx), task, ctx.usage.requests)
         with self._lock:
             hit = self._compiled.get(key)
-        if hit is not None:
-            return hit
+        if hit is not None and hit[0] is ctx:
+            return hit[1]
         result = self.registry.compile(
             max_tokens=self.max_tokens,
             task_text=task if self.gated else None,
@@ -140,7 +142,7 @@ class RampartInstructions:
         with self._lock:
             if len(self._compiled) >= _KEEP:
                 self._compiled.clear()
-            self._compiled[key] = result
+            self._compiled[key] = (ctx, result)
         if isinstance(ctx.context, RampartTask):
             ctx.context.last = result
         return result
