@@ -88,6 +88,17 @@ def plan_batches(
     return batches
 
 
+def _abandon(session: Any) -> None:
+    """Never free ``session``: in a forked child its thread pool's workers do not
+    exist, and onnxruntime's destructor would wait for them forever (the hang
+    tests/test_fork.py guards against). The extra reference keeps it alive even
+    through interpreter shutdown; a child pays one session's memory for it."""
+    if session is not None:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(session))
+
+
 class OnnxEmbedder:
     """Sentence embeddings from an ONNX model on onnxruntime (CPU, or CUDA when usable).
 
@@ -301,6 +312,7 @@ class OnnxEmbedder:
         with self._state_lock:
             if self._pool_stale:
                 graph, where = self._graph
+                _abandon(self._session)
                 self._session = _make_session(graph, where, self.providers, True, self._threads)[0]
                 self._pool_stale = False
         return self._session, None if self._threads == 1 else self._pool_lock
