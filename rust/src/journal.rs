@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::block::{now_unix, Block, BlockId, NewBlock, Source, Wrap};
 use crate::error::{CoreError, Result};
 use crate::persist::{corrupt, decode, encode, put_floats, Entry, Reader, Writer};
-use crate::registry::{label_of, Position, Registry, Snapshot};
+use crate::registry::{authors_of, label_of, Position, Registry, Snapshot};
 
 pub const VERSION: u8 = 1;
 
@@ -258,15 +258,7 @@ pub fn encode_entry(origin: BlockId, op: &Op) -> Vec<u8> {
         Op::SetWrap { id, wrap } => {
             w.u8(SET_WRAP);
             w.id(*id);
-            match wrap {
-                Some(wr) => {
-                    w.u8(1);
-                    w.str(&wr.prefix);
-                    w.str(&wr.suffix);
-                    w.u32(wr.tokens);
-                }
-                None => w.u8(0),
-            }
+            w.wrap(wrap.as_ref());
         }
         Op::MoveTo { id, position } => {
             w.u8(MOVE_TO);
@@ -371,12 +363,7 @@ pub fn stamp(blocks: &mut [NewBlock]) {
 /// A snapshot as checkpoint bytes (the `save` format plus the old ids), for a
 /// journaled restore.
 pub fn snapshot_bytes(snap: &Snapshot) -> Vec<u8> {
-    let mut authors: Vec<(BlockId, String)> = vec![(snap.registry, label_of(snap.registry))];
-    for b in snap.order.iter() {
-        if !authors.iter().any(|(id, _)| *id == b.author) {
-            authors.push((b.author, label_of(b.author)));
-        }
-    }
+    let authors = authors_of(snap.registry, label_of(snap.registry), &snap.order);
     let entries: Vec<Entry<'_>> = snap
         .order
         .iter()
@@ -572,19 +559,10 @@ pub fn decode_entry(buf: &[u8]) -> Result<(BlockId, Op)> {
             id: r.id("a priority update")?,
             priority: r.f64("a priority update")?,
         },
-        SET_WRAP => {
-            let id = r.id("a wrap")?;
-            let wrap = if r.flag("a wrap")? {
-                Some(Wrap {
-                    prefix: r.str("a wrap")?.into_boxed_str(),
-                    suffix: r.str("a wrap")?.into_boxed_str(),
-                    tokens: r.u32("a wrap")?,
-                })
-            } else {
-                None
-            };
-            Op::SetWrap { id, wrap }
-        }
+        SET_WRAP => Op::SetWrap {
+            id: r.id("a wrap")?,
+            wrap: r.wrap("a wrap")?,
+        },
         MOVE_TO => Op::MoveTo {
             id: r.id("a move")?,
             position: r.i64("a move")?,
@@ -759,13 +737,7 @@ impl Registry {
         actor: BlockId,
     ) -> Result<()> {
         let (saved, old_ids) = decode_checkpoint(snapshot)?;
-        if saved.registry != self.id() {
-            return Err(CoreError::InvalidArgument(format!(
-                "snapshot was taken of registry '{}', not of registry '{}'",
-                label_of(saved.registry),
-                self.label()
-            )));
-        }
+        self.check_snapshot_of(saved.registry)?;
         let mut entries = Vec::with_capacity(saved.blocks.len());
         let mut counts = Vec::with_capacity(saved.blocks.len());
         let mut vectors = Vec::with_capacity(saved.blocks.len());

@@ -72,6 +72,18 @@ impl Writer {
         self.u32(s.len() as u32);
         self.0.extend_from_slice(s.as_bytes());
     }
+    /// A compile-time wrap: marker u8 (0 none, 1 some), prefix, suffix, tokens.
+    pub(crate) fn wrap(&mut self, wrap: Option<&Wrap>) {
+        match wrap {
+            Some(wr) => {
+                self.u8(1);
+                self.str(&wr.prefix);
+                self.str(&wr.suffix);
+                self.u32(wr.tokens);
+            }
+            None => self.u8(0),
+        }
+    }
     pub(crate) fn opt(&mut self, s: Option<&str>) {
         match s {
             Some(s) => {
@@ -126,15 +138,7 @@ pub fn encode(
         }
         w.opt(b.meta());
         w.opt(b.trajectory());
-        match b.wrap() {
-            Some(wr) => {
-                w.u8(1);
-                w.str(&wr.prefix);
-                w.str(&wr.suffix);
-                w.u32(wr.tokens);
-            }
-            None => w.u8(0),
-        }
+        w.wrap(b.wrap());
         w.0.extend_from_slice(&b.priority.to_le_bytes());
         w.u8(match b.source {
             Source::Seed => 0,
@@ -231,6 +235,17 @@ impl<'a> Reader<'a> {
             .map(str::to_owned)
             .map_err(|_| corrupt(&format!("{what} is not UTF-8")))
     }
+    pub(crate) fn wrap(&mut self, what: &str) -> Result<Option<Wrap>> {
+        match self.u8(what)? {
+            0 => Ok(None),
+            1 => Ok(Some(Wrap {
+                prefix: self.str(what)?.into_boxed_str(),
+                suffix: self.str(what)?.into_boxed_str(),
+                tokens: self.u32(what)?,
+            })),
+            _ => Err(corrupt(&format!("bad wrap marker in {what}"))),
+        }
+    }
     pub(crate) fn opt(&mut self, what: &str) -> Result<Option<String>> {
         match self.u8(what)? {
             0 => Ok(None),
@@ -305,15 +320,7 @@ pub fn decode(buf: &[u8]) -> Result<SavedRegistry> {
         }
         let meta = r.opt(&what)?;
         let trajectory = r.opt(&what)?;
-        let wrap = match r.u8(&what)? {
-            0 => None,
-            1 => Some(Wrap {
-                prefix: r.str(&what)?.into_boxed_str(),
-                suffix: r.str(&what)?.into_boxed_str(),
-                tokens: r.u32(&what)?,
-            }),
-            _ => return Err(corrupt(&format!("bad wrap marker in {what}"))),
-        };
+        let wrap = r.wrap(&what)?;
         let priority = f64::from_le_bytes(r.take(8, &what)?.try_into().unwrap());
         if !(0.0..=1.0).contains(&priority) {
             return Err(corrupt(&format!("{what} has priority {priority}")));

@@ -27,6 +27,7 @@ use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_
 use crate::compile::{compile, CompileRequest, GateInput, Order, Selection};
 use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, MatrixView};
 use crate::error::{CoreError, Result};
+use crate::journal::append_ids;
 use crate::persist::{encode, Entry, SavedRegistry};
 use crate::tokens::count_cl100k;
 
@@ -190,6 +191,22 @@ fn check_priority(p: f64) -> Result<()> {
             "priority must be a number in [0, 1], got {p}"
         )))
     }
+}
+
+/// The author table of a saved file: the registry itself first, then every
+/// other author of `order`, each once, with the label this process knows.
+pub(crate) fn authors_of(
+    registry: BlockId,
+    label: String,
+    order: &[Arc<Block>],
+) -> Vec<(BlockId, String)> {
+    let mut authors = vec![(registry, label)];
+    for b in order {
+        if !authors.iter().any(|(id, _)| *id == b.author) {
+            authors.push((b.author, label_of(b.author)));
+        }
+    }
+    authors
 }
 
 /// FNV-1a over a block's name and content: which text a published vector was
@@ -641,10 +658,9 @@ impl Registry {
             )));
         }
         let mut st = self.write();
-        let mut ranked: Vec<(f64, usize, Arc<Block>)> = scored
+        let candidates: Vec<(f64, usize, Arc<Block>)> = scored
             .iter()
             .enumerate()
-            .filter(|(_, (_, s))| threshold.is_none_or(|t| *s >= t))
             .filter_map(|(k, (id, s))| {
                 st.index
                     .get(id)
@@ -652,14 +668,7 @@ impl Registry {
                     .map(|b| (*s, k, Arc::clone(b)))
             })
             .collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        // A block listed twice counts once.
-        let mut seen = IdMap::default();
-        ranked.retain(|(_, _, b)| seen.insert(b.id, ()).is_none());
-        ranked.truncate(limit.unwrap_or(usize::MAX));
-        let doomed = ranked.iter().map(|(_, _, b)| Arc::as_ptr(b)).collect();
-        Self::remove_where(&mut st, &doomed);
-        Ok(ranked.into_iter().map(|(_, _, b)| b.id).collect())
+        Ok(Self::evict_ranked(&mut st, candidates, limit, threshold))
     }
 
     /// Rank evictable blocks by the default policy (highest score first, ties in
@@ -667,18 +676,33 @@ impl Registry {
     /// whose score is at least `threshold`. Returns the removed ids, ranked.
     pub fn evict_by_policy(&self, limit: Option<usize>, threshold: Option<f64>) -> Vec<BlockId> {
         let mut st = self.write();
-        let mut ranked: Vec<(f64, usize, Arc<Block>)> = st
+        let scored: Vec<(f64, usize, Arc<Block>)> = st
             .order
             .iter()
             .enumerate()
             .filter(|(_, b)| b.evictable)
             .map(|(i, b)| (default_eviction_score(b), i, Arc::clone(b)))
-            .filter(|(s, _, _)| threshold.is_none_or(|t| *s >= t))
             .collect();
+        Self::evict_ranked(&mut st, scored, limit, threshold)
+    }
+
+    /// Rank `scored` (score, tie-break order, block) highest score first, keep
+    /// those at or above `threshold`, the first `limit` of them, and remove them.
+    /// Returns their ids, ranked. The one ranking of every eviction policy.
+    fn evict_ranked(
+        st: &mut State,
+        mut ranked: Vec<(f64, usize, Arc<Block>)>,
+        limit: Option<usize>,
+        threshold: Option<f64>,
+    ) -> Vec<BlockId> {
+        ranked.retain(|(s, _, _)| threshold.is_none_or(|t| *s >= t));
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        // A block listed twice (a caller's scores) counts once, at its best rank.
+        let mut seen = IdMap::default();
+        ranked.retain(|(_, _, b)| seen.insert(b.id, ()).is_none());
         ranked.truncate(limit.unwrap_or(usize::MAX));
         let doomed = ranked.iter().map(|(_, _, b)| Arc::as_ptr(b)).collect();
-        Self::remove_where(&mut st, &doomed);
+        Self::remove_where(st, &doomed);
         ranked.into_iter().map(|(_, _, b)| b.id).collect()
     }
 
@@ -732,7 +756,7 @@ impl Registry {
         self.restore_blocks(entries, new_ids, Some(&snap.embeddings), None, actor)
     }
 
-    fn check_snapshot_of(&self, registry: BlockId) -> Result<()> {
+    pub(crate) fn check_snapshot_of(&self, registry: BlockId) -> Result<()> {
         if registry != self.id {
             return Err(CoreError::InvalidArgument(format!(
                 "snapshot was taken of registry '{}', not of registry '{}'",
@@ -858,12 +882,7 @@ impl Registry {
     }
 
     fn save_state(&self, st: &State, settings: &str) -> Vec<u8> {
-        let mut authors: Vec<(BlockId, String)> = vec![(self.id, self.label.to_string())];
-        for b in st.order.iter() {
-            if !authors.iter().any(|(id, _)| *id == b.author) {
-                authors.push((b.author, label_of(b.author)));
-            }
-        }
+        let authors = authors_of(self.id, self.label.to_string(), &st.order);
         let entries: Vec<Entry<'_>> = st
             .order
             .iter()
@@ -967,10 +986,7 @@ impl Registry {
     pub fn checkpoint_bytes(&self, settings: &str) -> Vec<u8> {
         let st = self.state.read();
         let mut out = self.save_state(&st, settings);
-        for b in st.order.iter() {
-            out.extend_from_slice(&b.id.0);
-        }
-        out.extend_from_slice(&(st.order.len() as u64).to_le_bytes());
+        append_ids(&mut out, st.order.iter().map(|b| b.id));
         out
     }
 
