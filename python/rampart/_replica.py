@@ -75,7 +75,6 @@ class Replica:
         self._lock = threading.RLock()
         self._outbox: list[bytes] = []
         self._outbox_lock = threading.Lock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._closed = False
         self._wrote = False
@@ -173,10 +172,8 @@ class Replica:
             result, error = self._apply(tail, own=seq)
         if seq % CHECKPOINT_EVERY == 0:
             self._checkpoint_due = seq
-            self._wake.set()
         if kind in ("insert", "insert_many", "update_content", "restore"):
             self._wrote = True
-            self._wake.set()
         if error is not None:
             raise error
         return result
@@ -187,7 +184,6 @@ class Replica:
         if entry is not None:
             with self._outbox_lock:
                 self._outbox.append(entry)
-            self._wake.set()
 
     def flush(self) -> None:
         """Append queued vectors and this replica's unpublished access counts."""
@@ -248,7 +244,6 @@ class Replica:
             log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
         self._closed = True
         self._stop.set()
-        self._wake.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5)
@@ -260,7 +255,6 @@ class Replica:
         # the new pid themselves).
         self._lock = threading.RLock()
         self._outbox_lock = threading.Lock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self.origin = os.urandom(16)
         if not self._closed:
@@ -331,14 +325,6 @@ def _install_checkpoint(label: str, registry_id: str, data: bytes, name: str) ->
         raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
     core.install(saved)
     return core
-
-
-def model_id(model: Any) -> str | None:
-    """What a registry records of its embedding model (None: no model)."""
-    if model is None:
-        return None
-    mid = getattr(model, "model_id", None)
-    return str(mid) if mid else f"{type(model).__module__}.{type(model).__qualname__}"
 
 
 def open_shared(

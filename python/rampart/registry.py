@@ -390,8 +390,10 @@ class BlockRegistry:
             ) from None
 
     def _write_shared(self, head: tuple[Any, ...], tail: tuple[Any, ...]) -> str:
-        # The same arguments as the local insert, in two halves (the journal
-        # encoder takes tuples of at most 12 items).
+        # The same arguments as the local insert in write_block, in two halves (the
+        # journal encoder takes tuples of at most 12 items). The conversions are
+        # written out twice on purpose: one shared argument tuple, star-called,
+        # made the local coordination write ~7 % slower (1.43 -> 1.54 us).
         name, content, priority, source, evictable, trajectory_id = head
         tags, position, author, embedding = tail
         assert self._replica is not None
