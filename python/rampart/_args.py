@@ -46,15 +46,21 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, bool) or (t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"))
 
 
+def _index(value: Any, what: str, wanted: str = "an int") -> int:
+    """``operator.index(value)`` (int, numpy integer, anything with ``__index__``),
+    bools refused; otherwise InvalidArgumentError saying ``what`` must be ``wanted``."""
+    if _is_bool(value):
+        raise InvalidArgumentError(f"{what} must be {wanted}, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be {wanted}, got {value!r}") from None
+
+
 def int_arg(value: Any, what: str, *, minimum: int | None = None) -> int:
     """An integer (int, numpy integer, anything with ``__index__``; not bool)."""
-    if _is_bool(value):
-        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
     if type(value) is not int:
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise InvalidArgumentError(f"{what} must be an int, got {value!r}") from None
+        value = _index(value, what)
     if minimum is not None and value < minimum:
         raise InvalidArgumentError(f"{what} must be >= {minimum}, got {value}")
     if value > MAX_INT:
@@ -64,13 +70,7 @@ def int_arg(value: Any, what: str, *, minimum: int | None = None) -> int:
 
 def clamped(value: Any, what: str) -> int:
     """A position or step: any integer, clamped to +-2**62."""
-    if _is_bool(value):
-        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise InvalidArgumentError(f"{what} must be an int, got {value!r}") from None
-    return max(-FAR, min(FAR, v))
+    return max(-FAR, min(FAR, _index(value, what)))
 
 
 def number(value: Any, what: str, *, finite: bool = True) -> float:
@@ -91,12 +91,7 @@ def number(value: Any, what: str, *, finite: bool = True) -> float:
 
 def check_budget(budget: Any) -> int:
     """A token budget: an int in [0, 2**63 - 1]."""
-    if _is_bool(budget):
-        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}")
-    try:
-        b = operator.index(budget)
-    except TypeError:
-        raise InvalidArgumentError(f"max_tokens must be an int >= 0, got {budget!r}") from None
+    b = _index(budget, "max_tokens", "an int >= 0")
     if b < 0 or b > MAX_INT:
         raise InvalidArgumentError(f"max_tokens must be an int in [0, 2**63 - 1], got {budget!r}")
     return int(b)
