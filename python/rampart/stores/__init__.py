@@ -25,12 +25,11 @@ import threading
 from typing import Protocol
 
 from rampart.errors import InvalidArgumentError
+from rampart.stores.base import Entries
 from rampart.stores.sqlite import SQLiteStore
 
 __all__ = ["Entries", "RedisStore", "SQLiteStore", "Store", "check_name", "open_store"]
 
-#: ``(seq, entry)`` pairs in journal order.
-Entries = list[tuple[int, bytes]]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 

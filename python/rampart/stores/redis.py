@@ -22,10 +22,10 @@ import threading
 from typing import Any
 
 from rampart.errors import InvalidArgumentError, StoreUnavailableError
+from rampart.stores.base import Entries
 
 __all__ = ["RedisStore"]
 
-Entries = list[tuple[int, bytes]]
 
 _APPEND = """
 local n = redis.call('INCR', KEYS[2])
@@ -87,7 +87,6 @@ class RedisStore:
             self._r = redis.Redis.from_url(url, **kwargs)
         except ValueError as e:
             raise InvalidArgumentError(f"bad Redis URL {url!r}: {e}") from None
-        self._scripts_lock = threading.Lock()
         self._append = self._r.register_script(_APPEND)
         self._create = self._r.register_script(_CREATE)
         self._checkpoint = self._r.register_script(_CHECKPOINT)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rampart.errors import InvalidArgumentError, StoreUnavailableError
+from rampart.stores.base import Entries
 
 __all__ = ["SQLiteStore"]
 
@@ -45,7 +46,6 @@ CREATE TABLE IF NOT EXISTS rampart_checkpoints(
     name TEXT PRIMARY KEY, seq INTEGER NOT NULL, data BLOB NOT NULL);
 """
 
-Entries = list[tuple[int, bytes]]
 
 # SQLite's own mutexes must not be held by another thread at fork(): the child
 # would wait on them forever. Every call into SQLite holds its store's gate, and
