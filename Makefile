@@ -119,12 +119,15 @@ test: export RAMPART_REQUIRE_REDIS = 1
 test: export RAMPART_REQUIRE_MCP = 1
 test: export RAMPART_REQUIRE_AGENTS = 1
 test: export RAMPART_REQUIRE_SDKS = 1
+test: export RAMPART_REQUIRE_LLAMA = 1
 # The three hypothesis fuzzers (seed parser, registry files, tool schemas) run
 # this many seconds each: together over a minute.
 test: export RAMPART_FUZZ_SECONDS = 20
 
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
-test: setup redis test-rust test-py probe-smoke lint
+# setup-probe comes before test-py, so the SmolLM2 smoke tests run inside the one
+# pytest run (with their switch on) instead of being skipped there and rerun.
+test: setup setup-probe redis test-rust test-py lint
 
 test-rust:
 	cargo test --release -q
