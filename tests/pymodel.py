@@ -28,6 +28,7 @@ class ModelBlock:
     wrap_tokens: int = 0
     access_count: int = 0
     tags: tuple[str, ...] = field(default_factory=tuple)
+    gated: bool = True
 
 
 class ModelRegistry:

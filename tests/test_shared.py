@@ -55,6 +55,7 @@ def state(reg: rampart.BlockRegistry) -> list[tuple[Any, ...]]:
                 b.access_count,
                 b.wrap_prefix,
                 b.wrap_suffix,
+                b.gated,
                 None if vec is None else vec.tobytes(),
             )
         )

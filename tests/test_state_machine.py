@@ -318,6 +318,17 @@ class RegistryMachine(RuleBasedStateMachine):
         assert self.reg.runtime_ids() == before, "priority never reorders"
 
     @precondition(lambda self: len(self.model.blocks) > 0)
+    @rule(data=st.data(), gated=st.booleans())
+    def set_gated(self, data, gated) -> None:
+        """SPEC §8: an ungated block is never removed by the gate; order unchanged."""
+        rid = self.pick_id(data)
+        before = self.reg.runtime_ids()
+        self.reg.set_gated(rid, gated)
+        self.model.blocks[rid].gated = gated
+        assert self.reg.get_by_id(rid).gated is gated
+        assert self.reg.runtime_ids() == before, "the gate flag never reorders"
+
+    @precondition(lambda self: len(self.model.blocks) > 0)
     @rule(data=st.data(), prefix=wrap_texts, suffix=wrap_texts)
     def set_wrap(self, data, prefix, suffix) -> None:
         rid = self.pick_id(data)
@@ -354,13 +365,18 @@ class RegistryMachine(RuleBasedStateMachine):
         admitted = None
         if gate:
             ids = self.model.ids()
+            gated = [self.model.blocks[i].gated for i in ids]
             scores = [gate_score(self.model.blocks[i].content) for i in ids]
+            # Ungated blocks pass whatever their score and take no top-k place.
             ok = [threshold is None or s >= threshold for s in scores]
             if top_k is not None:
-                cands = sorted((k for k in range(len(ids)) if ok[k]), key=lambda k: (-scores[k], k))
+                cands = sorted(
+                    (k for k in range(len(ids)) if ok[k] and gated[k]),
+                    key=lambda k: (-scores[k], k),
+                )
                 keep = set(cands[:top_k])
                 ok = [k in keep for k in range(len(ids))]
-            admitted = {i for i, a in zip(ids, ok) if a}
+            admitted = {i for i, a, g in zip(ids, ok, gated) if a or not g}
         prompt, included, excluded, total = self.model.compile(
             budget, sep_tokens, sep, admitted=admitted, count_access=count_access
         )
@@ -374,6 +390,24 @@ class RegistryMachine(RuleBasedStateMachine):
             for k, i in enumerate(inc_ids)
         ]
         return prompt, included, excluded, total, inc_ids, costs, admitted, sep_tokens
+
+    def _check_stable_prefix(self, res, inc_ids, costs, use_gate, separator) -> None:
+        """SPEC §8: the prefix ends before the first gated block when a gate ran."""
+        ids = self.model.ids()
+        first = next((k for k, i in enumerate(ids) if self.model.blocks[i].gated), None)
+        if not use_gate or first is None:
+            n_stable = len(inc_ids)
+        else:
+            n_stable = sum(1 for i in inc_ids if ids.index(i) < first)
+        assert res.stable_prefix_tokens == sum(costs[:n_stable])
+        parts = [
+            self.model.blocks[i].wrap_prefix
+            + self.model.blocks[i].content
+            + self.model.blocks[i].wrap_suffix
+            for i in inc_ids[:n_stable]
+        ]
+        assert res.stable_prefix == self.sep_of(separator).join(parts)
+        assert res.prompt.startswith(res.stable_prefix)
 
     def _check_report(self, report, inc_ids, admitted, budget, total, sep_tokens) -> None:
         ids = self.model.ids()
@@ -448,6 +482,8 @@ class RegistryMachine(RuleBasedStateMachine):
         assert sum(costs) == total
         if budget is not None:
             assert total <= budget
+        if not dry:
+            self._check_stable_prefix(res, inc_ids, costs, use_gate, separator)
         self._check_report(res.report, inc_ids, admitted, budget, total, sep_tokens)
         assert self.reg.runtime_ids() == before_ids, "compile never reorders"
 

@@ -46,6 +46,13 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, bool) or (t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"))
 
 
+def flag(value: Any, what: str) -> bool:
+    """A bool argument (numpy's bool too); anything else InvalidArgumentError."""
+    if _is_bool(value):
+        return bool(value)
+    raise InvalidArgumentError(f"{what} must be True or False, got {value!r}")
+
+
 def _index(value: Any, what: str, wanted: str = "an int") -> int:
     """``operator.index(value)`` (int, numpy integer, anything with ``__index__``),
     bools refused; otherwise InvalidArgumentError saying ``what`` must be ``wanted``."""

@@ -26,6 +26,8 @@ def seed_text(blocks: Sequence[InstructionBlock]) -> str:
         front: dict[str, Any] = {"name": b.semantic_name, "priority": b.priority}
         if b.tags:
             front["tags"] = list(b.tags)
+        if not b.gated:
+            front["gated"] = False
         front["source"] = b.source
         if b.trajectory_id:
             front["trajectory"] = b.trajectory_id
@@ -58,6 +60,7 @@ def check_round_trip(text: str, blocks: Sequence[InstructionBlock], path: Path) 
             or got.content != b.content.strip()
             or got.priority != b.priority
             or list(got.tags) != list(b.tags)
+            or got.gated != b.gated
         ):
             raise InvalidArgumentError(
                 f"cannot export block {b.semantic_name!r} ({b.runtime_id}) to {path}: its "

@@ -65,6 +65,13 @@ class InstructionBlock:
         return self._b.trajectory_id
 
     @property
+    def gated(self) -> bool:
+        """Whether the relevance gate may leave this block out (default True).
+        ``False``: only the budget can; such a block belongs in the task-independent
+        head that providers cache (SPEC §8)."""
+        return self._b.gated
+
+    @property
     def created_at(self) -> int:
         return self._b.created_at
 
@@ -177,13 +184,28 @@ class BlockReport:
     reason: str | None
     score: float | None  # relevance score when a gate ran
     detail: str
+    gated: bool = True  # False: the gate never removes it (SPEC §8)
 
 
 def _reports(sel: _core.Selection) -> list[BlockReport]:
     return [
-        BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail)
+        BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
         for (i, b, inc, cost, reason, score, detail) in sel.report()
     ]
+
+
+def _cache_notes(sel: _core.Selection) -> list[str]:
+    notes = []
+    boundary = sel.stable_boundary
+    if boundary is not None:
+        head = sel.view_block(boundary)
+        for b in sel.interruptions():
+            notes.append(
+                f"ungated block {b.semantic_name!r} ({b.runtime_id}) follows gated block "
+                f"{head.semantic_name!r} at position {boundary}: the stable prefix is "
+                "interrupted there (move it before the first gated block to cache it)"
+            )
+    return notes
 
 
 class CompileResult:
@@ -194,13 +216,39 @@ class CompileResult:
     saw, so a compile costs what it includes, not the size of the registry.
     """
 
-    __slots__ = ("_names", "_report", "_sel", "prompt")
+    __slots__ = ("_names", "_report", "_sel", "_sep", "prompt")
 
-    def __init__(self, prompt: str, sel: _core.Selection) -> None:
-        # Kept to three stores: this object is built on every compile.
+    def __init__(self, prompt: str, sel: _core.Selection, separator: str = "") -> None:
+        # Kept to four stores: this object is built on every compile.
         self.prompt = prompt
         self._sel = sel
+        self._sep = separator
         self._names: tuple[list[str], list[str]] | None = None
+
+    @property
+    def stable_prefix_tokens(self) -> int:
+        """Tokens of the prompt before the first block whose presence depends on
+        the task (a gated block, when a gate ran); the whole prompt without a gate.
+        What a provider's prompt cache can serve across tasks (SPEC §8)."""
+        return self._sel.stable_prefix_tokens
+
+    @property
+    def stable_prefix_chars(self) -> int:
+        """Length of that prefix in ``prompt`` (characters): ``prompt[:n]`` is the
+        same for every task; the rest starts with the separator."""
+        return self._sel.stable_prefix_chars(len(self._sep))
+
+    @property
+    def stable_prefix(self) -> str:
+        """``prompt[:stable_prefix_chars]``."""
+        return self.prompt[: self.stable_prefix_chars]
+
+    @property
+    def cache_notes(self) -> list[str]:
+        """Where the stable prefix is interrupted: an ungated block placed after
+        a gated one (it is sent every time, but after a part that changes, so no
+        cache serves it). Empty when the layout is cache-friendly."""
+        return _cache_notes(self._sel)
 
     @property
     def total_tokens(self) -> int:
@@ -257,6 +305,19 @@ class CompileResult:
         out, seen = [], set()
         # With tools_in_prompt=False the tools come only from tools_only_blocks().
         for b in [*self._sel.included_blocks(), *self._sel.tools_only_blocks()]:
+            schema = _tool_schema(b)
+            if schema is not None and schema.name not in seen:
+                seen.add(schema.name)
+                out.append(schema.to_format(format))
+        return out
+
+    def registry_tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Every tool block of the registry this compile saw, in registry order,
+        gated or not, in ``format``: a ``tools`` array that does not change with
+        the task (the adapters' ``tools="all"``; duplicates by name given once)."""
+        check_format(format)
+        out, seen = [], set()
+        for b in self._sel.tool_blocks():
             schema = _tool_schema(b)
             if schema is not None and schema.name not in seen:
                 seen.add(schema.name)

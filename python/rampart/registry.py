@@ -47,6 +47,7 @@ _clamped = _args.clamped
 _number = _args.number
 _check_budget = _args.check_budget
 _priority = _args.priority
+_flag = _args.flag
 _tags = _args.tags
 _text = _args.text
 _is_array = _args.is_array
@@ -197,14 +198,22 @@ class BlockRegistry:
 
     def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
         rows, tools = self._seed_rows(blocks)
-        return self._insert_many(rows, "seed", False, tools)
+        ungated = [not b.gated for b in blocks]
+        return self._insert_many(rows, "seed", False, tools, ungated if any(ungated) else None)
 
     def _insert_many(
-        self, rows: list[Any], source: str, evictable: bool, tools: list[bool] | None
+        self,
+        rows: list[Any],
+        source: str,
+        evictable: bool,
+        tools: list[bool] | None,
+        ungated: list[bool] | None = None,
     ) -> list[str]:
         if self._replica is None:
-            return self._core.insert_many(rows, source, evictable, tools)
-        ids: list[str] = self._replica.submit("insert_many", (rows, source, evictable, tools))
+            return self._core.insert_many(rows, source, evictable, tools, ungated)
+        ids: list[str] = self._replica.submit(
+            "insert_many", (rows, source, evictable, tools, ungated)
+        )
         return ids
 
     # ---- identity --------------------------------------------------------------------
@@ -331,6 +340,7 @@ class BlockRegistry:
         evictable: bool = True,
         author: BlockRegistry | None = None,
         embedding: Sequence[float] | None = None,
+        gated: bool = True,
     ) -> str:
         """Insert a block; returns its runtime id.
 
@@ -339,6 +349,8 @@ class BlockRegistry:
         *object* when one registry writes into another: it alone may later
         force-evict the block or change its content. ``embedding`` supplies the
         block's vector for the relevance gate instead of running the model.
+        ``gated=False``: the relevance gate never removes the block (only the budget
+        may): for task-independent text that belongs in the cached head (SPEC §8).
         """
         # Coordination writes are hot (one per message between agents): the common
         # argument types are checked inline, anything else by the full checks.
@@ -359,10 +371,12 @@ class BlockRegistry:
             _text(trajectory_id, "trajectory_id")
         if not (type(priority) is float and 0.0 <= priority <= 1.0):
             priority = _priority(priority)
+        if gated is not True:
+            gated = _flag(gated, "gated")
         if self._replica is not None:
             return self._write_shared(
                 (semantic_name, content, priority, source, evictable, trajectory_id),
-                (tags, position, author, embedding),
+                (tags, position, author, embedding, gated),
             )
         try:
             return self._core.insert(
@@ -379,6 +393,7 @@ class BlockRegistry:
                 source == "orchestrator",
                 None if author is None else author._core,
                 None if embedding is None else _vector(embedding, "embedding"),
+                gated,
             )
         except UnicodeEncodeError as e:  # free on the hot path; rare enough to look here
             raise _args.not_text(
@@ -395,7 +410,7 @@ class BlockRegistry:
         # written out twice on purpose: one shared argument tuple, star-called,
         # made the local coordination write ~7 % slower (1.43 -> 1.54 us).
         name, content, priority, source, evictable, trajectory_id = head
-        tags, position, author, embedding = tail
+        tags, position, author, embedding, gated = tail
         assert self._replica is not None
         rid: str = self._replica.submit(
             "insert",
@@ -416,6 +431,7 @@ class BlockRegistry:
                     source == "orchestrator",
                     None if author is None else author._core,
                     None if embedding is None else _vector(embedding, "embedding"),
+                    gated,
                 ),
             ),
         )
@@ -465,6 +481,16 @@ class BlockRegistry:
             self._core.update_priority(runtime_id, _priority(priority))
             if self._replica is None
             else self._replica.submit("update_priority", (runtime_id, _priority(priority)))
+        )
+
+    def set_gated(self, runtime_id: str, flag: bool) -> None:
+        """Let the relevance gate leave the block out (``True``, the default) or
+        not (``False``: only the budget may). Allowed on any block, like priority."""
+        gated = _flag(flag, "flag")
+        (
+            self._core.set_gated(runtime_id, gated)
+            if self._replica is None
+            else self._replica.submit("set_gated", (runtime_id, gated))
         )
 
     def set_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
@@ -926,7 +952,7 @@ class BlockRegistry:
             if n is None:
                 n = self._sep_tokens(sep)
             prompt, sel = self._core.compile(budget, sep, n)
-            return CompileResult(prompt or "", sel)
+            return CompileResult(prompt or "", sel, sep)
         prompt, sel = self._select(
             max_tokens,
             task_text,
@@ -938,7 +964,9 @@ class BlockRegistry:
             False,
             tools_in_prompt,
         )
-        return CompileResult(prompt or "", sel)
+        return CompileResult(
+            prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
+        )
 
     def compile_dry_run(
         self,
@@ -1076,6 +1104,7 @@ class BlockRegistry:
         priority: float = 0.5,
         tags: Iterable[str] | None = None,
         evictable: bool = True,
+        gated: bool = True,
     ) -> list[str]:
         """Append one block per tool definition; returns their runtime ids, in order.
 
@@ -1089,9 +1118,11 @@ class BlockRegistry:
         need; ``evictable=False`` pins them (then only this registry, with
         ``force=True``, removes them). All or nothing: every definition is
         validated, and a name already loaded here refused, before any block is
-        written.
+        written. ``gated=False``: the relevance gate never drops these tools, so a
+        ``tools`` array built from them stays byte-stable across tasks (SPEC §8).
         """
         p = _priority(priority)
+        ungated = not _flag(gated, "gated")
         extra = [t for t in _tags(tags) if t != "tool"]
         schemas = parse_tools(tools)
         # Every block, not just those tagged "tool": a seed file may declare a tool too.
@@ -1109,7 +1140,13 @@ class BlockRegistry:
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)
         ]
-        return self._insert_many(rows, "seed", bool(evictable), [True] * len(rows))
+        return self._insert_many(
+            rows,
+            "seed",
+            bool(evictable),
+            [True] * len(rows),
+            [ungated] * len(rows) if ungated else None,
+        )
 
     # ---- persistence --------------------------------------------------------------------
 

@@ -143,6 +143,8 @@ class SeedBlock:
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     path: str = ""
     line: int = 1
+    #: ``gated: false`` in front matter: the relevance gate never drops it (SPEC §8).
+    gated: bool = True
 
     @property
     def description(self) -> str | None:
@@ -469,11 +471,20 @@ def _block_from_section(
     if "priority" in meta:
         priority = _check_priority(meta.pop("priority"), path, lines.get("priority", fm_first))
     tags = _check_tags(meta.pop("tags", None), path, lines.get("tags", fm_first))
+    gated = True
+    if "gated" in meta:
+        gated = meta.pop("gated")
+        if not isinstance(gated, bool):
+            raise ParseError(
+                f"gated must be true or false, got {_short(gated)}",
+                path=path,
+                line=lines.get("gated", fm_first),
+            )
     plain: dict[str, Any] = {}
     for k, v in meta.items():
         plain.update(_plain({k: v}, path, lines.get(str(k), fm_first)))
     meta = plain
-    return SeedBlock(name, content, priority, tags, meta, str(path), sec.fm_line)
+    return SeedBlock(name, content, priority, tags, meta, str(path), sec.fm_line, gated)
 
 
 def _default_priority(path: Path, default: float | None) -> float:

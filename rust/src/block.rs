@@ -159,6 +159,8 @@ pub struct NewBlock {
     pub meta: Option<String>,
     /// A tool-schema block (see `Block::tool`).
     pub tool: bool,
+    /// Whether the relevance gate may leave it out (see `Block::gated`).
+    pub gated: bool,
     /// A precomputed vector for the relevance gate, stored with the block in the
     /// same write.
     pub embedding: Option<Vec<f32>>,
@@ -184,6 +186,7 @@ impl NewBlock {
             tags: Vec::new(),
             meta: None,
             tool: false,
+            gated: true,
             embedding: None,
             token_count: None,
             id: None,
@@ -234,6 +237,10 @@ pub struct Block {
     /// A tool-schema block: with `tools_in_prompt == false` it counts only
     /// toward the compile's tools list, not the prompt or its budget.
     pub tool: bool,
+    /// `false`: the relevance gate never removes it (only the budget may), so a
+    /// task-independent head stays byte-stable for the providers' prompt caches
+    /// (SPEC §8). Fits in the padding after `tool`: no size cost.
+    pub gated: bool,
     /// Filled at most once, on first use; a changed block is a new `Block` and
     /// starts empty, so the cache can never go stale.
     attachment: OnceLock<Box<Attachment>>,
@@ -289,6 +296,7 @@ impl Block {
             source: nb.source,
             evictable: nb.evictable,
             tool: nb.tool,
+            gated: nb.gated,
             attachment: OnceLock::new(),
         }
     }
@@ -419,6 +427,7 @@ impl Block {
             source: self.source,
             evictable: self.evictable,
             tool: self.tool,
+            gated: self.gated,
             attachment: OnceLock::new(),
         }
     }
@@ -427,6 +436,11 @@ impl Block {
     /// own access counter starting at `access_count`.
     pub(crate) fn with_new_id(&self, id: BlockId, access_count: u64) -> Block {
         self.copy(id, Arc::new(AtomicU64::new(access_count)))
+    }
+    pub(crate) fn with_gated(&self, gated: bool) -> Block {
+        let mut b = self.version();
+        b.gated = gated;
+        b
     }
     pub(crate) fn with_priority(&self, priority: f64) -> Block {
         let mut b = self.version();

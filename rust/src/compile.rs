@@ -53,6 +53,33 @@ pub struct Selection {
     pub total_tokens: u64,
     pub sep_tokens: u32,
     pub budget: Option<u64>,
+    /// The stable prefix (SPEC §8): the first `stable.blocks` included blocks,
+    /// `stable.tokens` tokens, end before the first block whose presence depends
+    /// on the task. Found during the walk, so it costs a compile nothing extra.
+    pub stable: StablePrefix,
+}
+
+/// Where the task-independent front of a compiled prompt ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StablePrefix {
+    /// Included blocks before the boundary.
+    pub blocks: u32,
+    /// Their tokens, separators between them included (none after the last).
+    pub tokens: u64,
+    /// Position in the order of the first gated block the walk met with a gate
+    /// (emitted or skipped): the boundary. `None`: the whole prompt is stable.
+    pub first_dependent: Option<usize>,
+}
+
+impl StablePrefix {
+    /// A prompt with no task-dependent block: all of it is stable.
+    pub fn whole(blocks: usize, tokens: u64) -> Self {
+        StablePrefix {
+            blocks: blocks as u32,
+            tokens,
+            first_dependent: None,
+        }
+    }
 }
 
 fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
@@ -69,6 +96,30 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
         )));
     }
     Ok(admit_scores(&gate.scores, gate.threshold, gate.top_k))
+}
+
+/// `admit` for a callable gate, keeping ungated blocks (SPEC §8): they are
+/// admitted whatever their score and take no place among the `top_k`.
+fn admit_gated(order: &[Arc<Block>], gate: &Gate) -> Result<Vec<bool>> {
+    if order.iter().all(|b| b.gated) {
+        return admit(order.len(), gate);
+    }
+    let pool = Gate {
+        scores: order
+            .iter()
+            .zip(&gate.scores)
+            .map(|(b, &s)| if b.gated { s } else { f64::NEG_INFINITY })
+            .collect(),
+        threshold: gate.threshold,
+        top_k: gate.top_k,
+    };
+    // Scores checked (count, NaN) on the caller's own values first.
+    admit(order.len(), gate)?;
+    let mut admitted = admit(order.len(), &pool)?;
+    for (a, b) in admitted.iter_mut().zip(order.iter()) {
+        *a |= !b.gated;
+    }
+    Ok(admitted)
 }
 
 /// Stage 1 of a compile: where the gate's decision comes from.
@@ -108,7 +159,7 @@ pub struct CompileRequest {
 pub fn compile(order: Order, req: CompileRequest) -> Result<Selection> {
     let admission = match req.gate {
         GateInput::None => None,
-        GateInput::Scores(g) => Some((admit(order.len(), &g)?, g.scores)),
+        GateInput::Scores(g) => Some((admit_gated(&order, &g)?, g.scores)),
         GateInput::Decided { admitted, scores } => Some((admitted, scores)),
     };
     let sel = select_with(
@@ -162,7 +213,18 @@ fn select_with(
     let mut tools_only = Vec::new();
     let mut total: u64 = 0;
     let mut stop = None;
+    let mut stable: Option<StablePrefix> = None;
+    let gate_ran = admitted.is_some();
     for (i, block) in order.iter().enumerate() {
+        // The first gated block the prompt could hold ends the stable prefix,
+        // whether the gate admits it or not (its presence depends on the task).
+        if gate_ran && stable.is_none() && block.gated && (tools_in_prompt || !block.tool) {
+            stable = Some(StablePrefix {
+                blocks: included.len() as u32,
+                tokens: total,
+                first_dependent: Some(i),
+            });
+        }
         if let Some(a) = &admitted {
             if !a[i] {
                 continue;
@@ -199,6 +261,7 @@ fn select_with(
         total += cost;
         included.push(i as u32);
     }
+    let stable = stable.unwrap_or_else(|| StablePrefix::whole(included.len(), total));
     Selection {
         order,
         included,
@@ -209,6 +272,7 @@ fn select_with(
         total_tokens: total,
         sep_tokens,
         budget,
+        stable,
     }
 }
 

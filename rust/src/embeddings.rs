@@ -476,21 +476,34 @@ impl Quantised {
     }
 }
 
-/// Maps positions of an order to matrix rows; `None` if some block has no
-/// vector (the caller embeds it first).
-pub fn rows_of(order: &[Arc<Block>]) -> std::result::Result<Vec<u32>, usize> {
+/// The gate's per-position inputs for one order: the matrix row of each position
+/// and the positions of ungated blocks (`Block::gated == false`), which the gate
+/// admits without counting them toward `top_k`. Cached per generation by the
+/// registry, so finding the ungated blocks costs nothing per compile.
+pub struct GateRows {
+    pub rows: Vec<u32>,
+    pub ungated: Vec<u32>,
+}
+
+/// Maps positions of an order to matrix rows; `Err(missing)` if some block has
+/// no vector (the caller embeds it first).
+pub fn rows_of(order: &[Arc<Block>]) -> std::result::Result<GateRows, usize> {
     let mut rows = Vec::with_capacity(order.len());
+    let mut ungated = Vec::new();
     let mut missing = 0;
-    for b in order {
+    for (i, b) in order.iter().enumerate() {
         match b.row() {
             Some(r) => rows.push(r),
             None => missing += 1,
+        }
+        if !b.gated {
+            ungated.push(i as u32);
         }
     }
     if missing > 0 {
         Err(missing)
     } else {
-        Ok(rows)
+        Ok(GateRows { rows, ungated })
     }
 }
 
@@ -503,22 +516,49 @@ pub struct Scored {
 }
 
 /// Stage 1 with the built-in cosine gate: score every block of the order
-/// (`rows[i]` is the row of position i) and admit those with score >=
-/// `threshold` and among the `top_k` best (ties in registry order).
+/// (`g.rows[i]` is the row of position i) and admit those with score >=
+/// `threshold` and among the `top_k` best (ties in registry order). With
+/// `keep_ungated`, the ungated positions are admitted whatever their score and
+/// take no place among the `top_k` (compile); without it they rank like any
+/// other block (`find_relevant`).
 pub fn cosine_gate(
     m: &MatrixView,
-    rows: &[u32],
+    g: &GateRows,
     q: &[f32],
     threshold: Option<f64>,
     top_k: Option<usize>,
+    keep_ungated: bool,
 ) -> Scored {
+    let rows = &g.rows;
+    // Positions the cut must not see (usually none: then no mask is built).
+    let skip: Option<Vec<bool>> = (keep_ungated && !g.ungated.is_empty()).then(|| {
+        let mut m = vec![false; rows.len()];
+        for &p in &g.ungated {
+            m[p as usize] = true;
+        }
+        m
+    });
+    let skipped = |i: usize| skip.as_ref().is_some_and(|m| m[i]);
     if !m.quantised {
         let by_row = m.score_rows(q);
         let scores: Vec<f64> = rows
             .iter()
             .map(|&r| f64::from(by_row[r as usize]))
             .collect();
-        let admitted = admit_scores(&scores, threshold, top_k);
+        let mut admitted = match &skip {
+            None => admit_scores(&scores, threshold, top_k),
+            Some(mask) => {
+                let pool: Vec<f64> = scores
+                    .iter()
+                    .zip(mask)
+                    .map(|(&s, &u)| if u { f64::NEG_INFINITY } else { s })
+                    .collect();
+                admit_scores(&pool, threshold, top_k)
+            }
+        };
+        for &p in skip.as_ref().map_or(&[][..], |_| &g.ungated[..]) {
+            admitted[p as usize] = true;
+        }
         return Scored { scores, admitted };
     }
     let qq = Quantised::new(q);
@@ -528,27 +568,29 @@ pub fn cosine_gate(
         let [lo, hi] = bounds[r as usize];
         f64::from(lo) * 0.5 + f64::from(hi) * 0.5
     };
+    let gated_n = n - skip.as_ref().map_or(0, |_| g.ungated.len());
     // The cut no exact score of an admitted block can be below: the threshold,
     // raised to the k-th best lower bound (k blocks are surely at least that).
     let mut cut = threshold.unwrap_or(f64::NEG_INFINITY);
     if let Some(k) = top_k {
-        if k == 0 {
-            return Scored {
-                scores: rows.iter().map(|&r| estimate(r)).collect(),
-                admitted: vec![false; n],
-            };
-        }
-        if k <= n {
-            let kth = kth_largest(rows.iter().map(|&r| bounds[r as usize][0]), k);
-            cut = cut.max(f64::from(kth));
+        if k > 0 && k <= gated_n {
+            let lows = rows
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !skipped(*i))
+                .map(|(_, &r)| bounds[r as usize][0]);
+            cut = cut.max(f64::from(kth_largest(lows, k)));
         }
     }
     // Candidates: every block whose exact score could reach the cut, re-scored
-    // in float32. The rest can be neither above the threshold nor among the k best.
+    // in float32. The rest can be neither above the threshold nor among the k
+    // best. Ungated blocks are scored exactly (the report shows their score).
     let mut scores = Vec::with_capacity(n);
     let mut candidates: Vec<u32> = Vec::new();
     for (i, &r) in rows.iter().enumerate() {
-        if f64::from(bounds[r as usize][1]) >= cut {
+        if skipped(i) {
+            scores.push(f64::from(dot(m.row(r), q)));
+        } else if top_k != Some(0) && f64::from(bounds[r as usize][1]) >= cut {
             candidates.push(i as u32);
             scores.push(f64::from(dot(m.row(r), q)));
         } else {
@@ -564,6 +606,9 @@ pub fn cosine_gate(
         .zip(admit_scores(&exact, threshold, top_k))
     {
         admitted[i as usize] = a;
+    }
+    for &p in skip.as_ref().map_or(&[][..], |_| &g.ungated[..]) {
+        admitted[p as usize] = true;
     }
     Scored { scores, admitted }
 }
@@ -1044,7 +1089,10 @@ mod tests {
             let v: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
             e.attach(b, &v, false).unwrap();
         }
-        let rows: Vec<u32> = blocks.iter().map(|b| b.row().unwrap()).collect();
+        let rows = GateRows {
+            rows: blocks.iter().map(|b| b.row().unwrap()).collect(),
+            ungated: Vec::new(),
+        };
         let q: Vec<f32> = (0..dim).map(|_| lcg(&mut s)).collect();
         let q = normalised(&q).into_owned();
         let view = e.view();
@@ -1068,7 +1116,7 @@ mod tests {
                 };
                 let t1 = t.elapsed();
                 let t = std::time::Instant::now();
-                let g = cosine_gate(&view, &rows, &q, None, Some(10));
+                let g = cosine_gate(&view, &rows, &q, None, Some(10), true);
                 let t2 = t.elapsed();
                 eprintln!(
                     "quantised={quantised} scan {t1:?} whole gate {t2:?} ({} {})",

@@ -55,6 +55,10 @@ pub enum Op {
         id: BlockId,
         wrap: Option<Wrap>,
     },
+    SetGated {
+        id: BlockId,
+        gated: bool,
+    },
     MoveTo {
         id: BlockId,
         position: i64,
@@ -133,6 +137,7 @@ const ROLLBACK: u8 = 11;
 const RESTORE: u8 = 12;
 const EMBED: u8 = 13;
 const ACCESS: u8 = 14;
+const SET_GATED: u8 = 15;
 
 /// Most blocks, ids or vectors one entry may carry (bounds what a hostile entry
 /// can make a replica allocate before validation).
@@ -199,7 +204,7 @@ fn encode_block(w: &mut Writer, b: &NewBlock) {
     w.opt(b.trajectory.as_deref());
     w.f64(b.priority);
     w.u8(source_byte(b.source));
-    w.u8(u8::from(b.evictable) | (u8::from(b.tool) << 1));
+    w.u8(u8::from(b.evictable) | (u8::from(b.tool) << 1) | (u8::from(!b.gated) << 2));
     w.opt_u32(b.token_count);
     match &b.embedding {
         Some(v) => {
@@ -259,6 +264,11 @@ pub fn encode_entry(origin: BlockId, op: &Op) -> Vec<u8> {
             w.u8(SET_WRAP);
             w.id(*id);
             w.wrap(wrap.as_ref());
+        }
+        Op::SetGated { id, gated } => {
+            w.u8(SET_GATED);
+            w.id(*id);
+            w.u8(u8::from(*gated));
         }
         Op::MoveTo { id, position } => {
             w.u8(MOVE_TO);
@@ -492,7 +502,7 @@ impl Reader<'_> {
             s => return Err(corrupt(&format!("unknown source {s} in {what}"))),
         };
         let flags = self.u8(what)?;
-        if flags > 3 {
+        if flags > 7 {
             return Err(corrupt(&format!("bad flags {flags} in {what}")));
         }
         let token_count = self.opt_u32(what)?;
@@ -511,6 +521,7 @@ impl Reader<'_> {
         nb.source = source;
         nb.evictable = flags & 1 != 0;
         nb.tool = flags & 2 != 0;
+        nb.gated = flags & 4 == 0;
         nb.token_count = token_count;
         nb.embedding = embedding;
         Ok(nb)
@@ -562,6 +573,10 @@ pub fn decode_entry(buf: &[u8]) -> Result<(BlockId, Op)> {
         SET_WRAP => Op::SetWrap {
             id: r.id("a wrap")?,
             wrap: r.wrap("a wrap")?,
+        },
+        SET_GATED => Op::SetGated {
+            id: r.id("a gate flag")?,
+            gated: r.flag("a gate flag")?,
         },
         MOVE_TO => Op::MoveTo {
             id: r.id("a move")?,
@@ -689,6 +704,10 @@ impl Registry {
             }
             Op::SetWrap { id, wrap } => {
                 self.set_wrap(id, wrap)?;
+                Outcome::Nothing
+            }
+            Op::SetGated { id, gated } => {
+                self.set_gated(id, gated)?;
                 Outcome::Nothing
             }
             Op::MoveTo { id, position } => Outcome::Index(self.move_to(id, position)?),

@@ -15,7 +15,8 @@
 //!          | priority f64 | source u8 | flags u8 | author index u32
 //!          | token_count u32 | wrap tokens u32 | created_at u32 | access u64
 //! str:     length u32 | UTF-8 bytes;  opt-str: u8 present | str
-//! flags:   1 evictable, 2 tool, 4 has vector, 8 vector truncated
+//! flags:   1 evictable, 2 tool, 4 has vector, 8 vector truncated, 16 ungated
+//!          (set for `gated == false`, so files from before the flag read as gated)
 //! ```
 //!
 //! Decoding checks everything (magic, version, length, checksum, every bound,
@@ -32,6 +33,7 @@ const EVICTABLE: u8 = 1;
 const TOOL: u8 = 2;
 const HAS_VECTOR: u8 = 4;
 const TRUNCATED: u8 = 8;
+const UNGATED: u8 = 16;
 
 /// One block as read back from a file.
 pub struct SavedBlock {
@@ -151,6 +153,9 @@ pub fn encode(
         }
         if b.tool {
             flags |= TOOL;
+        }
+        if !b.gated {
+            flags |= UNGATED;
         }
         if e.vector.is_some() {
             flags |= HAS_VECTOR;
@@ -332,6 +337,9 @@ pub fn decode(buf: &[u8]) -> Result<SavedRegistry> {
             s => return Err(corrupt(&format!("{what} has unknown source {s}"))),
         };
         let flags = r.u8(&what)?;
+        if flags >= UNGATED << 1 {
+            return Err(corrupt(&format!("{what} has unknown flags {flags}")));
+        }
         let author = r.u32(&what)? as usize;
         let author = authors
             .get(author)
@@ -349,6 +357,7 @@ pub fn decode(buf: &[u8]) -> Result<SavedRegistry> {
         nb.source = source;
         nb.evictable = flags & EVICTABLE != 0;
         nb.tool = flags & TOOL != 0;
+        nb.gated = flags & UNGATED == 0;
         nb.trajectory = trajectory;
         nb.tags = tags;
         nb.meta = meta;

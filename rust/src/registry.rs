@@ -25,7 +25,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_NAME_BYTES};
 use crate::compile::{compile, CompileRequest, GateInput, Order, Selection};
-use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, MatrixView};
+use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, GateRows, MatrixView};
 use crate::error::{CoreError, Result};
 use crate::journal::append_ids;
 use crate::persist::{encode, Entry, SavedRegistry};
@@ -134,7 +134,7 @@ pub struct Snapshot {
 pub(crate) type PublishedVector = (Vec<f32>, bool);
 
 /// What a cosine gate reads: the order, the matrix row of each position, the matrix.
-type GateInputs = (Order, Arc<Vec<u32>>, MatrixView);
+type GateInputs = (Order, Arc<GateRows>, MatrixView);
 
 pub struct Registry {
     id: BlockId,
@@ -143,7 +143,7 @@ pub struct Registry {
     /// Matrix row of every position, for the generation it was built at: a gated
     /// compile of an unchanged registry reads rows from here instead of touching
     /// every block.
-    rows: Mutex<Option<(u64, Arc<Vec<u32>>)>>,
+    rows: Mutex<Option<(u64, Arc<GateRows>)>>,
     /// Generation at which every block was known to have a vector.
     embedded_at: AtomicU64,
     /// Shared registries only (`None` in a local one): per block, the access
@@ -540,6 +540,11 @@ impl Registry {
     pub fn update_priority(&self, id: BlockId, priority: f64) -> Result<()> {
         check_priority(priority)?;
         self.change(id, |old| old.with_priority(priority))
+    }
+
+    /// `gated == false`: the relevance gate never removes the block (SPEC §8).
+    pub fn set_gated(&self, id: BlockId, gated: bool) -> Result<()> {
+        self.change(id, |old| old.with_gated(gated))
     }
 
     /// `wrap == None` removes the decoration.
@@ -1152,7 +1157,14 @@ impl Registry {
             (Arc::clone(&st.order), st.generation, st.emb.view())
         };
         if order.is_empty() {
-            return Ok(Some((order, Arc::new(Vec::new()), view)));
+            return Ok(Some((
+                order,
+                Arc::new(GateRows {
+                    rows: Vec::new(),
+                    ungated: Vec::new(),
+                }),
+                view,
+            )));
         }
         let cached = self
             .rows
@@ -1186,7 +1198,7 @@ impl Registry {
         let Some((order, rows, view)) = self.gate_inputs(q)? else {
             return Ok(None);
         };
-        let scored = cosine_gate(&view, &rows, q, threshold, top_k);
+        let scored = cosine_gate(&view, &rows, q, threshold, top_k, true);
         let gate = GateInput::Decided {
             admitted: scored.admitted,
             scores: scored.scores,
@@ -1207,7 +1219,7 @@ impl Registry {
         let Some((order, rows, view)) = self.gate_inputs(q)? else {
             return Ok(None);
         };
-        let scored = cosine_gate(&view, &rows, q, threshold, top_k);
+        let scored = cosine_gate(&view, &rows, q, threshold, top_k, false);
         let mut out: Vec<(usize, f64)> = scored
             .admitted
             .iter()

@@ -50,7 +50,7 @@ pub(super) fn entry<'py>(
             #[allow(clippy::type_complexity)]
             let (
                 (name, content, priority, source, evictable, trajectory),
-                (tags, meta, token_count, position, front, author, embedding),
+                (tags, meta, token_count, position, front, author, embedding, gated),
             ): (
                 (String, String, f64, String, bool, Option<String>),
                 (
@@ -61,6 +61,7 @@ pub(super) fn entry<'py>(
                     bool,
                     Option<Bound<'py, PyRegistry>>,
                     Option<Vec<u8>>,
+                    bool,
                 ),
             ) = args.extract()?;
             let mut nb = NewBlock::new(name, content);
@@ -68,6 +69,7 @@ pub(super) fn entry<'py>(
             nb.source = parse_source(&source)?;
             nb.evictable = evictable;
             nb.trajectory = trajectory;
+            nb.gated = gated;
             nb.tags = tags.unwrap_or_default();
             nb.meta = meta;
             nb.token_count = token_count;
@@ -89,10 +91,17 @@ pub(super) fn entry<'py>(
             }
         }
         "insert_many" => {
-            let (rows, source, evictable, tools): (Vec<SeedRow>, String, bool, Option<Vec<bool>>) =
-                args.extract()?;
+            #[allow(clippy::type_complexity)]
+            let (rows, source, evictable, tools, ungated): (
+                Vec<SeedRow>,
+                String,
+                bool,
+                Option<Vec<bool>>,
+                Option<Vec<bool>>,
+            ) = args.extract()?;
             let source = parse_source(&source)?;
             let tools = tools.unwrap_or_default();
+            let ungated = ungated.unwrap_or_default();
             let mut blocks: Vec<NewBlock> = rows
                 .into_iter()
                 .enumerate()
@@ -104,6 +113,7 @@ pub(super) fn entry<'py>(
                     nb.tags = tags;
                     nb.meta = meta;
                     nb.tool = tools.get(i).copied().unwrap_or(false);
+                    nb.gated = !ungated.get(i).copied().unwrap_or(false);
                     // Replicas must not each count a large seed set: count once here.
                     nb.token_count = Some(token_count.unwrap_or_else(|| count_cl100k(&nb.content)));
                     nb
@@ -150,6 +160,10 @@ pub(super) fn entry<'py>(
                 }
             });
             Op::SetWrap { id: id(i)?, wrap }
+        }
+        "set_gated" => {
+            let (i, gated): (String, bool) = args.extract()?;
+            Op::SetGated { id: id(i)?, gated }
         }
         "move_to" => {
             let (i, position): (String, i64) = args.extract()?;

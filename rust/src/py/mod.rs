@@ -10,7 +10,7 @@
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyType};
 use crate::block::{Attachment, Block as CoreBlock, BlockId, NewBlock, Source, Wrap};
 use crate::compile::{
     compile, CompileRequest, Exclusion, Gate, GateInput, Order, Selection as CoreSelection,
+    StablePrefix,
 };
 use crate::error::CoreError;
 use crate::persist::{self, SavedRegistry};
@@ -319,6 +320,10 @@ impl PyBlock {
         self.0.truncated()
     }
     #[getter]
+    fn gated(&self) -> bool {
+        self.0.gated
+    }
+    #[getter]
     fn tool(&self) -> bool {
         self.0.tool
     }
@@ -432,6 +437,66 @@ impl PySelection {
     #[getter]
     fn gated(&self) -> bool {
         self.0.scores.is_some()
+    }
+    /// Tokens of the prompt before the first task-dependent block (SPEC §8).
+    #[getter]
+    fn stable_prefix_tokens(&self) -> u64 {
+        self.0.stable.tokens
+    }
+    /// Included blocks inside the stable prefix.
+    #[getter]
+    fn stable_prefix_blocks(&self) -> u32 {
+        self.0.stable.blocks
+    }
+    /// Characters of the stable prefix in the rendered prompt: its blocks and the
+    /// separators between them (none after the last).
+    fn stable_prefix_chars(&self, py: Python<'_>, separator_chars: usize) -> usize {
+        let k = self.0.stable.blocks as usize;
+        if k == 0 {
+            return 0;
+        }
+        let text: usize = self
+            .0
+            .included_blocks()
+            .take(k)
+            .map(|b| py_rendered(py, b).len().unwrap_or(0))
+            .sum();
+        text + separator_chars * (k - 1)
+    }
+    /// Position in the order of the block that ends the stable prefix (`None`:
+    /// the whole prompt is stable).
+    #[getter]
+    fn stable_boundary(&self) -> Option<usize> {
+        self.0.stable.first_dependent
+    }
+    /// The block at position `i` of the order this compile saw.
+    fn view_block(&self, i: usize) -> PyResult<PyBlock> {
+        self.0
+            .order
+            .get(i)
+            .map(|b| PyBlock(Arc::clone(b), None))
+            .ok_or_else(|| PyIndexError::new_err(format!("no position {i} in the compiled view")))
+    }
+    /// Every tool block of the compiled view, registry order (gated or not).
+    fn tool_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        views(py, self.0.order.iter().filter(|b| b.tool).cloned())
+    }
+    /// Ungated blocks the prompt holds after the boundary: each interrupts the
+    /// stable prefix (it could have been in front, cached).
+    fn interruptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let Some(first) = self.0.stable.first_dependent else {
+            return PyList::new(py, Vec::<PyBlock>::new());
+        };
+        views(
+            py,
+            self.0
+                .included
+                .iter()
+                .filter(|&&i| i as usize > first)
+                .map(|&i| &self.0.order[i as usize])
+                .filter(|b| !b.gated)
+                .cloned(),
+        )
     }
     fn excluded_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let ex = detach_if(py, self.0.order.len() > DETACH_ABOVE, || {
@@ -601,6 +666,7 @@ impl PyRegistry {
             total_tokens: m.total_tokens,
             sep_tokens,
             budget,
+            stable: StablePrefix::whole(m.included.len(), m.total_tokens),
         };
         Some((m.prompt.clone_ref(py), sel))
     }
@@ -647,7 +713,7 @@ impl PyRegistry {
         BlockId::parse(id).is_some_and(|i| self.core.contains(i))
     }
 
-    #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author, embedding=None))]
+    #[pyo3(signature = (name, content, priority, source, evictable, trajectory, tags, meta, token_count, position, front, author, embedding=None, gated=true))]
     #[allow(clippy::too_many_arguments)]
     fn insert<'py>(
         &self,
@@ -665,6 +731,7 @@ impl PyRegistry {
         front: bool,
         author: Option<&Bound<'_, PyRegistry>>,
         embedding: Option<&[u8]>,
+        gated: bool,
     ) -> PyResult<Bound<'py, PyString>> {
         let embedding = match embedding {
             Some(b) => Some(floats(py, b, "embedding")?),
@@ -680,6 +747,7 @@ impl PyRegistry {
             tags: tags.unwrap_or_default(),
             meta,
             tool: false,
+            gated,
             embedding,
             token_count,
             id: None,
@@ -701,7 +769,7 @@ impl PyRegistry {
     /// Append seed-like blocks, all or nothing; `token_count=None` rows are
     /// counted with cl100k_base with the GIL released.
     /// `tools[i]`: row i is a tool-schema block (default: none is).
-    #[pyo3(signature = (rows, source, evictable, tools=None))]
+    #[pyo3(signature = (rows, source, evictable, tools=None, ungated=None))]
     fn insert_many(
         &self,
         py: Python<'_>,
@@ -709,9 +777,11 @@ impl PyRegistry {
         source: &str,
         evictable: bool,
         tools: Option<Vec<bool>>,
+        ungated: Option<Vec<bool>>,
     ) -> PyResult<Vec<String>> {
         let source = parse_source(source)?;
         let tools = tools.unwrap_or_default();
+        let ungated = ungated.unwrap_or_default();
         let blocks: Vec<NewBlock> = rows
             .into_iter()
             .enumerate()
@@ -726,6 +796,7 @@ impl PyRegistry {
                     tags,
                     meta,
                     tool: tools.get(i).copied().unwrap_or(false),
+                    gated: !ungated.get(i).copied().unwrap_or(false),
                     embedding: None,
                     token_count,
                     id: None,
@@ -808,6 +879,10 @@ impl PyRegistry {
     fn update_priority(&self, py: Python<'_>, id: &str, priority: f64) -> PyResult<()> {
         let id = parse_id(py, &self.core, id)?;
         self.core.update_priority(id, priority).py_err(py)
+    }
+    fn set_gated(&self, py: Python<'_>, id: &str, gated: bool) -> PyResult<()> {
+        let id = parse_id(py, &self.core, id)?;
+        self.core.set_gated(id, gated).py_err(py)
     }
     #[pyo3(signature = (id, prefix, suffix, tokens))]
     fn set_wrap(
