@@ -573,22 +573,24 @@ def test_tool_schemas_load_once_for_every_replica(sqlite_url: str) -> None:
 
 
 def _valid_entries() -> list[bytes]:
+    """Real entries, encoded by the core's own write methods (a collecting journal
+    attached in place of a replica)."""
+    from rampart._replica import _Collect
+
     reg = rampart.BlockRegistry.from_files([SEEDS], label=None)
-    core, origin = reg._core, b"\x01" * 16
     rid = reg.runtime_ids()[0]
-    row = ("n", "text", 0.5, ["t"], None, None)
-    return [
-        core.journal_entry(origin, "insert_many", ([row], "seed", False, None)),
-        core.journal_entry(
-            origin,
-            "insert",
-            (("n", "c", 0.5, "agent", True, "run"), (["t"], None, None, 2, False, None, None)),
-        ),
-        core.journal_entry(origin, "promote_group", ([rid], 1)),
-        core.journal_entry(origin, "evict_scored", ([rid], [0.5], 1, 0.1)),
-        core.journal_entry(origin, "set_wrap", (rid, "<a>", "</a>", None)),
-        core.journal_entry(origin, "restore", (reg.snapshot()._snap, None)),
-    ]
+    snap = reg.snapshot()
+    collect = _Collect()
+    reg._core.attach_journal(collect)
+    reg._insert_many([("n", "text", 0.5, ["t"], None, None)], "seed", False, None)
+    reg.write_agent_block("c", "run", "n", tags=["t"], position=2, gated=False)
+    reg.promote_group([rid], to_position=1)
+    reg.evict_by_policy(1, threshold=0.1)
+    reg.set_wrap(rid, "<a>", "</a>")
+    reg.set_gated(rid, False)
+    reg.restore(snap)
+    assert len(collect.entries) == 7
+    return collect.entries
 
 
 VALID = _valid_entries()

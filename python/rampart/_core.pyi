@@ -1,5 +1,5 @@
 # Stubs for the private native module; checked with `python -m mypy.stubtest rampart._core`.
-from typing import Any, final
+from typing import Any, final, overload
 
 __all__ = [
     "Block",
@@ -158,27 +158,62 @@ class Registry:
     ) -> None: ...
     def evict(self, id: str, force: bool, by: Registry | None) -> Block: ...
     def evict_scored(
-        self, ids: list[str], scores: list[float], limit: int | None, threshold: float | None
+        self,
+        ids: list[str] | None,
+        scores: list[float] | None,
+        limit: int | None,
+        threshold: float | None,
     ) -> list[str]: ...
-    def evict_by_policy(self, limit: int | None, threshold: float | None) -> list[str]: ...
     def rollback_trajectory(self, trajectory: str, by: Registry | None) -> int: ...
     def snapshot(self) -> Snapshot: ...
     def restore(self, snapshot: Snapshot, by: Registry | None = None) -> None: ...
-    def journal_entry(self, origin: bytes, kind: str, args: tuple[Any, ...]) -> bytes | None: ...
+    def attach_journal(self, replica: Any | None) -> None: ...
     def apply_entry(self, entry: bytes, me: bytes) -> Any: ...
+    def access_entry(self, origin: bytes) -> bytes | None: ...
+    def embed_entry(
+        self, origin: bytes, blocks: list[Block], matrix: bytes, dim: int, truncated: list[bool]
+    ) -> bytes: ...
     def checkpoint_bytes(self, settings: str) -> bytes: ...
+    def reset_to(self, saved: SavedRegistry) -> int: ...
+    @overload
     def compile(
         self,
         budget: int | None,
         separator: str,
         sep_tokens: int,
+        gate: None = None,
         view: OrderView | None = None,
-        scores: list[float] | None = None,
         threshold: float | None = None,
         top_k: int | None = None,
         dry_run: bool = False,
         tools_in_prompt: bool = True,
     ) -> tuple[str | None, Selection]: ...
+    @overload
+    def compile(
+        self,
+        budget: int | None,
+        separator: str,
+        sep_tokens: int,
+        gate: list[float],
+        view: OrderView | None = None,
+        threshold: float | None = None,
+        top_k: int | None = None,
+        dry_run: bool = False,
+        tools_in_prompt: bool = True,
+    ) -> tuple[str | None, Selection]: ...
+    @overload
+    def compile(
+        self,
+        budget: int | None,
+        separator: str,
+        sep_tokens: int,
+        gate: bytes,
+        view: OrderView | None = None,
+        threshold: float | None = None,
+        top_k: int | None = None,
+        dry_run: bool = False,
+        tools_in_prompt: bool = True,
+    ) -> tuple[str | None, Selection] | None: ...
     def unembedded(self) -> list[Block]: ...
     def attach_embeddings(
         self, blocks: list[Block], matrix: bytes, dim: int, truncated: list[bool]
@@ -189,17 +224,6 @@ class Registry:
     def set_quantised(self, on: bool) -> None: ...
     def save_bytes(self, settings: str) -> bytes: ...
     def install(self, saved: SavedRegistry) -> int: ...
-    def compile_cosine(
-        self,
-        query: bytes,
-        threshold: float | None,
-        top_k: int | None,
-        budget: int | None,
-        separator: str,
-        sep_tokens: int,
-        dry_run: bool = False,
-        tools_in_prompt: bool = True,
-    ) -> tuple[str | None, Selection] | None: ...
     def rank(
         self, query: bytes, top_k: int | None = None, threshold: float | None = None
     ) -> list[tuple[Block, float]] | None: ...

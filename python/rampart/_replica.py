@@ -1,11 +1,16 @@
 """The replica side of a shared registry (SPEC §7): append, apply, follow.
 
-A shared ``BlockRegistry`` is an ordinary registry whose mutations go through a
-``Replica``: the mutation is encoded by the core (``journal_entry``), appended to
-the store, and the replica then applies every entry up to and including its own
-(``apply_entry``, the core's one write path) before the call returns. A
-follower thread applies other processes' entries as they arrive; compile never
-touches the store or the replica's lock.
+A shared ``BlockRegistry`` is an ordinary registry whose core has this replica
+attached (``attach_journal``): every write method of the core builds its
+operation as usual and, instead of applying it, hands the encoded entry to
+``Replica.submit``, which appends it to the store and applies every entry up to
+and including its own (``apply_entry``, the core's one write path) before the
+call returns. A follower thread applies other processes' entries as they
+arrive; compile never touches the store or the replica's lock.
+
+The replica reaches its registry only through ``ReplicaHost`` (below): the
+core object, which never changes (a reload from a checkpoint replaces its
+contents in place), the settings record, and embedding what was written.
 
 Choices SPEC §7 leaves open (docs/shared.md explains them):
 
@@ -33,7 +38,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rampart import _core, _files
 from rampart.errors import (
@@ -62,10 +67,21 @@ _BACKOFF_MAX = 2.0
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
 
 
+class ReplicaHost(Protocol):
+    """What a replica uses of its registry (``BlockRegistry`` implements it)."""
+
+    @property
+    def _core(self) -> _core.Registry: ...
+    def _settings(self) -> str: ...
+    def _embed_written(self) -> None: ...
+
+
 class Replica:
     """One process's replica of a shared registry's journal."""
 
-    def __init__(self, reg: BlockRegistry, store: Store, name: str, meta: dict[str, Any]) -> None:
+    def __init__(self, reg: ReplicaHost, store: Store, name: str, meta: dict[str, Any]) -> None:
+        # Weak: the core holds this replica (its journal), and a strong way back
+        # would be a cycle through a native object the collector cannot see.
         self._reg = weakref.ref(reg)
         self.store = store
         self.name = name
@@ -136,9 +152,7 @@ class Replica:
                 f"shared registry {self.name!r}: the journal has a gap after entry "
                 f"{self.position} and no checkpoint covers it"
             )
-        reg = self._reg()
-        assert reg is not None
-        reg._core = _install_checkpoint(reg.label, self.meta["registry_id"], ck[1], self.name)
+        _install_checkpoint(self._core(), self.meta["registry_id"], ck[1], self.name)
         self.position = ck[0]
 
     def catch_up(self) -> None:
@@ -152,31 +166,28 @@ class Replica:
 
     # ---- mutations ------------------------------------------------------------------
 
-    def submit(self, kind: str, args: tuple[Any, ...]) -> Any:
-        """Append one mutation and apply the journal up to it; return its outcome
-        (or raise its error), as the local call would."""
+    def submit(self, entry: bytes, writes_text: bool) -> Any:
+        """Append one mutation (encoded by the core's write method, which calls
+        this) and apply the journal up to it; return its outcome (or raise its
+        error), as the local call would."""
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
-        try:
-            entry = self._core().journal_entry(self.origin, kind, args)
-        except UnicodeEncodeError as exc:
-            # A lone surrogate in a string argument: not text, refused like locally.
-            raise InvalidArgumentError(
-                f"shared registry {self.name!r}: {kind} got a string holding a lone "
-                f"surrogate at index {exc.start}, which is not text"
-            ) from None
-        if entry is None:
-            return None
         with self._lock:
             seq, tail = self.store.append(self.name, entry, self.position)
             result, error = self._apply(tail, own=seq)
         if seq % CHECKPOINT_EVERY == 0:
             self._checkpoint_due = seq
-        if kind in ("insert", "insert_many", "update_content", "restore"):
+        if writes_text:
             self._wrote = True
         if error is not None:
             raise error
         return result
+
+    def publish_vectors(
+        self, blocks: list[Any], matrix: bytes, dim: int, truncated: list[bool]
+    ) -> None:
+        """Queue the vectors this process computed, for the other replicas."""
+        self.publish(self._core().embed_entry(self.origin, blocks, matrix, dim, truncated))
 
     def publish(self, entry: bytes | None) -> None:
         """Queue an entry the follower appends soon (vectors, access counts): it
@@ -190,7 +201,7 @@ class Replica:
         reg = self._reg()
         if reg is None:
             return
-        self.publish(reg._core.journal_entry(self.origin, "access", ()))
+        self.publish(reg._core.access_entry(self.origin))
         with self._outbox_lock:
             pending, self._outbox = self._outbox, []
         for k, entry in enumerate(pending):
@@ -296,8 +307,8 @@ def _follow(rep: Replica) -> None:
 
 def _embed_written(rep: Replica) -> None:
     reg = rep._reg()
-    if reg is not None and reg._embedder is not None:
-        reg.embed_pending()
+    if reg is not None:
+        reg._embed_written()
 
 
 def _after_fork_in_child() -> None:
@@ -311,8 +322,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 # ---- opening ------------------------------------------------------------------------------
 
 
-def _install_checkpoint(label: str, registry_id: str, data: bytes, name: str) -> _core.Registry:
-    core = _core.Registry(label, registry_id)
+def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, name: str) -> None:
+    """Decode and check a checkpoint, then make it ``core``'s whole state, in place."""
     try:
         saved = _core.decode_checkpoint(data)
     except RegistryFileError as e:
@@ -323,8 +334,21 @@ def _install_checkpoint(label: str, registry_id: str, data: bytes, name: str) ->
         _files.check_block_metadata(saved.block_metadata())
     except _files.FileProblem as e:
         raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
-    core.install(saved)
-    return core
+    core.reset_to(saved)
+
+
+class _Collect:
+    """A journal that only keeps entries: the creator's seed load, encoded by the
+    core's ordinary write method before the registry exists in the store."""
+
+    origin = b"\0" * 16
+
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+
+    def submit(self, entry: bytes, writes_text: bool) -> list[str]:
+        self.entries.append(entry)
+        return []
 
 
 def open_shared(
@@ -346,38 +370,39 @@ def open_shared(
         from rampart.registry import get_by_label
 
         label = name if get_by_label(name) is None else None
-    reg = cls(embedding_model, tokeniser, label=label, **kwargs)
+    probe = cls(embedding_model, tokeniser, label=label, **kwargs)
     try:
-        settings = json.loads(reg._settings())
+        settings = json.loads(probe._settings())
         raw = st.meta(name)
+        entries: list[bytes] = []
         if raw is None:
-            rid = str(uuid.uuid4())
-            meta = {"format": META_FORMAT, "registry_id": rid, "settings": settings}
-            reg._core = _core.Registry(reg.label, rid)
-            entries = []
+            meta = {"format": META_FORMAT, "registry_id": str(uuid.uuid4()), "settings": settings}
             if seeds is not None:
-                blocks = load_sources(seeds)
-                rows, tools = reg._seed_rows(blocks)
-                entry = reg._core.journal_entry(
-                    b"\0" * 16, "insert_many", (rows, "seed", False, tools)
-                )
-                if entry is not None:
-                    entries.append(entry)
+                seeder = cls._with_id(embedding_model, tokeniser, meta["registry_id"], None, kwargs)
+                collect = _Collect()
+                seeder._core.attach_journal(collect)
+                seeder._insert_seeds(load_sources(seeds))
+                seeder._drop()
+                entries = collect.entries
             if not st.create(name, json.dumps(meta).encode(), entries):
                 raw = st.meta(name)  # another process created it first: join it
         if raw is not None:
             meta = _check_meta(raw, name, settings, st)
+    finally:
+        probe._drop()
+    # The registry is built under the shared id from the start: its core object
+    # is never replaced afterwards.
+    reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
+    try:
         rep = Replica(reg, st, name, meta)
-        if reg._core.registry_id != meta["registry_id"]:
-            reg._core = _core.Registry(reg.label, meta["registry_id"])
         ck = st.checkpoint(name)
         if ck is not None:
-            reg._core = _install_checkpoint(reg.label, meta["registry_id"], ck[1], name)
+            _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
             rep.position = ck[0]
         reg._replica = rep
         rep.catch_up()
-        if reg._embedder is not None:
-            reg.embed_pending()  # publishes what no replica has embedded yet
+        reg._core.attach_journal(rep)
+        reg._embed_written()  # publishes what no replica has embedded yet
         rep.start()
     except BaseException:
         reg._drop()

@@ -738,8 +738,7 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
     reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)
     try:
         reg.sync()
-        assert reg._replica is not None
-        at = reg._replica.checkpoint()
+        at = reg.checkpoint()
         dropped = store.compact(args.name, at)
     finally:
         reg.close()

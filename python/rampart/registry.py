@@ -95,6 +95,7 @@ class BlockRegistry:
         label: str | None = None,
         default_max_tokens: int | None = 16384,
         quantise_embeddings: bool = False,
+        _registry_id: str | None = None,
     ) -> None:
         if default_max_tokens is not None:
             default_max_tokens = _int(default_max_tokens, "default_max_tokens", minimum=0)
@@ -109,11 +110,31 @@ class BlockRegistry:
         # One thread embeds pending blocks at a time; the others then find none.
         self._embed_lock = threading.Lock()
         self._queries: dict[tuple[int, str], bytes] = {}
-        self._core = _core.Registry(claim_label(label, self))
-        # Set by BlockRegistry.open: mutations then go through the journal (SPEC §7).
+        self._core = _core.Registry(claim_label(label, self), _registry_id)
+        # Set by BlockRegistry.open (SPEC §7): the core then journals every write
+        # through this replica; None for a local registry.
         self._replica: Replica | None = None
         if quantise_embeddings:
             self._core.set_quantised(True)
+
+    @classmethod
+    def _with_id(
+        cls,
+        embedding_model: Any,
+        tokeniser: Any,
+        registry_id: str,
+        label: str | None,
+        kwargs: dict[str, Any],
+    ) -> BlockRegistry:
+        """A new empty registry under a given registry id (a shared registry's
+        replica: every process's replica is the same registry, SPEC §7)."""
+        return cls(embedding_model, tokeniser, label=label, _registry_id=registry_id, **kwargs)
+
+    def _embed_written(self) -> None:
+        """Embed what was written, when a model is attached (a replica's
+        follower calls this after writes, off the write path)."""
+        if self._embedder is not None:
+            self.embed_pending()
 
     # ---- construction from seeds -------------------------------------------------
 
@@ -209,12 +230,7 @@ class BlockRegistry:
         tools: list[bool] | None,
         ungated: list[bool] | None = None,
     ) -> list[str]:
-        if self._replica is None:
-            return self._core.insert_many(rows, source, evictable, tools, ungated)
-        ids: list[str] = self._replica.submit(
-            "insert_many", (rows, source, evictable, tools, ungated)
-        )
-        return ids
+        return self._core.insert_many(rows, source, evictable, tools, ungated)
 
     # ---- identity --------------------------------------------------------------------
 
@@ -311,6 +327,18 @@ class BlockRegistry:
         if self._replica is not None:
             self._replica.sync(timeout)
 
+    def checkpoint(self) -> int:
+        """Write a checkpoint of this shared replica's state to the store now
+        (new replicas start from the latest one; ``compact`` drops what it
+        covers); returns the journal position it covers. Local registries have
+        no journal: InvalidArgumentError (use :meth:`save`)."""
+        if self._replica is None:
+            raise InvalidArgumentError(
+                f"registry {self.label!r} is not shared: it has no journal to checkpoint "
+                "(save() writes a local registry to a file)"
+            )
+        return self._replica.checkpoint()
+
     def close(self) -> None:
         """Flush and stop following the store; the registry stays readable (and
         compiles) but refuses mutations. A local registry has nothing to close."""
@@ -373,11 +401,6 @@ class BlockRegistry:
             priority = _priority(priority)
         if gated is not True:
             gated = _flag(gated, "gated")
-        if self._replica is not None:
-            return self._write_shared(
-                (semantic_name, content, priority, source, evictable, trajectory_id),
-                (tags, position, author, embedding, gated),
-            )
         try:
             return self._core.insert(
                 semantic_name,
@@ -403,39 +426,6 @@ class BlockRegistry:
                 trajectory_id=trajectory_id,
                 tags=tags,
             ) from None
-
-    def _write_shared(self, head: tuple[Any, ...], tail: tuple[Any, ...]) -> str:
-        # The same arguments as the local insert in write_block, in two halves (the
-        # journal encoder takes tuples of at most 12 items). The conversions are
-        # written out twice on purpose: one shared argument tuple, star-called,
-        # made the local coordination write ~7 % slower (1.43 -> 1.54 us).
-        name, content, priority, source, evictable, trajectory_id = head
-        tags, position, author, embedding, gated = tail
-        assert self._replica is not None
-        rid: str = self._replica.submit(
-            "insert",
-            (
-                (
-                    name,
-                    content,
-                    priority,
-                    source,
-                    evictable is True or bool(evictable),
-                    trajectory_id,
-                ),
-                (
-                    None if tags is None else _tags(tags),
-                    None,
-                    None if self._tok.builtin else self._tok.count(content),
-                    position,
-                    source == "orchestrator",
-                    None if author is None else author._core,
-                    None if embedding is None else _vector(embedding, "embedding"),
-                    gated,
-                ),
-            ),
-        )
-        return rid
 
     def write_agent_block(
         self,
@@ -467,31 +457,17 @@ class BlockRegistry:
         unless ``by`` is its author)."""
         _text(content, "content")
         # The new text gets a new vector before the gate next scores it.
-        (
-            self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
-            if self._replica is None
-            else self._replica.submit(
-                "update_content", (runtime_id, content, self._count(content), self._actor(by))
-            )
-        )
+        self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
 
     def update_priority(self, runtime_id: str, priority: float) -> None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
-        (
-            self._core.update_priority(runtime_id, _priority(priority))
-            if self._replica is None
-            else self._replica.submit("update_priority", (runtime_id, _priority(priority)))
-        )
+        self._core.update_priority(runtime_id, _priority(priority))
 
     def set_gated(self, runtime_id: str, flag: bool) -> None:
         """Let the relevance gate leave the block out (``True``, the default) or
         not (``False``: only the budget may). Allowed on any block, like priority."""
         gated = _flag(flag, "flag")
-        (
-            self._core.set_gated(runtime_id, gated)
-            if self._replica is None
-            else self._replica.submit("set_gated", (runtime_id, gated))
-        )
+        self._core.set_gated(runtime_id, gated)
 
     def set_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
         """Decorate a block at compile time (e.g. ``<critical>`` … ``</critical>``).
@@ -499,11 +475,7 @@ class BlockRegistry:
         _text(prefix, "prefix")
         _text(suffix, "suffix")
         tokens = None if self._tok.builtin else self._tok.count(prefix) + self._tok.count(suffix)
-        (
-            self._core.set_wrap(runtime_id, prefix, suffix, tokens)
-            if self._replica is None
-            else self._replica.submit("set_wrap", (runtime_id, prefix, suffix, tokens))
-        )
+        self._core.set_wrap(runtime_id, prefix, suffix, tokens)
 
     # ---- promote ----------------------------------------------------------------------
 
@@ -535,80 +507,36 @@ class BlockRegistry:
                 f"to_back; got {', '.join(given) or 'none'}"
             )
         if steps is not None:
-            return (
-                self._core.move_by(runtime_id, _clamped(steps, "steps"))
-                if self._replica is None
-                else self._replica.submit("move_by", (runtime_id, _clamped(steps, "steps")))
-            )
+            return self._core.move_by(runtime_id, _clamped(steps, "steps"))
         if to_position is not None:
-            return (
-                self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
-                if self._replica is None
-                else self._replica.submit(
-                    "move_to", (runtime_id, _clamped(to_position, "to_position"))
-                )
-            )
+            return self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
         if before is not None:
-            return (
-                self._core.move_next_to(runtime_id, before, False)
-                if self._replica is None
-                else self._replica.submit("move_next_to", (runtime_id, before, False))
-            )
+            return self._core.move_next_to(runtime_id, before, False)
         if after is not None:
-            return (
-                self._core.move_next_to(runtime_id, after, True)
-                if self._replica is None
-                else self._replica.submit("move_next_to", (runtime_id, after, True))
-            )
-        return (
-            self._core.move_to(runtime_id, 0 if to_front else _FAR)
-            if self._replica is None
-            else self._replica.submit("move_to", (runtime_id, 0 if to_front else _FAR))
-        )
+            return self._core.move_next_to(runtime_id, after, True)
+        return self._core.move_to(runtime_id, 0 if to_front else _FAR)
 
     def demote(self, runtime_id: str, steps: int = 1) -> int:
         """Move a block ``steps`` toward the back (clamped). Returns the new index."""
-        return (
-            self._core.move_by(runtime_id, -_clamped(steps, "steps"))
-            if self._replica is None
-            else self._replica.submit("move_by", (runtime_id, -_clamped(steps, "steps")))
-        )
+        return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
 
     def promote_to_front(self, runtime_id: str) -> int:
         """``promote(runtime_id, to_front=True)``: move the block to index 0; returns 0."""
-        return (
-            self._core.move_to(runtime_id, 0)
-            if self._replica is None
-            else self._replica.submit("move_to", (runtime_id, 0))
-        )
+        return self._core.move_to(runtime_id, 0)
 
     def demote_to_back(self, runtime_id: str) -> int:
         """``demote(runtime_id, to_back=True)``: move the block to the last index;
         returns that index."""
-        return (
-            self._core.move_to(runtime_id, _FAR)
-            if self._replica is None
-            else self._replica.submit("move_to", (runtime_id, _FAR))
-        )
+        return self._core.move_to(runtime_id, _FAR)
 
     def reorder(self, id_list: Sequence[str]) -> None:
         """The listed blocks move to the front in that order; the rest keep their order."""
-        (
-            self._core.promote_group(list(id_list), 0)
-            if self._replica is None
-            else self._replica.submit("promote_group", (list(id_list), 0))
-        )
+        self._core.promote_group(list(id_list), 0)
 
     def promote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
         """Move the listed blocks as one contiguous unit, in the given order, to
         ``to_position`` (the paper's group promote). Returns the unit's first index."""
-        return (
-            self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
-            if self._replica is None
-            else self._replica.submit(
-                "promote_group", (list(id_list), _clamped(to_position, "to_position"))
-            )
-        )
+        return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
 
     def index_of(self, runtime_id: str) -> int:
         """The block's position (0 = front of the prompt); :class:`BlockNotFoundError`
@@ -638,11 +566,7 @@ class BlockRegistry:
         An evictable block goes for anyone. A non-evictable one needs ``force=True``
         (else EvictionError naming its author) *and* the acting registry (``by``,
         default this one) must be its author (else BlockPermissionError)."""
-        return InstructionBlock(
-            self._core.evict(runtime_id, bool(force), self._actor(by))
-            if self._replica is None
-            else self._replica.submit("evict", (runtime_id, bool(force), self._actor(by)))
-        )
+        return InstructionBlock(self._core.evict(runtime_id, bool(force), self._actor(by)))
 
     def evict_by_policy(self, n: int | None = None, *, threshold: float | None = None) -> list[str]:
         """Score every evictable block with the eviction policy (default
@@ -653,13 +577,13 @@ class BlockRegistry:
             n = _int(n, "n", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
-        if self._policy is None and self._replica is None:
-            return self._core.evict_by_policy(n, threshold)
-        # A custom policy, or a shared registry (whose access counts are partly
-        # local): score here, then the core ranks, cuts and removes under one
-        # lock (skipping blocks another thread removed meanwhile); a shared
-        # registry journals the scores and every replica decides the same.
-        policy = self._policy or _default_eviction_score
+        if self._policy is None:
+            # The default policy, scored by the core (a shared registry journals
+            # the scores: they rest on this process's access counts).
+            return self._core.evict_scored(None, None, n, threshold)
+        # A custom policy: score here, then the core ranks, cuts and removes under
+        # one lock (skipping blocks another thread removed meanwhile).
+        policy = self._policy
         blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
         scores = []
         for b in blocks:
@@ -670,11 +594,7 @@ class BlockRegistry:
                 raise InvalidArgumentError(
                     f"eviction policy returned {raw!r:.60} for block {b!r}; expected a number"
                 ) from None
-        ids = [b.runtime_id for b in blocks]
-        if self._replica is None:
-            return self._core.evict_scored(ids, scores, n, threshold)
-        removed: list[str] = self._replica.submit("evict_scored", (ids, scores, n, threshold))
-        return removed
+        return self._core.evict_scored([b.runtime_id for b in blocks], scores, n, threshold)
 
     def rollback_trajectory(self, trajectory_id: str, *, by: BlockRegistry | None = None) -> int:
         """Remove the agent blocks of run ``trajectory_id`` written by this registry
@@ -682,11 +602,7 @@ class BlockRegistry:
         not protect them. Seed and orchestrator blocks are never touched. Returns
         how many blocks went."""
         _text(trajectory_id, "trajectory_id")
-        return (
-            self._core.rollback_trajectory(trajectory_id, self._actor(by))
-            if self._replica is None
-            else self._replica.submit("rollback", (trajectory_id, self._actor(by)))
-        )
+        return self._core.rollback_trajectory(trajectory_id, self._actor(by))
 
     def snapshot(self) -> Snapshot:
         """An immutable picture of blocks, order, metadata and access counts.
@@ -701,11 +617,7 @@ class BlockRegistry:
         kept, so ownership survives."""
         if not isinstance(snapshot, Snapshot):
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
-        (
-            self._core.restore(snapshot._snap)
-            if self._replica is None
-            else self._replica.submit("restore", (snapshot._snap, None))
-        )
+        self._core.restore(snapshot._snap)
 
     # ---- embeddings and the gate -----------------------------------------------------
 
@@ -736,11 +648,7 @@ class BlockRegistry:
             n = int(self._core.attach_embeddings(pending, matrix, dim, truncated))
             if self._replica is not None:
                 # Publish the vectors: other replicas need not run the model.
-                self._replica.publish(
-                    self._core.journal_entry(
-                        self._replica.origin, "embed", (pending, matrix, dim, truncated)
-                    )
-                )
+                self._replica.publish_vectors(pending, matrix, dim, truncated)
             return n
 
     def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
@@ -894,8 +802,15 @@ class BlockRegistry:
             q = self._query(task_text, task_embedding)
             n = self._sep_tokens(sep)
             out: tuple[str | None, _core.Selection] = self._with_vectors(
-                lambda: self._core.compile_cosine(
-                    q, relevance_threshold, top_k, budget, sep, n, dry_run, tools_in_prompt
+                lambda: self._core.compile(
+                    budget,
+                    sep,
+                    n,
+                    q,
+                    threshold=relevance_threshold,
+                    top_k=top_k,
+                    dry_run=dry_run,
+                    tools_in_prompt=tools_in_prompt,
                 )
             )
             return out
@@ -907,8 +822,8 @@ class BlockRegistry:
             budget,
             sep,
             self._sep_tokens(sep),
+            scores,
             view=view,
-            scores=scores,
             threshold=relevance_threshold,
             top_k=top_k,
             dry_run=dry_run,
@@ -1278,12 +1193,6 @@ class BlockRegistry:
         check_round_trip(text, blocks, p)
         atomic_write(p, text.encode("utf-8"))
         return len(blocks)
-
-
-def _default_eviction_score(b: InstructionBlock) -> float:
-    # The core's default policy (registry.rs `default_eviction_score`), for
-    # shared registries, which decide evictions before journaling them.
-    return 0.5 * (1.0 - b.priority) + 0.5 / (b.access_count + 1.0)
 
 
 def _unpickle(

@@ -92,9 +92,10 @@ pub enum Op {
         limit: Option<u64>,
         threshold: Option<f64>,
     },
-    /// A snapshot as checkpoint bytes (old ids inside) and the new ids.
+    /// A snapshot (held in memory by a local call, or as checkpoint bytes with
+    /// the old ids inside when decoded from an entry) and the new ids.
     Restore {
-        snapshot: Vec<u8>,
+        snapshot: Restored,
         new_ids: Vec<BlockId>,
         actor: BlockId,
     },
@@ -106,6 +107,14 @@ pub enum Op {
     Access {
         deltas: Vec<(BlockId, u64)>,
     },
+}
+
+/// The snapshot of a restore: the one taken in this process, or its bytes as
+/// they travel in the journal (`snapshot_bytes`).
+#[derive(Clone, Debug)]
+pub enum Restored {
+    Taken(Snapshot),
+    Bytes(Vec<u8>),
 }
 
 /// What applying an entry returned: what the local call returns.
@@ -334,7 +343,10 @@ pub fn encode_entry(origin: BlockId, op: &Op) -> Vec<u8> {
             actor,
         } => {
             w.u8(RESTORE);
-            w.bytes(snapshot);
+            match snapshot {
+                Restored::Taken(snap) => w.bytes(&snapshot_bytes(snap)),
+                Restored::Bytes(b) => w.bytes(b),
+            }
             w.ids(new_ids);
             w.id(*actor);
         }
@@ -627,7 +639,7 @@ pub fn decode_entry(buf: &[u8]) -> Result<(BlockId, Op)> {
         }
         RESTORE => {
             let n = r.u64("a restore")? as usize;
-            let snapshot = r.take(n, "a restore")?.to_vec();
+            let snapshot = Restored::Bytes(r.take(n, "a restore")?.to_vec());
             Op::Restore {
                 snapshot,
                 new_ids: r.ids("a restore")?,
@@ -669,15 +681,31 @@ impl Registry {
     /// Apply one decoded entry through the ordinary write path. `me` is this
     /// replica's origin id: its own access counts are already counted here.
     pub fn apply(&self, origin: BlockId, op: Op, me: BlockId) -> Result<Outcome> {
+        self.apply_op(op, Some((origin, me)))
+    }
+
+    /// Apply an operation of a local registry (no journal): the same path as a
+    /// replayed entry, without the replica's bookkeeping of published counts.
+    pub fn apply_local(&self, op: Op) -> Result<Outcome> {
+        self.apply_op(op, None)
+    }
+
+    /// `journal`: (the entry's origin, this replica's origin) for a replayed
+    /// entry, `None` for a local registry's own call.
+    fn apply_op(&self, op: Op, journal: Option<(BlockId, BlockId)>) -> Result<Outcome> {
         Ok(match op {
             Op::Insert {
                 author,
                 position: Some(position),
                 mut blocks,
             } => {
-                let nb = blocks.pop().expect("decoded with exactly one block");
+                let nb = blocks.pop().ok_or_else(|| {
+                    CoreError::InvalidArgument("a positioned insert holds one block".into())
+                })?;
                 let id = self.insert(nb, author, position)?;
-                self.note_published([(id, 0)]);
+                if journal.is_some() {
+                    self.note_published([(id, 0)]);
+                }
                 Outcome::Id(id)
             }
             Op::Insert {
@@ -686,7 +714,9 @@ impl Registry {
                 blocks,
             } => {
                 let ids = self.insert_many(blocks, author)?;
-                self.note_published(ids.iter().map(|id| (*id, 0)));
+                if journal.is_some() {
+                    self.note_published(ids.iter().map(|id| (*id, 0)));
+                }
                 Outcome::Ids(ids)
             }
             Op::UpdateContent {
@@ -736,12 +766,16 @@ impl Registry {
                 new_ids,
                 actor,
             } => {
-                self.restore_journaled(&snapshot, new_ids, actor)?;
+                match snapshot {
+                    Restored::Taken(snap) => self.restore_as(&snap, new_ids, actor)?,
+                    Restored::Bytes(b) => self.restore_journaled(&b, new_ids, actor)?,
+                }
                 Outcome::Nothing
             }
             Op::Embed { items } => Outcome::Count(self.attach_published(&items)?),
             Op::Access { deltas } => {
-                if origin != me {
+                // A replica's own accesses are already counted here.
+                if journal.is_some_and(|(origin, me)| origin != me) {
                     self.add_accesses(&deltas);
                 }
                 Outcome::Nothing
@@ -932,7 +966,7 @@ mod tests {
         r.evict(ids[0], false, id).unwrap();
         let new_ids = vec![BlockId::random(), BlockId::random()];
         let op = Op::Restore {
-            snapshot: snapshot_bytes(&snap),
+            snapshot: Restored::Taken(snap),
             new_ids: new_ids.clone(),
             actor: id,
         };

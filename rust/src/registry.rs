@@ -676,6 +676,17 @@ impl Registry {
         Ok(Self::evict_ranked(&mut st, candidates, limit, threshold))
     }
 
+    /// Every evictable block with its default-policy score, registry order: what
+    /// a default `evict_by_policy` decides on (then journaled as decided, since
+    /// the access counts behind it are this process's).
+    pub fn default_eviction_scores(&self) -> Vec<(BlockId, f64)> {
+        self.order()
+            .iter()
+            .filter(|b| b.evictable)
+            .map(|b| (b.id, default_eviction_score(b)))
+            .collect()
+    }
+
     /// Rank evictable blocks by the default policy (highest score first, ties in
     /// registry order) and remove the first `limit` of them (all when `None`)
     /// whose score is at least `threshold`. Returns the removed ids, ranked.
@@ -750,8 +761,13 @@ impl Registry {
     /// runtime id (authors are kept, so ownership survives) and with the access
     /// counts it recorded, within what `actor` may touch (see `restore_blocks`).
     pub fn restore(&self, snap: &Snapshot, actor: BlockId) -> Result<()> {
-        self.check_snapshot_of(snap.registry)?;
         let new_ids = (0..snap.order.len()).map(|_| BlockId::random()).collect();
+        self.restore_as(snap, new_ids, actor)
+    }
+
+    /// `restore` under the given new ids (drawn by whoever decided the restore).
+    pub fn restore_as(&self, snap: &Snapshot, new_ids: Vec<BlockId>, actor: BlockId) -> Result<()> {
+        self.check_snapshot_of(snap.registry)?;
         let entries = snap
             .order
             .iter()
@@ -883,17 +899,22 @@ impl Registry {
 
     /// The whole registry as one file's bytes (see `persist.rs`).
     pub fn save_bytes(&self, settings: &str) -> Vec<u8> {
-        self.save_state(&self.state.read(), settings)
+        self.save_state(&self.state.read(), settings, None)
     }
 
-    fn save_state(&self, st: &State, settings: &str) -> Vec<u8> {
+    fn save_state(&self, st: &State, settings: &str, published: Option<&IdMap<u64>>) -> Vec<u8> {
         let authors = authors_of(self.id, self.label.to_string(), &st.order);
         let entries: Vec<Entry<'_>> = st
             .order
             .iter()
             .map(|b| Entry {
                 block: b,
-                access: b.access_count(),
+                // A checkpoint holds what the journal holds: this replica's
+                // unpublished accesses go out in its next access entry, and
+                // counting them here too would count them twice.
+                access: published
+                    .and_then(|p| p.get(&b.id).copied())
+                    .unwrap_or_else(|| b.access_count()),
                 vector: st.emb.vector(b),
             })
             .collect();
@@ -917,6 +938,22 @@ impl Registry {
     /// `install`, keeping the given runtime ids (a shared registry's checkpoint:
     /// the replicas of one registry share ids, SPEC §7).
     pub fn install_as(&self, saved: SavedRegistry, ids: Option<Vec<BlockId>>) -> Result<usize> {
+        self.install_into(saved, ids, false)
+    }
+
+    /// A shared registry's checkpoint in place of everything this replica holds
+    /// (it met a gap in the journal that the checkpoint covers). The registry
+    /// object stays the same, so nothing that holds it sees a swap.
+    pub fn reset_to(&self, saved: SavedRegistry, ids: Vec<BlockId>) -> Result<usize> {
+        self.install_into(saved, Some(ids), true)
+    }
+
+    fn install_into(
+        &self,
+        saved: SavedRegistry,
+        ids: Option<Vec<BlockId>>,
+        replace: bool,
+    ) -> Result<usize> {
         if let Some(ids) = &ids {
             if ids.len() != saved.blocks.len() {
                 return Err(CoreError::Corrupt(format!(
@@ -964,25 +1001,41 @@ impl Registry {
             )));
         }
         let mut st = self.write();
-        if !st.order.is_empty() {
+        if !replace && !st.order.is_empty() {
             return Err(CoreError::InvalidArgument(format!(
                 "registry '{}' is not empty: a saved registry loads into a new one",
                 self.label
             )));
         }
-        st.index.reserve(built.len());
+        // Built aside and swapped in whole: a vector that does not fit leaves
+        // the registry as it was.
+        let mut fresh = State {
+            generation: st.generation,
+            ..State::default()
+        };
+        fresh.emb.set_quantised(st.emb.quantised());
+        fresh.index.reserve(built.len());
         for (b, v) in built.iter().zip(&vectors) {
             if let Some((v, truncated)) = v {
-                st.emb.attach(b, v, *truncated)?;
+                fresh.emb.attach(b, v, *truncated)?;
             }
-            st.index.insert(Arc::clone(b));
+            fresh.index.insert(Arc::clone(b));
         }
         let n = built.len();
+        let published: Vec<(BlockId, u64)> = if keep_ids {
+            built.iter().map(|b| (b.id, b.access_count())).collect()
+        } else {
+            Vec::new()
+        };
+        fresh.order = Arc::new(built);
+        *st = fresh;
+        if replace {
+            *self.published.lock() = None;
+        }
         if keep_ids {
             // A checkpoint: the counts it holds are the journal's.
-            self.note_published(built.iter().map(|b| (b.id, b.access_count())));
+            self.note_published(published);
         }
-        Arc::make_mut(&mut st.order).extend(built);
         Ok(n)
     }
 
@@ -990,7 +1043,8 @@ impl Registry {
     /// followed by every block's runtime id, in order, and their count.
     pub fn checkpoint_bytes(&self, settings: &str) -> Vec<u8> {
         let st = self.state.read();
-        let mut out = self.save_state(&st, settings);
+        let published = self.published.lock();
+        let mut out = self.save_state(&st, settings, published.as_ref());
         append_ids(&mut out, st.order.iter().map(|b| b.id));
         out
     }

@@ -1,21 +1,23 @@
-//! Binding of the shared-registry journal (`crate::journal`): encode a mutation
-//! the way the local method takes its arguments, apply an entry and hand back
-//! what the local method returns. The replica logic (append, order, follow)
-//! lives in `rampart/_replica.py`; this file only converts.
+//! The one write path of the binding: `run` takes a write method's `Op` and
+//! either applies it (a local registry: no encoding) or hands the encoded entry
+//! to the shared registry's replica, which appends it to the store and applies
+//! the journal up to it (`rampart/_replica.py`). Either way the core applies the
+//! same value through `Registry::apply*`, and the outcome becomes the same
+//! Python value. Also here: what a replica needs besides (apply an entry, the
+//! entries that publish access counts and vectors).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::{
-    floats, parse_id, parse_ids, parse_source, to_pyerr, IntoPy, PyBlock, PyRegistry, PySnapshot,
-    SeedRow,
-};
-use crate::block::{BlockId, NewBlock, Wrap};
+use super::registry::PyRegistry;
+use super::{detach_if, floats, to_pyerr, IntoPy, PyBlock};
+use crate::block::BlockId;
 use crate::error::CoreError;
-use crate::journal::{decode_entry, encode_entry, snapshot_bytes, stamp, Op, Outcome};
-use crate::registry::{text_hash, Position};
+use crate::journal::{decode_entry, encode_entry, stamp, Op, Outcome};
+use crate::registry::text_hash;
 use crate::tokens::count_cl100k;
 
 fn origin_id(py: Python<'_>, raw: &[u8]) -> PyResult<BlockId> {
@@ -27,264 +29,12 @@ fn origin_id(py: Python<'_>, raw: &[u8]) -> PyResult<BlockId> {
     })
 }
 
-fn actor(reg: &PyRegistry, by: Option<Bound<'_, PyRegistry>>) -> BlockId {
-    by.map(|r| r.get().core.id())
-        .unwrap_or_else(|| reg.core.id())
-}
-
-/// Encode `kind(args…)` as an entry; `None` when there is nothing to append
-/// (no access counted since the last flush).
-pub(super) fn entry<'py>(
-    reg: &PyRegistry,
-    py: Python<'py>,
-    origin: &[u8],
-    kind: &str,
-    args: &Bound<'py, PyTuple>,
-) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let origin = origin_id(py, origin)?;
-    let core = &reg.core;
-    let id = |s: String| parse_id(py, core, &s);
-    let op = match kind {
-        "insert" => {
-            // Two halves: PyO3 extracts tuples of at most 12 items.
-            #[allow(clippy::type_complexity)]
-            let (
-                (name, content, priority, source, evictable, trajectory),
-                (tags, meta, token_count, position, front, author, embedding, gated),
-            ): (
-                (String, String, f64, String, bool, Option<String>),
-                (
-                    Option<Vec<String>>,
-                    Option<String>,
-                    Option<u32>,
-                    Option<i64>,
-                    bool,
-                    Option<Bound<'py, PyRegistry>>,
-                    Option<Vec<u8>>,
-                    bool,
-                ),
-            ) = args.extract()?;
-            let mut nb = NewBlock::new(name, content);
-            nb.priority = priority;
-            nb.source = parse_source(&source)?;
-            nb.evictable = evictable;
-            nb.trajectory = trajectory;
-            nb.gated = gated;
-            nb.tags = tags.unwrap_or_default();
-            nb.meta = meta;
-            nb.token_count = token_count;
-            nb.embedding = match embedding {
-                Some(b) => Some(floats(py, &b, "embedding")?),
-                None => None,
-            };
-            let mut blocks = vec![nb];
-            stamp(&mut blocks);
-            let position = match (position, front) {
-                (Some(p), _) => Position::At(p),
-                (None, true) => Position::Front,
-                (None, false) => Position::Back,
-            };
-            Op::Insert {
-                author: actor(reg, author),
-                position: Some(position),
-                blocks,
-            }
-        }
-        "insert_many" => {
-            #[allow(clippy::type_complexity)]
-            let (rows, source, evictable, tools, ungated): (
-                Vec<SeedRow>,
-                String,
-                bool,
-                Option<Vec<bool>>,
-                Option<Vec<bool>>,
-            ) = args.extract()?;
-            let source = parse_source(&source)?;
-            let tools = tools.unwrap_or_default();
-            let ungated = ungated.unwrap_or_default();
-            let mut blocks: Vec<NewBlock> = rows
-                .into_iter()
-                .enumerate()
-                .map(|(i, (name, content, priority, tags, meta, token_count))| {
-                    let mut nb = NewBlock::new(name, content);
-                    nb.priority = priority;
-                    nb.source = source;
-                    nb.evictable = evictable;
-                    nb.tags = tags;
-                    nb.meta = meta;
-                    nb.tool = tools.get(i).copied().unwrap_or(false);
-                    nb.gated = !ungated.get(i).copied().unwrap_or(false);
-                    // Replicas must not each count a large seed set: count once here.
-                    nb.token_count = Some(token_count.unwrap_or_else(|| count_cl100k(&nb.content)));
-                    nb
-                })
-                .collect();
-            stamp(&mut blocks);
-            Op::Insert {
-                author: core.id(),
-                position: None,
-                blocks,
-            }
-        }
-        "update_content" => {
-            let (i, content, token_count, by): (
-                String,
-                String,
-                Option<u32>,
-                Option<Bound<'py, PyRegistry>>,
-            ) = args.extract()?;
-            Op::UpdateContent {
-                id: id(i)?,
-                content,
-                token_count,
-                actor: actor(reg, by),
-            }
-        }
-        "update_priority" => {
-            let (i, priority): (String, f64) = args.extract()?;
-            Op::UpdatePriority {
-                id: id(i)?,
-                priority,
-            }
-        }
-        "set_wrap" => {
-            let (i, prefix, suffix, tokens): (String, String, String, Option<u32>) =
-                args.extract()?;
-            let wrap = (!(prefix.is_empty() && suffix.is_empty())).then(|| {
-                let tokens =
-                    tokens.unwrap_or_else(|| count_cl100k(&prefix) + count_cl100k(&suffix));
-                Wrap {
-                    prefix: prefix.into(),
-                    suffix: suffix.into(),
-                    tokens,
-                }
-            });
-            Op::SetWrap { id: id(i)?, wrap }
-        }
-        "set_gated" => {
-            let (i, gated): (String, bool) = args.extract()?;
-            Op::SetGated { id: id(i)?, gated }
-        }
-        "move_to" => {
-            let (i, position): (String, i64) = args.extract()?;
-            Op::MoveTo {
-                id: id(i)?,
-                position,
-            }
-        }
-        "move_by" => {
-            let (i, steps): (String, i64) = args.extract()?;
-            Op::MoveBy { id: id(i)?, steps }
-        }
-        "move_next_to" => {
-            let (i, anchor, after): (String, String, bool) = args.extract()?;
-            Op::MoveNextTo {
-                id: id(i)?,
-                anchor: id(anchor)?,
-                after,
-            }
-        }
-        "promote_group" => {
-            let (ids, position): (Vec<String>, i64) = args.extract()?;
-            Op::PromoteGroup {
-                ids: parse_ids(py, core, ids)?,
-                position,
-            }
-        }
-        "evict" => {
-            let (i, force, by): (String, bool, Option<Bound<'py, PyRegistry>>) = args.extract()?;
-            Op::Evict {
-                id: id(i)?,
-                force,
-                actor: actor(reg, by),
-            }
-        }
-        "evict_scored" => {
-            let (ids, scores, limit, threshold): (Vec<String>, Vec<f64>, Option<u64>, Option<f64>) =
-                args.extract()?;
-            let ids = parse_ids(py, core, ids)?;
-            Op::EvictScored {
-                scored: ids.into_iter().zip(scores).collect(),
-                limit,
-                threshold,
-            }
-        }
-        "rollback" => {
-            let (trajectory, by): (String, Option<Bound<'py, PyRegistry>>) = args.extract()?;
-            Op::Rollback {
-                trajectory,
-                actor: actor(reg, by),
-            }
-        }
-        "restore" => {
-            let (snap, by): (Bound<'py, PySnapshot>, Option<Bound<'py, PyRegistry>>) =
-                args.extract()?;
-            let snap = &snap.get().0;
-            let new_ids = (0..snap.order.len()).map(|_| BlockId::random()).collect();
-            Op::Restore {
-                snapshot: py.detach(|| snapshot_bytes(snap)),
-                new_ids,
-                actor: actor(reg, by),
-            }
-        }
-        "embed" => {
-            let (blocks, matrix, dim, truncated): (
-                Vec<PyRef<'py, PyBlock>>,
-                Vec<u8>,
-                usize,
-                Vec<bool>,
-            ) = args.extract()?;
-            let values = floats(py, &matrix, "embedding matrix")?;
-            if dim == 0 || values.len() != blocks.len() * dim || truncated.len() != blocks.len() {
-                return Err(to_pyerr(
-                    py,
-                    CoreError::InvalidArgument("embedding matrix does not match its blocks".into()),
-                ));
-            }
-            let items = blocks
-                .iter()
-                .zip(values.chunks_exact(dim))
-                .zip(&truncated)
-                .map(|((b, v), &t)| (b.0.id, text_hash(&b.0), t, v.to_vec()))
-                .collect();
-            Op::Embed { items }
-        }
-        "access" => {
-            let deltas = core.take_access_deltas();
-            if deltas.is_empty() {
-                return Ok(None);
-            }
-            Op::Access { deltas }
-        }
-        other => {
-            return Err(to_pyerr(
-                py,
-                CoreError::InvalidArgument(format!("no journal operation {other:?}")),
-            ))
-        }
-    };
-    let bytes = encode_entry(origin, &op);
-    Ok(Some(PyBytes::new(py, &bytes)))
-}
-
-/// Apply one entry through the core's write path. Returns `None`, a runtime id
-/// (one written block), a list of ids (many), an index or count (`int`), or the
-/// evicted block. A garbage entry raises `RegistryFileError`; a refused
-/// operation the usual typed error — the same in every replica.
-pub(super) fn apply<'py>(
-    reg: &PyRegistry,
-    py: Python<'py>,
-    entry: &[u8],
-    me: &[u8],
-) -> PyResult<Bound<'py, PyAny>> {
-    let me = origin_id(py, me)?;
-    let heavy = entry.len() > 1 << 16;
-    let outcome = super::detach_if(py, heavy, || {
-        decode_entry(entry).and_then(|(origin, op)| reg.core.apply(origin, op, me))
-    })
-    .py_err(py)?;
-    Ok(match outcome {
+/// What the local call returns: `None`, a runtime id (one written block), a
+/// list of ids, an index or count (`int`), or the evicted block.
+fn outcome<'py>(py: Python<'py>, out: Outcome) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match out {
         Outcome::Nothing => py.None().into_bound(py),
+        // The id straight into a Python str: the hot path of coordination.
         Outcome::Id(id) => PyString::new(py, id.encode_hyphenated(&mut [0; 36])).into_any(),
         Outcome::Ids(ids) => {
             PyList::new(py, ids.into_iter().map(BlockId::to_hyphenated))?.into_any()
@@ -292,4 +42,120 @@ pub(super) fn apply<'py>(
         Outcome::Index(n) | Outcome::Count(n) => n.into_pyobject(py)?.into_any(),
         Outcome::Evicted(b) => Bound::new(py, PyBlock(Arc::clone(&b), None))?.into_any(),
     })
+}
+
+/// Decide, before encoding, what replay must not decide: new blocks' ids and
+/// creation times, and the token counts of a batch (so replicas do not each
+/// count a large seed set). Returns whether the op writes text (the replica
+/// then embeds what was written, off the write path).
+fn prepare(op: &mut Op) -> bool {
+    match op {
+        Op::Insert {
+            position, blocks, ..
+        } => {
+            stamp(blocks);
+            if position.is_none() {
+                for nb in blocks.iter_mut() {
+                    if nb.token_count.is_none() {
+                        nb.token_count = Some(count_cl100k(&nb.content));
+                    }
+                }
+            }
+            true
+        }
+        Op::UpdateContent { .. } | Op::Restore { .. } => true,
+        _ => false,
+    }
+}
+
+impl PyRegistry {
+    pub(super) fn set_journal(&self, replica: Option<Py<PyAny>>) {
+        let on = replica.is_some();
+        *self.journal.lock() = replica;
+        self.journaled.store(on, Ordering::Release);
+    }
+
+    /// Apply `op` here, or journal it through the replica when this registry is
+    /// shared. `heavy`: release the GIL while applying locally.
+    pub(super) fn run<'py>(
+        &self,
+        py: Python<'py>,
+        mut op: Op,
+        heavy: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if self.journaled.load(Ordering::Acquire) {
+            let replica = self.journal.lock().as_ref().map(|r| r.clone_ref(py));
+            if let Some(replica) = replica {
+                let replica = replica.into_bound(py);
+                let origin: Vec<u8> = replica.getattr("origin")?.extract()?;
+                let origin = origin_id(py, &origin)?;
+                let entry = detach_if(py, heavy, || {
+                    let writes_text = prepare(&mut op);
+                    (encode_entry(origin, &op), writes_text)
+                });
+                return replica.call_method1("submit", (PyBytes::new(py, &entry.0), entry.1));
+            }
+        }
+        let out = detach_if(py, heavy, || self.core.apply_local(op)).py_err(py)?;
+        outcome(py, out)
+    }
+
+    /// Apply one journal entry through the core; a garbage entry raises
+    /// `RegistryFileError`, a refused operation the usual typed error — the
+    /// same in every replica.
+    pub(super) fn apply_journal_entry<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &[u8],
+        me: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let me = origin_id(py, me)?;
+        let heavy = entry.len() > 1 << 16;
+        let out = detach_if(py, heavy, || {
+            decode_entry(entry).and_then(|(origin, op)| self.core.apply(origin, op, me))
+        })
+        .py_err(py)?;
+        outcome(py, out)
+    }
+
+    pub(super) fn encode_access<'py>(
+        &self,
+        py: Python<'py>,
+        origin: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let origin = origin_id(py, origin)?;
+        let deltas = self.core.take_access_deltas();
+        if deltas.is_empty() {
+            return Ok(None);
+        }
+        let entry = encode_entry(origin, &Op::Access { deltas });
+        Ok(Some(PyBytes::new(py, &entry)))
+    }
+
+    pub(super) fn encode_embed<'py>(
+        &self,
+        py: Python<'py>,
+        origin: &[u8],
+        blocks: &[PyRef<'py, PyBlock>],
+        matrix: &[u8],
+        dim: usize,
+        truncated: Vec<bool>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let origin = origin_id(py, origin)?;
+        let values = floats(py, matrix, "embedding matrix")?;
+        if dim == 0 || values.len() != blocks.len() * dim || truncated.len() != blocks.len() {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidArgument("embedding matrix does not match its blocks".into()),
+            ));
+        }
+        let items = blocks
+            .iter()
+            .zip(values.chunks_exact(dim))
+            .zip(&truncated)
+            .map(|((b, v), &t)| (b.0.id, text_hash(&b.0), t, v.to_vec()))
+            .collect();
+        let entry = encode_entry(origin, &Op::Embed { items });
+        Ok(PyBytes::new(py, &entry))
+    }
 }
