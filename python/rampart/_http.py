@@ -112,6 +112,7 @@ class HTTPFailure(Exception):
         self.detail = detail
         self.retry_after = retry_after
         self.attempts = 1
+        self.note = ""  # why no further try was made, when that is not obvious
 
 
 class Deadline:
@@ -428,11 +429,11 @@ class JSONClient:
                     wait = min(backoff * 2 ** (attempt - 1), max_backoff)
                     wait *= 0.5 + random.random() / 2
                 if wait >= failure_time_left(deadline):
-                    failure.reason += (
+                    failure.note = (
                         f" (no time for try {attempt + 1}: it would start in {wait:g} s,"
                         f" after the {timeout:g} s deadline)"
                     )
-                    failure.args = (f"{failure.url}: {failure.reason}",)
+                    failure.args = (f"{failure.url}: {failure.reason}{failure.note}",)
                     raise
                 time.sleep(wait)
 
@@ -573,9 +574,13 @@ def _read_body(resp: http.client.HTTPResponse, limit: int, url: str, *, strict: 
     body is only read for its message)."""
     parts: list[bytes] = []
     got = 0
+    announced = resp.length  # None when chunked or delimited by the close
     while True:
         piece = resp.read(min(_READ_CHUNK, limit + 1 - got))
         if not piece:
+            if announced is not None and got < announced:
+                # http.client returns a short body at EOF without complaint.
+                raise http.client.IncompleteRead(b"".join(parts), announced - got)
             return b"".join(parts)
         parts.append(piece)
         got += len(piece)

@@ -400,7 +400,11 @@ class OpenAIBackend:
                 status=failure.status,
                 retry_after=failure.retry_after,
             ) from None
-        return parse_completion(parsed)
+        try:
+            return parse_completion(parsed)
+        except BackendError as exc:
+            url = f"{self._base_url}/chat/completions"
+            raise BackendError(f"{url}: {exc}", retryable=exc.retryable, url=url) from None
 
 
 class LlamaCppBackend:

@@ -118,8 +118,8 @@ class OpenAIEmbedder:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.dimensions = dimensions
-        self.max_body = max_body if max_body is not None else max(
-            MIN_MAX_BODY, batch_size * _BYTES_PER_TEXT
+        self.max_body = (
+            max_body if max_body is not None else max(MIN_MAX_BODY, batch_size * _BYTES_PER_TEXT)
         )
         self.extra_body = dict(extra_body or {})
         self._headers = {
@@ -129,8 +129,8 @@ class OpenAIEmbedder:
         }
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        for key, value in self._headers.items():
-            bad = _http.check_header(key, value)
+        for header, text in self._headers.items():
+            bad = _http.check_header(header, text)
             if bad is not None:
                 raise InvalidArgumentError(f"OpenAIEmbedder {bad}")
         self.dim: int | None = dimensions
@@ -249,6 +249,7 @@ def _model_error(failure: _http.HTTPFailure, url: str, model: str) -> ModelError
         message = f"{where} answered something that is not JSON: {failure.reason}"
     else:
         message = f"{where}: {failure.reason}"
+    message += failure.note
     if failure.url != url:
         message += f" (at {failure.url})"
     error = ModelError(message)
