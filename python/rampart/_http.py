@@ -428,7 +428,7 @@ class JSONClient:
                 else:
                     wait = min(backoff * 2 ** (attempt - 1), max_backoff)
                     wait *= 0.5 + random.random() / 2
-                if wait >= failure_time_left(deadline):
+                if wait >= _time_left(deadline):
                     failure.note = (
                         f" (no time for try {attempt + 1}: it would start in {wait:g} s,"
                         f" after the {timeout:g} s deadline)"
@@ -554,7 +554,7 @@ def _discard(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse | 
     conn.close()
 
 
-def failure_time_left(deadline: Deadline) -> float:
+def _time_left(deadline: Deadline) -> float:
     """Seconds left, 0 when the deadline has passed."""
     return max(deadline.end - time.monotonic(), 0.0)
 

@@ -244,7 +244,7 @@ def _model_error(failure: _http.HTTPFailure, url: str, model: str) -> ModelError
             f"{failure.detail}{after}"
         )
     elif failure.kind in ("connection", "timeout"):
-        message = f"{where} unreachable after {tries} tries: {failure.reason}"
+        message = f"{where} unreachable after {tries} tr{'y' if tries == 1 else 'ies'}: {failure.reason}"
     elif failure.kind == "body" and failure.reason.startswith("the answer is not JSON"):
         message = f"{where} answered something that is not JSON: {failure.reason}"
     else:
