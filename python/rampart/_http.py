@@ -160,10 +160,13 @@ def _depth_within(obj: Any, limit: int) -> bool:
         node, depth = stack.pop()
         if depth > limit:
             return False
-        for child in node.values() if type(node) is dict else node:
-            kind = type(child)
-            if kind is dict or kind is list:
-                stack.append((child, depth + 1))
+        children = node.values() if type(node) is dict else node
+        kinds = set(map(type, children))  # one C pass: a vector of floats ends here
+        if dict in kinds or list in kinds:
+            for child in children:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    stack.append((child, depth + 1))
     return True
 
 

@@ -40,6 +40,7 @@ MIN_MAX_BODY = 16 << 20
 #: Largest absolute value accepted in a vector: far above any embedding model's,
 #: and small enough that the gate's float32 dot products cannot overflow.
 MAX_COMPONENT = 1e6
+_NUMBER_TYPES = frozenset({float, int})
 
 
 class OpenAIEmbedder:
@@ -213,11 +214,14 @@ class OpenAIEmbedder:
             if type(idx) is not int or not 0 <= idx < n or rows[idx] is not None:
                 raise ModelError(f"{where}: data[{pos}] has a bad or repeated index {idx!r}")
             raw = item["embedding"]
-            if not all(type(x) in (float, int) for x in raw):
+            # C-level passes (map, set, sum, min, max): a Python loop over every
+            # number doubled the cost of a 64 × 256 batch against a local server.
+            if not set(map(type, raw)) <= _NUMBER_TYPES:
                 raise ModelError(f"{where}: data[{pos}].embedding holds non-numbers")
-            vec = [float(x) for x in raw]  # ints are bounded to 20 digits by the parser
-            # NaN fails both comparisons; 1e999 parses as inf and fails the bound.
-            if not vec or not all(-MAX_COMPONENT <= x <= MAX_COMPONENT for x in vec):
+            vec = list(map(float, raw))  # ints are bounded to 20 digits by the parser
+            # 1e999 parses as inf; inf - inf and NaN make the sum NaN. With the sum
+            # finite, every component is, and min/max compare correctly.
+            if not vec or not math.isfinite(sum(vec)) or max(map(abs, vec)) > MAX_COMPONENT:
                 raise ModelError(
                     f"{where}: data[{pos}].embedding is empty or not finite "
                     f"(or beyond ±{MAX_COMPONENT:g})"
@@ -244,7 +248,9 @@ def _model_error(failure: _http.HTTPFailure, url: str, model: str) -> ModelError
             f"{failure.detail}{after}"
         )
     elif failure.kind in ("connection", "timeout"):
-        message = f"{where} unreachable after {tries} tr{'y' if tries == 1 else 'ies'}: {failure.reason}"
+        message = (
+            f"{where} unreachable after {tries} tr{'y' if tries == 1 else 'ies'}: {failure.reason}"
+        )
     elif failure.kind == "body" and failure.reason.startswith("the answer is not JSON"):
         message = f"{where} answered something that is not JSON: {failure.reason}"
     else:
