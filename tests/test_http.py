@@ -10,6 +10,7 @@ a call was.
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 import struct
 import threading
@@ -518,3 +519,21 @@ def test_bad_arguments_are_refused_at_construction() -> None:
     for kw in ({"max_body": 0}, {"timeout": float("nan")}, {"headers": {"X": "\u2603"}}):
         with pytest.raises(InvalidArgumentError, match="OpenAIEmbedder"):
             OpenAIEmbedder("http://127.0.0.1:1/v1", "m", **kw)
+
+
+def test_an_embedder_survives_pickling(opened: list[Any]) -> None:
+    body = answer("200 OK", embeddings([[1.0, 0.0], [0.0, 1.0]]))
+
+    def handler(conn: socket.socket, stop: threading.Event, n: int) -> None:
+        while True:
+            read_request(conn)
+            conn.sendall(body)
+
+    with RawServer(handler) as server:
+        emb = OpenAIEmbedder(server.base_url, "m", timeout=5.0)
+        opened.append(emb)
+        assert emb.encode_batch(["a", "b"]) == [[1.0, 0.0], [0.0, 1.0]]
+        copy = pickle.loads(pickle.dumps(emb))  # with an idle connection in its pool
+        opened.append(copy)
+        assert guarded(lambda: copy.encode_batch(["a", "b"])) == [[1.0, 0.0], [0.0, 1.0]]
+        assert copy.requests == 2 and copy.max_body == emb.max_body

@@ -360,6 +360,17 @@ class JSONClient:
         self._context: ssl.SSLContext | None = None
         self.requests = 0
 
+    # Picklable (an embedder travels to worker processes): connections stay behind.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_idle=[], _context=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
     # ---- pool ----
 
     def _take(self) -> tuple[_Connection, bool]:
