@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,20 +34,30 @@ GUARD_S = 60.0
 Handler = Callable[[socket.socket, threading.Event, int], None]
 
 
+# A self-signed certificate for 127.0.0.1 made for these tests (tests/data/README.md).
+CERT = Path(__file__).parent / "data" / "tls_localhost.pem"
+KEY = Path(__file__).parent / "data" / "tls_localhost.key"
+
+
 class RawServer:
     """A TCP server on 127.0.0.1 that hands each connection (and its number) to
     ``handler`` in its own thread; ``stop`` is set when the test ends, so endless
-    handlers end too."""
+    handlers end too. ``tls``: the handler gets the connection after a TLS
+    handshake with the test certificate."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, tls: bool = False) -> None:
         self.handler = handler
+        self._tls: ssl.SSLContext | None = None
+        if tls:
+            self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._tls.load_cert_chain(CERT, KEY)
         self.stop = threading.Event()
         self.connections = 0
         self._lock = threading.Lock()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(0.05)
         self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
         self._threads: list[threading.Thread] = []
         self._open: list[socket.socket] = []
         self._accept = threading.Thread(target=self._serve, daemon=True)
@@ -70,9 +82,13 @@ class RawServer:
         with conn:
             conn.settimeout(GUARD_S)
             try:
-                self.handler(conn, self.stop, n)
+                if self._tls is None:
+                    self.handler(conn, self.stop, n)
+                else:
+                    with self._tls.wrap_socket(conn, server_side=True) as tls_conn:
+                        self.handler(tls_conn, self.stop, n)
             except OSError:
-                pass  # the client hung up: what most cases expect
+                pass  # the client hung up (or refused the certificate): most cases expect it
 
     def __enter__(self) -> RawServer:
         self._accept.start()
@@ -212,10 +228,12 @@ def embed(url: str, opened: list[Any], **kw: Any) -> Any:
 CLIENTS = {"chat": (chat, BackendError), "embed": (embed, ModelError)}
 
 
-def failure_of(kind: str, handler: Handler, opened: list[Any], **kw: Any) -> Any:
+def failure_of(
+    kind: str, handler: Handler, opened: list[Any], *, tls: bool = False, **kw: Any
+) -> Any:
     """The typed error ``kind``'s client raised against ``handler``."""
     call, error = CLIENTS[kind]
-    with RawServer(handler) as server:
+    with RawServer(handler, tls=tls) as server:
         result = call(server.base_url, opened, **kw)
     assert isinstance(result, error), f"expected {error.__name__}, got {result!r}"
     assert f"127.0.0.1:{server.port}/v1/" in str(result)  # names the URL
@@ -232,7 +250,7 @@ both = pytest.mark.parametrize("kind", sorted(CLIENTS))
 def test_an_endless_body_stops_at_the_size_cap(kind: str, opened: list[Any]) -> None:
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
     err = failure_of(kind, endless(head, b"[" * 65536), opened, max_body=1 << 20, timeout=30)
-    assert "over the 1048576-byte limit" in str(err) and not err.retryable
+    assert "longer than 1048576 bytes (max_body is 1048576 bytes)" in str(err) and not err.retryable
 
 
 @both
@@ -246,7 +264,7 @@ def test_an_endless_chunked_body_stops_at_the_size_cap(kind: str, opened: list[A
 def test_the_default_cap_holds_against_an_endless_body(opened: list[Any]) -> None:
     head = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
     err = failure_of("chat", endless(head, b"x" * 65536), opened, timeout=30)
-    assert f"over the {16 << 20}-byte limit" in str(err)
+    assert f"(max_body is {16 << 20} bytes)" in str(err)
 
 
 @both
@@ -537,3 +555,47 @@ def test_an_embedder_survives_pickling(opened: list[Any]) -> None:
         opened.append(copy)
         assert guarded(lambda: copy.encode_batch(["a", "b"])) == [[1.0, 0.0], [0.0, 1.0]]
         assert copy.requests == 2 and copy.max_body == emb.max_body
+
+
+# ---- TLS ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenSSL reads SSL_CERT_FILE when the client's default context is made.
+    monkeypatch.setenv("SSL_CERT_FILE", str(CERT))
+
+
+@both
+def test_tls_answers_are_read(kind: str, opened: list[Any], trusted: None) -> None:
+    good = completion("secure") if kind == "chat" else embeddings([[1.0, 0.0], [0.0, 1.0]])
+    call, _ = CLIENTS[kind]
+    with RawServer(respond(answer("200 OK", good)), tls=True) as server:
+        result = call(server.base_url, opened)
+    assert result.text == "secure" if kind == "chat" else result == [[1.0, 0.0], [0.0, 1.0]]
+
+
+@both
+def test_a_tls_drip_is_bounded_by_the_call_deadline(
+    kind: str, opened: list[Any], trusted: None
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
+    err = failure_of(kind, drip(head, b" "), opened, tls=True, timeout=1.0)
+    assert "no answer within 1 s" in str(err)
+
+
+@both
+def test_a_handshake_that_never_ends_is_bounded(kind: str, opened: list[Any]) -> None:
+    def silent(conn: socket.socket, stop: threading.Event, n: int) -> None:
+        stop.wait(GUARD_S)  # TCP accepted, not a byte of TLS
+
+    call, error = CLIENTS[kind]
+    with RawServer(silent) as server:
+        err = call(server.base_url.replace("http:", "https:"), opened, timeout=1.0)
+    assert isinstance(err, error) and "no answer within 1 s" in str(err)
+
+
+@both
+def test_an_untrusted_certificate_is_not_retried(kind: str, opened: list[Any]) -> None:
+    err = failure_of(kind, respond(b""), opened, tls=True, max_retries=3)
+    assert "certificate" in str(err) and not err.retryable

@@ -90,7 +90,8 @@ class HTTPFailure(Exception):
     try could succeed (``retryable``), the HTTP ``status`` when one came, the
     server's own message (``detail``), its ``Retry-After`` in seconds and how many
     requests the call made (``attempts``). ``kind`` is one of ``"timeout"``,
-    ``"connection"``, ``"status"``, ``"redirect"``, ``"too-large"``, ``"body"``."""
+    ``"connection"``, ``"tls"``, ``"status"``, ``"redirect"``, ``"too-large"``,
+    ``"body"``."""
 
     def __init__(
         self,
@@ -576,7 +577,7 @@ def _time_left(deadline: Deadline) -> float:
 def _too_large(url: str, max_body: int, what: str) -> HTTPFailure:
     return HTTPFailure(
         url,
-        f"the answer {what}, over the {max_body}-byte limit (max_body)",
+        f"the answer {what} (max_body is {max_body} bytes)",
         kind="too-large",
         retryable=False,
     )
@@ -609,6 +610,9 @@ def _transport_failure(url: str, exc: BaseException, deadline: Deadline) -> HTTP
         return HTTPFailure(
             url, f"no answer within {deadline.seconds:g} s", kind="timeout", retryable=True
         )
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        # The same certificate will be refused again: not worth a retry.
+        return HTTPFailure(url, f"TLS: {exc.verify_message}", kind="tls", retryable=False)
     if isinstance(exc, http.client.IncompleteRead):
         reason = f"the answer was cut off after {len(exc.partial)} bytes"
     elif isinstance(exc, http.client.RemoteDisconnected):
