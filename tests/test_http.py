@@ -599,3 +599,11 @@ def test_a_handshake_that_never_ends_is_bounded(kind: str, opened: list[Any]) ->
 def test_an_untrusted_certificate_is_not_retried(kind: str, opened: list[Any]) -> None:
     err = failure_of(kind, respond(b""), opened, tls=True, max_retries=3)
     assert "certificate" in str(err) and not err.retryable
+
+
+def test_a_huge_timeout_is_clamped_not_an_overflow(opened: list[Any]) -> None:
+    raw = answer("429 Too Many Requests", b"{}", "Retry-After: 1e300")
+    err = failure_of("chat", respond(raw), opened, timeout=1e300, max_retries=1)
+    assert "HTTP 429" in str(err) and err.retry_after == 1e300
+    with RawServer(respond(answer("200 OK", completion("late")))) as server:
+        assert chat(server.base_url, opened, timeout=1e300).text == "late"

@@ -121,9 +121,13 @@ class Deadline:
 
     __slots__ = ("end", "seconds")
 
+    #: Longest deadline honoured (about three years): socket timeouts and sleeps
+    #: beyond ~292 years raise OverflowError, so a huge ``timeout`` is clamped.
+    LONGEST = 1e8
+
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.end = time.monotonic() + seconds
+        self.end = time.monotonic() + min(seconds, self.LONGEST)
 
     def left(self) -> float:
         """Seconds left; raises TimeoutError when none are (the caller's handler
