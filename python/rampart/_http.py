@@ -379,12 +379,18 @@ class JSONClient:
     # ---- pool ----
 
     def _take(self) -> tuple[_Connection, bool]:
+        inherited: list[_Connection] = []
         with self._lock:
             if self._pid != os.getpid():
                 # A child must not read answers meant for its parent's requests.
-                self._idle, self._pid = [], os.getpid()
-            if self._idle:
-                return self._idle.pop(), True
+                # Closing the child's copies of the descriptors sends nothing:
+                # the parent's connections stay open.
+                inherited, self._idle, self._pid = self._idle, [], os.getpid()
+            reused = self._idle.pop() if self._idle else None
+        for conn in inherited:
+            conn.close()
+        if reused is not None:
+            return reused, True
         o = self._origin
         if o.scheme == "https":
             if self._context is None:
@@ -423,13 +429,13 @@ class JSONClient:
         """POST ``body`` to ``base_url + path`` and return the parsed JSON of a 2xx
         answer, all within ``timeout`` seconds; raises :class:`HTTPFailure`.
 
-        Timeouts, connection failures and the statuses in :data:`RETRY_STATUS` are
-        tried again up to ``retries`` times: after the server's ``Retry-After``
-        when it sends one, else after ``backoff * 2**n`` seconds (at most
-        ``max_backoff``, with jitter so concurrent callers spread out). A wait
-        that would end past the deadline is not started: the call fails at once
-        with the last failure (its ``retry_after`` tells the caller when to come
-        back)."""
+        Connection failures and the statuses in :data:`RETRY_STATUS` are tried
+        again up to ``retries`` times (a timeout is not: it used the deadline):
+        after the server's ``Retry-After`` when it sends one, else after
+        ``backoff * 2**n`` seconds (at most ``max_backoff``, with jitter so
+        concurrent callers spread out). A wait that would end past the deadline
+        is not started: the call fails at once with the last failure (its
+        ``retry_after`` tells the caller when to come back)."""
         deadline = Deadline(timeout)
         attempt = 0
         while True:
