@@ -85,7 +85,11 @@ class ModelNotFoundError(RampartError, FileNotFoundError):
 
 
 class ModelError(RampartError, ValueError):
-    """An embedding model's files exist but cannot be used (malformed, unsupported)."""
+    """An embedding model's files exist but cannot be used (malformed, unsupported),
+    or an embedding endpoint failed. ``retryable`` says whether trying again could
+    succeed (an endpoint's timeout, 429 or 5xx); ``False`` for files."""
+
+    retryable: bool = False
 
 
 class StoreUnavailableError(RampartError, ConnectionError):

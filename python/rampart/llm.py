@@ -1,9 +1,10 @@
 """Chat backends shared by the agent loop and the probes.
 
 - :class:`OpenAIBackend`: any OpenAI-compatible ``/chat/completions`` endpoint over
-  HTTP (llama.cpp's server, Ollama, vLLM, hosted APIs). Standard library only: idle
-  keep-alive connections are reused, so a call costs one request, not a TCP
-  handshake.
+  HTTP (llama.cpp's server, Ollama, vLLM, hosted APIs). Standard library only
+  (:mod:`rampart._http`): idle keep-alive connections are reused, so a call costs
+  one request, not a TCP handshake; each call is bounded in time (one deadline for
+  the whole call), body size and JSON depth, whatever the server sends.
 - :class:`LlamaCppBackend`: llama-cpp-python in this process. Calls are serialised
   (one context); consecutive prompts that share a prefix reuse its KV cache, which
   is what makes a position sweep or an agent's growing conversation affordable on
@@ -13,13 +14,13 @@ Both take native ``tools`` (OpenAI Chat Completions shape) and return the tool c
 the model made as :class:`ToolCall` objects (``Reply.calls``). A backend raises
 :class:`BackendError` for a failed call; ``retryable`` says whether the caller should
 try again (timeouts, 5xx, 429, malformed bodies) or record the failure at once (a 4xx
-that will not change).
+that will not change, a body over the size limit, a redirect elsewhere).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
+import math
 import os
 import re
 import threading
@@ -29,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
+from rampart import _http
 from rampart.errors import InvalidArgumentError, RampartError
 
 __all__ = [
@@ -51,11 +52,26 @@ Message = Mapping[str, Any]
 
 
 class BackendError(RampartError):
-    """A chat call failed; ``retryable`` tells the caller whether to try again."""
+    """A chat call failed; ``retryable`` tells the caller whether to try again.
 
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    From :class:`OpenAIBackend` also: ``url`` (the endpoint), ``status`` (the HTTP
+    status, ``None`` when none came) and ``retry_after`` (the seconds the server
+    asked to wait, ``None`` when it did not say)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        url: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.url = url
+        self.status = status
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +144,23 @@ class Backend(Protocol):
         ...
 
 
+# A UTF-16 surrogate alone: JSON's "\ud800" escape decodes to one, and it is not
+# text (encoding it to UTF-8 fails far from here, in the registry or a tokeniser).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+
+
 def _arguments_text(raw: Any) -> str:
     # Servers send arguments as a JSON string; a few send the object itself.
     if isinstance(raw, str):
-        return raw
+        return _text(raw)
     if raw is None:
         return "{}"
-    return json.dumps(raw)
+    # allow_nan=False: a float that overflowed to inf (1e999) is not JSON to re-send.
+    return _text(json.dumps(raw, allow_nan=False))
 
 
 def parse_completion(body: Any) -> Reply:
@@ -146,17 +172,18 @@ def parse_completion(body: Any) -> Reply:
         text = message.get("content") or ""
         if not isinstance(text, str):
             raise TypeError("content is not a string")
+        text = _text(text)
         calls = tuple(
             ToolCall(
-                id=str(c.get("id") or f"call_{i}"),
-                name=str(c["function"]["name"]),
+                id=_text(str(c.get("id") or f"call_{i}")),
+                name=_text(str(c["function"]["name"])),
                 arguments=_arguments_text(c["function"].get("arguments")),
             )
             for i, c in enumerate(message.get("tool_calls") or [])
             if c
         )
-    except (KeyError, IndexError, TypeError, AttributeError) as exc:
-        snippet = json.dumps(body)[:200] if not isinstance(body, str) else body[:200]
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        snippet = _snippet(body)
         raise BackendError(
             f"malformed chat completion ({type(exc).__name__}: {exc}): {snippet}", retryable=True
         ) from None
@@ -171,8 +198,24 @@ def parse_completion(body: Any) -> Reply:
     )
 
 
+#: Token counts above this are not counts: reported as unknown (``None``).
+MAX_TOKEN_COUNT = 2**32
+
+
 def _int_or_none(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    # A count is an int in [0, MAX_TOKEN_COUNT]; anything else (a bool, a float, a
+    # negative or absurd number) would corrupt the run's token totals.
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKEN_COUNT
+    return v if ok else None
+
+
+def _snippet(body: Any) -> str:
+    if isinstance(body, str):
+        return body[:200]
+    try:
+        return json.dumps(body)[:200]
+    except (ValueError, TypeError, RecursionError):
+        return repr(type(body))
 
 
 # Hermes-style tool calls, which Qwen2.5's own chat template asks the model to write:
@@ -235,6 +278,15 @@ class OpenAIBackend:
     schemas into the prompt instead). ``tool_choice`` is sent with the tools:
     llama.cpp-python's function-calling chat format drops the tools unless it is
     ``"auto"``.
+
+    Bounds (docs/limits.md): ``timeout`` is the deadline of a whole call —
+    connecting, sending, waiting for the headers, reading the body and any retries
+    — not of each socket read. ``max_body`` caps the answer's size in bytes (16 MiB:
+    a completion of ``max_tokens`` tokens is kilobytes). ``max_retries`` retries a
+    call inside ``chat`` after a connection failure or a 408/409/425/429/5xx answer,
+    honouring ``Retry-After`` when it fits in the time left; the default 0 leaves
+    retrying to the caller (the probe runner counts attempts itself). Every
+    failure is a :class:`BackendError` naming the URL.
     """
 
     def __init__(
@@ -247,31 +299,39 @@ class OpenAIBackend:
         concurrency: int = 4,
         native_tools: bool = True,
         tool_choice: str | None = "auto",
+        max_body: int = 16 << 20,
+        max_retries: int = 0,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            self._client = _http.JSONClient(base_url)
+        except ValueError:
             raise InvalidArgumentError(
                 f"base_url {base_url!r}: expected http(s)://host[:port]/path, "
                 "e.g. http://127.0.0.1:8080/v1"
-            )
-        if concurrency < 1:
-            raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
-        if timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
-        self._base_url = base_url.rstrip("/")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = parts.path.rstrip("/") + "/chat/completions"
+            ) from None
+        if type(concurrency) is not int or concurrency < 1:
+            raise InvalidArgumentError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise InvalidArgumentError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not (0 < timeout < math.inf):
+            raise InvalidArgumentError(f"timeout must be positive and finite, got {timeout}")
+        if type(max_body) is not int or max_body < 1:
+            raise InvalidArgumentError(f"max_body must be an int >= 1, got {max_body!r}")
+        if type(max_retries) is not int or max_retries < 0:
+            raise InvalidArgumentError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self._base_url = self._client.base_url
         self._model = model
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._timeout = timeout
+        if self._api_key:
+            bad = _http.check_header("Authorization", f"Bearer {self._api_key}")
+            if bad is not None:
+                raise InvalidArgumentError(f"api_key cannot be sent: {bad}")
+        self._timeout = float(timeout)
+        self._max_body = max_body
+        self._max_retries = max_retries
         self._concurrency = concurrency
         self._native_tools = native_tools
         self._tool_choice = tool_choice
-        # Idle keep-alive connections, shared by whichever worker calls next.
-        self._idle: list[http.client.HTTPConnection] = []
-        self._pool_lock = threading.Lock()
 
     @property
     def model(self) -> str:
@@ -288,23 +348,9 @@ class OpenAIBackend:
     def describe(self) -> dict[str, Any]:
         return {"backend": "openai", "base_url": self._base_url, "model": self._model}
 
-    def _connection(self) -> http.client.HTTPConnection:
-        with self._pool_lock:
-            if self._idle:
-                return self._idle.pop()
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self._timeout)
-
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        with self._pool_lock:
-            self._idle.append(conn)
-
     def close(self) -> None:
         """Close the idle keep-alive connections (calls after this open new ones)."""
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._client.close()
 
     def __enter__(self) -> OpenAIBackend:
         return self
@@ -336,36 +382,29 @@ class OpenAIBackend:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        where = f"{self._base_url}/chat/completions"
-        conn = self._connection()
         try:
-            conn.request("POST", self._path, body=body, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        except TimeoutError as exc:
-            conn.close()  # a late answer must not be read as the next request's
+            parsed = self._client.post(
+                "/chat/completions",
+                body,
+                headers,
+                timeout=self._timeout,
+                max_body=self._max_body,
+                retries=self._max_retries,
+            )
+        except _http.HTTPFailure as failure:
+            tries = f" (after {failure.attempts} tries)" if failure.attempts > 1 else ""
             raise BackendError(
-                f"{where}: no answer within {self._timeout:g} s", retryable=True
-            ) from exc
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise BackendError(f"{where}: {type(exc).__name__}: {exc}", retryable=True) from exc
-        if resp.will_close:
-            conn.close()
-        else:
-            self._release(conn)
-        if resp.status != 200:
-            text = raw[:300].decode("utf-8", "replace")
-            retryable = resp.status >= 500 or resp.status in (408, 409, 429)
-            raise BackendError(f"{where}: HTTP {resp.status}: {text}", retryable=retryable)
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            raise BackendError(
-                f"{where}: the answer is not JSON: {raw[:200].decode('utf-8', 'replace')!r}",
-                retryable=True,
+                f"{failure}{tries}",
+                retryable=failure.retryable,
+                url=failure.url,
+                status=failure.status,
+                retry_after=failure.retry_after,
             ) from None
-        return parse_completion(parsed)
+        try:
+            return parse_completion(parsed)
+        except BackendError as exc:
+            url = f"{self._base_url}/chat/completions"
+            raise BackendError(f"{url}: {exc}", retryable=exc.retryable, url=url) from None
 
 
 class LlamaCppBackend:
