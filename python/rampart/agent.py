@@ -983,9 +983,10 @@ class Agent:
             return f"error: {type(exc).__name__}: {exc}", True
 
     def _find_tools(self, call: ToolCall, run: Run) -> tuple[str, bool]:
-        """The gate's way back: tools of this agent matching the query, by exact name
-        first (the whole query, or a word of it), then by the registry's relevance
-        ranking of tool blocks; they join the tools offered from the next step on."""
+        """The gate's way back: the tools of this agent named in the query (the whole
+        query, or a word of it, case-insensitive), or else the ``TOOL_SEARCH_K`` tool
+        blocks the registry ranks most relevant to it; they join the tools offered
+        from the next step on."""
         args = self._arguments(call)
         if isinstance(args, str):
             return args, True
@@ -999,7 +1000,9 @@ class Agent:
             name = runnable.get(w.lower().strip("."))
             if name and name not in (f for f, _ in found):
                 found.append((name, "name"))
-        if len(found) < TOOL_SEARCH_K and self.registry.embedding_model is not None:
+        # A name hit is the answer (the model knew what it wanted); only a description
+        # goes to the ranking, which always returns its best few.
+        if not found and self.registry.embedding_model is not None:
             try:
                 ranked = self.registry.find_relevant(query)
             except RampartError as exc:
