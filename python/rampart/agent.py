@@ -71,6 +71,7 @@ __all__ = [
     "Run",
     "Step",
     "ToolResult",
+    "search_tools",
     "tool_schema",
 ]
 
@@ -529,6 +530,44 @@ def _clean_rule(text: str, limit: int) -> str:
     return line
 
 
+def search_tools(
+    registry: BlockRegistry,
+    query: str,
+    *,
+    k: int = TOOL_SEARCH_K,
+    allowed: Iterable[str] | None = None,
+) -> list[tuple[ToolSchema, str, float | None]]:
+    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
+    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
+    query, or a word of it, case-insensitive) when there are any, since the model then
+    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
+    (its embedding model; without one, nothing). ``allowed`` limits the search to
+    these tool names (the tools a caller can run)."""
+    query = query.strip()[:1000]
+    keep = None if allowed is None else set(allowed)
+    schemas: dict[str, ToolSchema] = {}
+    for b in registry.list_blocks():
+        schema = b.tool_schema
+        if schema is not None and (keep is None or schema.name in keep):
+            schemas.setdefault(schema.name, schema)
+    lower = {n.lower(): n for n in schemas}
+    found: list[tuple[ToolSchema, str, float | None]] = []
+    for w in [query, *re.findall(r"[A-Za-z0-9_.-]+", query)]:
+        name = lower.get(w.lower().strip("."))
+        if name and all(f[0].name != name for f in found):
+            found.append((schemas[name], "name", None))
+    if found or not query or registry.embedding_model is None:
+        return found
+    for block, score in registry.find_relevant(query):
+        schema = block.tool_schema
+        if schema is not None and schema.name in schemas:
+            if all(f[0].name != schema.name for f in found):
+                found.append((schema, "relevance", float(score)))
+            if len(found) >= k:
+                break
+    return found
+
+
 class Agent:
     """A tool-calling agent whose context is compiled from ``registry``.
 
@@ -983,46 +1022,31 @@ class Agent:
             return f"error: {type(exc).__name__}: {exc}", True
 
     def _find_tools(self, call: ToolCall, run: Run) -> tuple[str, bool]:
-        """The gate's way back: the tools of this agent named in the query (the whole
-        query, or a word of it, case-insensitive), or else the ``TOOL_SEARCH_K`` tool
-        blocks the registry ranks most relevant to it; they join the tools offered
-        from the next step on."""
+        """The gate's way back (:func:`search_tools` over the tools this agent can
+        run); what it finds joins the tools offered from the next step on."""
         args = self._arguments(call)
         if isinstance(args, str):
             return args, True
-        query = str(args.get("query", "")).strip()[:1000]
+        query = str(args.get("query", "")).strip()
         if not query:
             return f"error: {TOOL_SEARCH} needs a non-empty 'query'", True
-        runnable = {n.lower(): n for n in (*self._functions, *self._mcp_tools)}
-        found: list[tuple[str, str]] = []  # (name, how it matched)
-        words = [query, *re.findall(r"[A-Za-z0-9_.-]+", query)]
-        for w in words:
-            name = runnable.get(w.lower().strip("."))
-            if name and name not in (f for f, _ in found):
-                found.append((name, "name"))
-        # A name hit is the answer (the model knew what it wanted); only a description
-        # goes to the ranking, which always returns its best few.
-        if not found and self.registry.embedding_model is not None:
-            try:
-                ranked = self.registry.find_relevant(query)
-            except RampartError as exc:
-                return f"error: {type(exc).__name__}: {exc}", True
-            for block, _score in ranked:
-                schema = block.tool_schema
-                if len(found) >= TOOL_SEARCH_K:
-                    break
-                if schema is not None and schema.name in runnable.values():
-                    if schema.name not in (f for f, _ in found):
-                        found.append((schema.name, "relevance"))
+        try:
+            found = search_tools(self.registry, query, allowed=(*self._functions, *self._mcp_tools))
+        except RampartError as exc:
+            return f"error: {type(exc).__name__}: {exc}", True
         if not found:
-            return f"no tool matches {query!r}", False
+            return f"no tool matches {query[:200]!r}", False
         out = []
-        for name, how in found:
-            if name not in run.found_tools:
-                run.found_tools.append(name)
-            wire = self._wire_by_name(name) or {}
-            desc = str(wire.get("function", {}).get("description", ""))
-            out.append({"name": name, "description": _clip(desc, 300), "matched_by": how})
+        for schema, how, _score in found:
+            if schema.name not in run.found_tools:
+                run.found_tools.append(schema.name)
+            out.append(
+                {
+                    "name": schema.name,
+                    "description": _clip(schema.description, 300),
+                    "matched_by": how,
+                }
+            )
         return (
             json.dumps({"found": out, "note": "these tools are offered from your next step"}),
             False,
