@@ -8,8 +8,8 @@ reached. A failed run (per ``check(answer, run)`` or, without one, an LLM judge)
 triggers, with ``learn=True``, one diagnosis call that writes a single actionable
 rule as an ``agent`` block tagged with the run's trajectory id; a near-duplicate of
 a rule already learned updates that rule instead. Later compiles put the rule in
-front of the model as quoted data with its provenance ("Lesson learned from failed
-run X on DATE: \"...\""); :meth:`Agent.forget` takes it back
+front of the model as quoted data with its provenance ("Lesson learned from run X
+on DATE: \"...\""); :meth:`Agent.forget` takes it back
 (``rollback_trajectory``).
 
 Tool output is written by strangers (a fetched page, an issue comment), and the
