@@ -429,6 +429,7 @@ def test_mcp_session_tools(registry: Any, backends: Any) -> None:
         assert (ok.output, ok.is_error) == ("zorblax: v2025.03", False)
         # the SDK's server hides the exception's text; the flag and tool name come back
         assert bad.is_error and "broken" in bad.output
+        assert run.untrusted_reads == ["latest_tag", "broken"]  # MCP output is a stranger's
     assert registry.get_by_name("latest_tag")[0].tool_schema is not None
 
 
@@ -791,9 +792,20 @@ def test_quarantine_saves_and_loads(tmp_path: Any) -> None:
     back = Quarantine.load(tmp_path / "q.json")
     assert [asdict_(e) for e in back.entries()] == [asdict_(e) for e in q.entries()]
     assert [e.id for e in back.entries("pending")] == ["q-2"]
-    (tmp_path / "bad.json").write_text('{"entries": [{"id": 1}]}')
-    with pytest.raises(InvalidArgumentError, match="entry 0 is malformed"):
-        Quarantine.load(tmp_path / "bad.json")
+    good = asdict_(q.entries()[0])
+    for bad, why in [
+        ({"id": 1}, "missing fields"),
+        ({**good, "rule": 7}, "rule is not a string"),
+        ({**good, "status": "maybe"}, "status 'maybe'"),
+        ({**good, "untrusted_tools": [None]}, "untrusted_tools is not a list"),
+        ({**good, "extra": 1}, "unknown fields"),
+    ]:
+        (tmp_path / "bad.json").write_text(json.dumps({"entries": [good, bad]}))
+        with pytest.raises(InvalidArgumentError, match=f"entry 1 is malformed.*{why}"):
+            Quarantine.load(tmp_path / "bad.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InvalidArgumentError, match="cannot read"):
+        Quarantine.load(tmp_path / "deep.json")
     with pytest.raises(InvalidArgumentError, match="cannot read"):
         Quarantine.load(tmp_path / "missing.json")
 

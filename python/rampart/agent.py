@@ -277,31 +277,56 @@ class Quarantine:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], limit: int = 256) -> Quarantine:
-        """A quarantine from :meth:`save`'s file; a malformed file is an
-        :class:`InvalidArgumentError` naming it and the entry."""
+        """A quarantine from :meth:`save`'s file; a malformed file (or one over
+        64 MiB) is an :class:`InvalidArgumentError` naming it and the entry."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            with open(path, "rb") as f:
+                raw = f.read(_MAX_QUARANTINE_BYTES + 1)
+            if len(raw) > _MAX_QUARANTINE_BYTES:
+                raise ValueError(f"larger than {_MAX_QUARANTINE_BYTES} bytes")
+            data = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: cannot read a quarantine ({exc})") from None
         q = cls(limit)
-        names = {f for f in QuarantinedLesson.__dataclass_fields__}
         rows = data.get("entries") if isinstance(data, dict) else None
         if not isinstance(rows, list):
             raise InvalidArgumentError(f"{path}: not a quarantine file (no 'entries' list)")
         for i, row in enumerate(rows):
-            try:
-                if not isinstance(row, dict) or set(row) - names:
-                    raise TypeError("unexpected fields")
-                entry = QuarantinedLesson(**row)
-                strings = (entry.id, entry.rule, entry.run_id, entry.task, entry.origin)
-                if not all(isinstance(v, str) for v in strings) or entry.status not in _STATUSES:
-                    raise TypeError("a field has the wrong type")
-                entry.untrusted_tools = [str(t) for t in entry.untrusted_tools]
-                entry.sightings = [str(t) for t in entry.sightings][:_MAX_SIGHTINGS]
-            except TypeError as exc:
-                raise InvalidArgumentError(f"{path}: entry {i} is malformed ({exc})") from None
-            q.add(entry)
+            problem = _entry_problem(row)
+            if problem:
+                raise InvalidArgumentError(f"{path}: entry {i} is malformed ({problem})")
+            q.add(QuarantinedLesson(**row))
         return q
+
+
+_MAX_QUARANTINE_BYTES = 64 << 20
+_TEXT_FIELDS = ("id", "rule", "run_id", "task", "origin", "diagnosis", "created", "status")
+
+
+def _entry_problem(row: Any) -> str | None:
+    """Why ``row`` is not a saved :class:`QuarantinedLesson`, or None."""
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, not an object"
+    known = QuarantinedLesson.__dataclass_fields__
+    extra = sorted(set(row) - set(known))
+    missing = [f for f in (*_TEXT_FIELDS[:-1], "untrusted_tools") if f not in row]
+    if extra or missing:
+        return f"unknown fields {extra}" if extra else f"missing fields {missing}"
+    for name in _TEXT_FIELDS:
+        if name in row and not isinstance(row[name], str):
+            return f"{name} is not a string"
+    for name in ("decided_by", "block_id"):
+        if row.get(name) is not None and not isinstance(row[name], str):
+            return f"{name} is not a string or null"
+    for name in ("untrusted_tools", "sightings"):
+        value = row.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"{name} is not a list of strings"
+    if row.get("status", "pending") not in _STATUSES:
+        return f"status {row['status']!r} is not one of {_STATUSES}"
+    if len(row.get("sightings", [])) > _MAX_SIGHTINGS:
+        return f"more than {_MAX_SIGHTINGS} sightings"
+    return None
 
 
 @dataclass
