@@ -99,8 +99,11 @@ def test_near_duplicate_rule_updates_instead_of_adding(registry: Any, backends: 
     assert b.lesson.updated and b.lesson.block_id == a.lesson.block_id
     assert b.lesson.previous == RULE and b.lesson.similarity is not None
     assert [x.content for x in agent.lessons()] == [b.lesson.content]
+    # the provenance line names the run that wrote the current text
+    assert f"from run {b.trajectory_id} on " in agent.lessons()[0].wrap_prefix
     # forgetting the second run restores the first run's text; the first removes it
     assert agent.forget(b) == 1 and [x.content for x in agent.lessons()] == [RULE]
+    assert f"from run {a.trajectory_id} on " in agent.lessons()[0].wrap_prefix
     assert agent.forget(a) == 1 and agent.lessons() == []
 
 
