@@ -696,7 +696,8 @@ def test_hostile_page_plants_no_rule_until_approved(registry: Any, backends: Any
         block = registry.get_by_id(lesson.block_id)
         assert block.trajectory_id == keep.run_id and "approved" in block.tags
         after = agent.run("Add the changelog line for 5 March 2025.")
-        system = fake.system_text(server.payloads[-1 if after.success else -2])
+        assert after.success is False and after.confirmed == []  # the rule is no date rule
+        system = fake.system_text(server.payloads[-2])  # the answer's request, not the diagnosis
         assert planted_in(system) == [PLANTED[3]]
         # rendered as data: provenance first, the rule in quotes
         assert f"Noted by the agent in run {keep.run_id} on " in system  # a remember call
