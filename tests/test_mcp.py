@@ -16,24 +16,34 @@ from tests.conftest import SEEDS, import_or_skip, needs_model
 
 mcp = import_or_skip("mcp", "mcp")
 
-TOOLS = {"compile_context", "find_blocks", "list_blocks", "write_block", "evict_block"}
+TOOLS = {
+    "compile_context",
+    "find_blocks",
+    "list_blocks",
+    "write_block",
+    "evict_block",
+    "find_tools",
+}
 
 
-async def _session(args: list[str], script: Any) -> Any:
+async def _session(args: list[str], script: Any, errlog: Any) -> Any:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "rampart", "mcp", *args], env=dict(os.environ)
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         init = await session.initialize()
         return await script(session, init)
 
 
-def run(args: list[str], script: Any) -> Any:
+def run(args: list[str], script: Any, errlog: Any = sys.stderr) -> Any:
     import anyio
 
-    return anyio.run(_session, args, script)
+    return anyio.run(_session, args, script, errlog)
 
 
 def data(result: Any) -> Any:
@@ -110,6 +120,15 @@ def test_tools_over_stdio_with_the_sdk_client() -> None:
 def test_errors_come_back_as_tool_errors(tmp_path: Path) -> None:
     seed = tmp_path / "rules.md"
     seed.write_text("# Rules\n\nAlways answer in English.\n", encoding="utf-8")
+    failing = [
+        ("compile_context", {"task": "x", "top_k": 1}),
+        ("compile_context", {"max_tokens": -1}),
+        ("find_blocks", {"task": "x"}),
+        ("find_tools", {"query": "stage a file for commit"}),
+        ("evict_block", {"name_or_id": "rules"}),  # a pinned seed block
+        ("evict_block", {"name_or_id": "no-such-block"}),
+        ("write_block", {"content": "a", "name": "n", "priority": 3}),
+    ]
 
     async def script(session: Any, init: Any) -> dict[str, Any]:
         first = data(await session.call_tool("write_block", {"content": "a", "name": "twin"}))
@@ -123,9 +142,28 @@ def test_errors_come_back_as_tool_errors(tmp_path: Path) -> None:
             "ungated": await session.call_tool("compile_context", {"task": "x", "top_k": 1}),
             "bad_budget": await session.call_tool("compile_context", {"max_tokens": -1}),
             "listed": data(await session.call_tool("list_blocks", {})),
+            "version": init.server_info.version,
+            "failing": [await session.call_tool(n, a) for n, a in failing],
         }
 
-    out = run([str(seed), "--no-gate"], script)
+    errlog = tmp_path / "stderr.txt"
+    with errlog.open("w") as err:
+        out = run([str(seed), "--no-gate"], script, err)
+    assert out["version"] == rampart.__version__
+    # Errors speak in the tools' own arguments, never in the Python API's.
+    texts = [text(r) for r in out["failing"]]
+    assert all(r.is_error for r in out["failing"]), texts
+    for t in texts:
+        for python in ("task_text", "embedding_model", "force=True", "gate=", "write_block("):
+            assert python not in t, t
+    assert all("restart it without --no-gate" in texts[i] for i in (0, 2, 3))
+    assert "max_tokens" in texts[1] and "top_k" in texts[3]
+    assert "pinned" in texts[4] and "evict_block cannot remove it" in texts[4]
+    assert "priority" in texts[6]
+    # One line on stderr per failed call, none of them a box or a traceback.
+    lines = errlog.read_text().splitlines()
+    assert all(line.startswith("rampart mcp: ") for line in lines), lines
+    assert sum("failed" in line for line in lines) == len(failing) + 3  # + the 3 above
     assert out["ambiguous"].is_error
     assert "2 blocks named 'twin'" in text(out["ambiguous"])
     assert out["by_id"]["evicted"] == out["ids"][1]
@@ -161,3 +199,65 @@ def test_store_keeps_what_a_client_wrote(tmp_path: Path) -> None:
     # A second server on the same store, without seeds: it sees the first one's write.
     names = [b["name"] for b in run(store, listing)]
     assert "tz" in names and written["runtime_id"] in [b["runtime_id"] for b in run(store, listing)]
+
+
+def test_find_tools_over_the_protocol() -> None:
+    """The gate's way back, through the SDK's in-memory client: a tool by its exact
+    name, or by what it does, with the schema a client needs to call it."""
+    import anyio
+    from mcp import Client
+    from rampart.mcp_server import build_server
+
+    from tests.conftest import DATA, words
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(HashingEmbedder(), tokeniser=words)
+    reg.write_block("Commit messages are in the imperative mood.", "commits", source="seed")
+    reg.load_tools(DATA / "mcp_git_tools.json")
+
+    async def script() -> dict[str, Any]:
+        async with Client(build_server(reg)) as client:
+            return {
+                "name": data(await client.call_tool("find_tools", {"query": "git_add"})),
+                "words": data(
+                    await client.call_tool(
+                        "find_tools", {"query": "show the commit log history", "top_k": 2}
+                    )
+                ),
+                "bad": await client.call_tool("find_tools", {"query": "x", "top_k": 0}),
+            }
+
+    out = anyio.run(script)
+    (hit,) = out["name"]
+    assert (hit["name"], hit["matched_by"], hit["score"]) == ("git_add", "name", None)
+    assert "repo_path" in hit["input_schema"]["properties"]
+    assert len(out["words"]) == 2 and all(f["matched_by"] == "relevance" for f in out["words"])
+    assert out["words"][0]["name"] == "git_log"
+    assert out["words"][0]["score"] >= out["words"][1]["score"]
+    assert out["bad"].is_error and "top_k must be in 1..100" in text(out["bad"])
+    reg.release()
+
+
+def test_server_log_lines_are_single_lines() -> None:
+    import logging
+
+    from rampart.mcp_server import _OneLine
+
+    try:
+        raise ValueError("first line\nsecond line")
+    except ValueError:
+        record = logging.LogRecord(
+            "mcp",
+            logging.ERROR,
+            __file__,
+            1,
+            "Tool %r raised\nan unexpected exception",
+            ("x",),
+            sys.exc_info(),
+        )
+    line = _OneLine().format(record)
+    assert "\n" not in line and "Traceback" not in line
+    assert line == (
+        "rampart mcp: error: Tool 'x' raised an unexpected exception "
+        "(ValueError: first line second line)"
+    )

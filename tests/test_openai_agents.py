@@ -93,8 +93,8 @@ def test_gated_tools_and_compiled_instructions(registry: rampart.BlockRegistry) 
     assert result.final_output == "It is 18 °C and cloudy in Paris."
     assert len(payloads) == 2
     first, second = payloads
-    # Only the gated tool reaches the model, as a native tool.
-    assert tool_names(first) == ["get_weather"] == tool_names(second)
+    # Only the gated tool reaches the model, as a native tool (with the fallback).
+    assert tool_names(first) == ["get_weather", "find_tools"] == tool_names(second)
     system = fake.system_text(first)
     assert system.startswith("You are a helpful assistant.\n\n")
     assert "degrees Celsius" in system
@@ -176,4 +176,65 @@ def test_one_compile_per_turn_and_none_shared_between_runs() -> None:
     assert "Second rule." in instructions.compile(run1).prompt
     run2 = agents.RunContextWrapper(context="same task")  # a new run never reuses one
     assert "Second rule." in instructions(run2, None)  # type: ignore[arg-type]
+    reg.release()
+
+
+def unique_call_ids(behaviour: Any) -> Any:
+    """``behaviour`` with each tool call id unique across the run (the SDK refuses a
+    reused id; the fake server numbers calls per reply)."""
+
+    def answer(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        status, body, delay = behaviour(payload, n)
+        reply = json.loads(body)
+        for call in reply["choices"][0]["message"].get("tool_calls") or []:
+            call["id"] = f"call_{n}_{call['id']}"
+        return status, json.dumps(reply).encode(), delay
+
+    return answer
+
+
+def test_find_tools_enables_a_tool_the_gate_hid() -> None:
+    """The gate's way back in the SDK: the model asks for a hidden tool by name, and
+    from its next call on that tool is offered and runs."""
+    from tests.conftest import words
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(HashingEmbedder(), tokeniser=words)
+    task = "What is the weather forecast in Paris?"
+    turns: list[Any] = [
+        ("", [("find_tools", {"query": "send_email"})]),
+        ("", [("send_email", {"to": "ops@example.com", "subject": "Paris", "body": "18 C"})]),
+        ("Sent.", []),
+    ]
+    instructions = RampartInstructions(reg, top_k=1)
+    with fake.FakeOpenAI(unique_call_ids(fake.scripted(turns))) as server:
+        agent = instructions.agent("assistant", tools=TOOLS)
+        result = run(agent, task, task, server)
+        offered = [tool_names(p) for p in server.payloads]
+        fed = [m["content"] for m in server.payloads[1]["messages"] if m["role"] == "tool"]
+    assert result.final_output == "Sent."
+    assert offered[0] == ["get_weather", "find_tools"]
+    assert offered[1] == ["get_weather", "send_email", "find_tools"] == offered[2]
+    found = json.loads(fed[0])["found"]
+    assert found == [
+        {
+            "name": "send_email",
+            "description": "Send an email message to a recipient address.",
+            "matched_by": "name",
+        }
+    ]
+    tool_msgs = [m for m in server.payloads[2]["messages"] if m["role"] == "tool"]
+    assert tool_msgs[-1]["content"] == "sent"
+    # a new run starts from the gate again: what one run found stays in that run
+    with fake.FakeOpenAI(fake.scripted([("ok", [])])) as server:
+        run(agent, task, task, server)
+        assert tool_names(server.payloads[0]) == ["get_weather", "find_tools"]
+    # off when asked, and off without a gate
+    plain = RampartInstructions(reg, top_k=1, tool_search=False).agent("a", tools=TOOLS)
+    assert "find_tools" not in [t.name for t in plain.tools]
+    ungated = RampartInstructions(reg).agent("b", tools=TOOLS)
+    assert "find_tools" not in [t.name for t in ungated.tools]
+    clash = agents.function_tool(lambda query: query, name_override="find_tools")
+    with pytest.raises(InvalidArgumentError, match="tool_search=False"):
+        RampartInstructions(reg, top_k=1).agent("c", tools=[clash])
     reg.release()

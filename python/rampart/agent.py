@@ -8,8 +8,22 @@ reached. A failed run (per ``check(answer, run)`` or, without one, an LLM judge)
 triggers, with ``learn=True``, one diagnosis call that writes a single actionable
 rule as an ``agent`` block tagged with the run's trajectory id; a near-duplicate of
 a rule already learned updates that rule instead. Later compiles put the rule in
-front of the model like any other block; :meth:`Agent.forget` takes it back
+front of the model as quoted data with its provenance ("Lesson learned from run X
+on DATE: \"...\""); :meth:`Agent.forget` takes it back
 (``rollback_trajectory``).
+
+Tool output is written by strangers (a fetched page, an issue comment), and the
+diagnosis reads it. A rule from a run that read the output of an untrusted tool
+(every tool unless named in ``trusted_tools``) is *quarantined*: kept in the agent's
+:class:`Quarantine` with its provenance (run, the tools read, the diagnosis text)
+and never compiled until an operator approves it (:meth:`Agent.approve`) or a later
+run that read no untrusted output writes a near-duplicate rule of its own (the
+duplicate test below), whose text, not the quarantined one, is then compiled. The
+``remember`` tool obeys the same rule.
+
+With a gate (``top_k``) the model is also offered ``find_tools(query)``: a tool the
+gate hid can be asked for by name or by description, and what is found is offered
+from the next step on.
 
 Tools are Python callables (their JSON schema comes from the signature and the
 docstring) or the tools of an MCP client session (``mcp.ClientSession``, awaited by
@@ -29,13 +43,16 @@ import enum
 import inspect
 import json
 import math
+import os
 import re
+import threading
 import time
 import types
 import typing
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Union
 
 from rampart.block import CompileResult, InstructionBlock
@@ -46,11 +63,15 @@ from rampart.tools import ToolSchema
 
 __all__ = [
     "LESSON_TAG",
+    "TOOL_SEARCH",
     "Agent",
     "Lesson",
+    "Quarantine",
+    "QuarantinedLesson",
     "Run",
     "Step",
     "ToolResult",
+    "search_tools",
     "tool_schema",
 ]
 
@@ -107,6 +128,31 @@ _MEMORY_TOOLS: list[dict[str, Any]] = [
 ]
 _MEMORY_NAMES = frozenset(t["function"]["name"] for t in _MEMORY_TOOLS)
 
+#: The name of the gate's fallback tool (offered when the agent gates its tools).
+TOOL_SEARCH = "find_tools"
+#: How many tools one ``find_tools`` call returns at most.
+TOOL_SEARCH_K = 3
+_TOOL_SEARCH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_SEARCH,
+        "description": (
+            "Find a tool that is not in your tool list: give its exact name or say what "
+            "it should do. The tools found are offered to you from the next step on."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "A tool name, or what the tool should do.",
+                }
+            },
+            "required": ["query"],
+        },
+    },
+}
+
 
 # ---- results ------------------------------------------------------------------------
 
@@ -148,6 +194,139 @@ class Lesson:
     updated: bool
     previous: str | None = None
     similarity: float | None = None
+    previous_wrap: tuple[str, str] | None = None  # the provenance line it replaced
+
+
+@dataclass
+class QuarantinedLesson:
+    """A rule held back because the run that wrote it had read untrusted tool output.
+
+    ``status``: ``pending`` (never compiled), ``approved`` (by an operator),
+    ``confirmed`` (a later clean run wrote a near-duplicate; ``decided_by`` is that
+    run and ``block_id`` its compiled rule) or ``rejected``. ``sightings``: later
+    untrusted runs that wrote a near-duplicate (they never confirm: the same page
+    read again would plant the same rule again)."""
+
+    id: str
+    rule: str
+    run_id: str
+    task: str
+    origin: str  # "diagnosis" or "remember"
+    untrusted_tools: list[str]  # the tools whose output the run had read
+    diagnosis: str  # the diagnosis reply (or the remember call) as the model wrote it
+    created: str  # UTC, ISO 8601
+    status: str = "pending"
+    decided_by: str | None = None  # "operator" or the confirming run's trajectory id
+    block_id: str | None = None  # the compiled rule, once approved or confirmed
+    sightings: list[str] = field(default_factory=list)
+
+
+_STATUSES = ("pending", "approved", "confirmed", "rejected")
+_MAX_SIGHTINGS = 16
+
+
+class Quarantine:
+    """The lessons an agent holds back, in insertion order, bounded to ``limit``
+    entries (past it the oldest decided entry goes first, then the oldest pending
+    one: a page read in a loop cannot grow it without bound). Share one between
+    agents of one registry; :meth:`save` / :meth:`load` keep it across processes
+    (JSON, written atomically)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidArgumentError(f"Quarantine limit must be an int >= 1, got {limit!r}")
+        self.limit = limit
+        self._entries: dict[str, QuarantinedLesson] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self, status: str | None = None) -> list[QuarantinedLesson]:
+        """Every entry (or those with ``status``), oldest first."""
+        if status is not None and status not in _STATUSES:
+            raise InvalidArgumentError(f"status must be one of {_STATUSES}, got {status!r}")
+        with self._lock:
+            return [e for e in self._entries.values() if status is None or e.status == status]
+
+    def get(self, entry_id: str) -> QuarantinedLesson:
+        with self._lock:
+            entry = self._entries.get(entry_id) if isinstance(entry_id, str) else None
+        if entry is None:
+            raise InvalidArgumentError(f"no quarantined lesson with id {entry_id!r}")
+        return entry
+
+    def add(self, entry: QuarantinedLesson) -> None:
+        with self._lock:
+            while len(self._entries) >= self.limit:
+                decided = [k for k, e in self._entries.items() if e.status != "pending"]
+                del self._entries[decided[0] if decided else next(iter(self._entries))]
+            self._entries[entry.id] = entry
+
+    def discard(self, entry_id: str) -> None:
+        with self._lock:
+            self._entries.pop(entry_id, None)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write every entry as JSON (a temporary file renamed into place)."""
+        target = Path(path)
+        tmp = target.with_name(target.name + ".tmp")
+        data = {"version": 1, "entries": [asdict(e) for e in self.entries()]}
+        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, target)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], limit: int = 256) -> Quarantine:
+        """A quarantine from :meth:`save`'s file; a malformed file (or one over
+        64 MiB) is an :class:`InvalidArgumentError` naming it and the entry."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(_MAX_QUARANTINE_BYTES + 1)
+            if len(raw) > _MAX_QUARANTINE_BYTES:
+                raise ValueError(f"larger than {_MAX_QUARANTINE_BYTES} bytes")
+            data = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise InvalidArgumentError(f"{path}: cannot read a quarantine ({exc})") from None
+        q = cls(limit)
+        rows = data.get("entries") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            raise InvalidArgumentError(f"{path}: not a quarantine file (no 'entries' list)")
+        for i, row in enumerate(rows):
+            problem = _entry_problem(row)
+            if problem:
+                raise InvalidArgumentError(f"{path}: entry {i} is malformed ({problem})")
+            q.add(QuarantinedLesson(**row))
+        return q
+
+
+_MAX_QUARANTINE_BYTES = 64 << 20
+_TEXT_FIELDS = ("id", "rule", "run_id", "task", "origin", "diagnosis", "created", "status")
+
+
+def _entry_problem(row: Any) -> str | None:
+    """Why ``row`` is not a saved :class:`QuarantinedLesson`, or None."""
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, not an object"
+    known = QuarantinedLesson.__dataclass_fields__
+    extra = sorted(set(row) - set(known))
+    missing = [f for f in (*_TEXT_FIELDS[:-1], "untrusted_tools") if f not in row]
+    if extra or missing:
+        return f"unknown fields {extra}" if extra else f"missing fields {missing}"
+    for name in _TEXT_FIELDS:
+        if name in row and not isinstance(row[name], str):
+            return f"{name} is not a string"
+    for name in ("decided_by", "block_id"):
+        if row.get(name) is not None and not isinstance(row[name], str):
+            return f"{name} is not a string or null"
+    for name in ("untrusted_tools", "sightings"):
+        value = row.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"{name} is not a list of strings"
+    if row.get("status", "pending") not in _STATUSES:
+        return f"status {row['status']!r} is not one of {_STATUSES}"
+    if len(row.get("sightings", [])) > _MAX_SIGHTINGS:
+        return f"more than {_MAX_SIGHTINGS} sightings"
+    return None
 
 
 @dataclass
@@ -163,6 +342,12 @@ class Run:
     feedback: str = ""  # the checker's or judge's reason
     lesson: Lesson | None = None
     memory_writes: list[str] = field(default_factory=list)  # ids written by `remember`
+    # Tools not in trusted_tools whose output the model was given, in first-read order:
+    # a rule this run writes is quarantined when this is not empty.
+    untrusted_reads: list[str] = field(default_factory=list)
+    quarantined: list[QuarantinedLesson] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)  # quarantine ids this run confirmed
+    found_tools: list[str] = field(default_factory=list)  # offered after find_tools
     prompt_tokens: int = 0  # every call of the run, judge and diagnosis included
     completion_tokens: int = 0
     latency_s: float = 0.0
@@ -174,6 +359,11 @@ class Run:
     @property
     def tool_results(self) -> list[ToolResult]:
         return [r for s in self.steps for r in s.results]
+
+    @property
+    def tainted(self) -> bool:
+        """Whether the model read output of an untrusted tool during this run."""
+        return bool(self.untrusted_reads)
 
 
 # ---- tool schemas from Python callables ------------------------------------------------
@@ -356,10 +546,51 @@ def _clean_rule(text: str, limit: int) -> str:
     line = re.sub(r"^(?:[-*•]|\d+[.)])\s*", "", line)
     line = re.sub(r"^[*_\s]*(?:new\s+)?rule[*_\s]*[:：][*_\s]*", "", line, flags=re.IGNORECASE)
     line = line.strip().strip("\"'`").strip()
+    # A rule is rendered inside double quotes (as data, after its provenance): it may
+    # not close them, nor carry control characters a terminal or template would act on.
+    line = "".join(c for c in line.replace('"', "'") if c.isprintable())
     if len(line) > limit:
         cut = line[:limit].rsplit(" ", 1)[0]
         line = (cut or line[:limit]).rstrip(",;:") + "…"
     return line
+
+
+def search_tools(
+    registry: BlockRegistry,
+    query: str,
+    *,
+    k: int = TOOL_SEARCH_K,
+    allowed: Iterable[str] | None = None,
+) -> list[tuple[ToolSchema, str, float | None]]:
+    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
+    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
+    query, or a word of it, case-insensitive) when there are any, since the model then
+    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
+    (its embedding model; without one, nothing). ``allowed`` limits the search to
+    these tool names (the tools a caller can run)."""
+    query = query.strip()[:1000]
+    keep = None if allowed is None else set(allowed)
+    schemas: dict[str, ToolSchema] = {}
+    for b in registry.list_blocks():
+        schema = b.tool_schema
+        if schema is not None and (keep is None or schema.name in keep):
+            schemas.setdefault(schema.name, schema)
+    lower = {n.lower(): n for n in schemas}
+    found: list[tuple[ToolSchema, str, float | None]] = []
+    for w in [query, *re.findall(r"[A-Za-z0-9_.-]+", query)]:
+        name = lower.get(w.lower().strip("."))
+        if name and all(f[0].name != name for f in found):
+            found.append((schemas[name], "name", None))
+    if found or not query or registry.embedding_model is None:
+        return found
+    for block, score in registry.find_relevant(query):
+        schema = block.tool_schema
+        if schema is not None and schema.name in schemas:
+            if all(f[0].name != schema.name for f in found):
+                found.append((schema, "relevance", float(score)))
+            if len(found) >= k:
+                break
+    return found
 
 
 class Agent:
@@ -372,6 +603,13 @@ class Agent:
     to the task (needs the registry's embedding model). ``check(answer, run)``:
     returns ``True``/``False`` or ``(ok, reason)``; without it, a learning agent asks
     the model to judge. ``reply_tokens``: the model's reply limit per call.
+
+    ``trusted_tools``: names (or the callables) of tools whose output the operator
+    vouches for; every other tool's output is untrusted, and a rule from a run that
+    read it is quarantined (``quarantine``: a :class:`Quarantine` to share, ``True``
+    for a fresh one, ``False`` to compile such rules at once, as before).
+    ``tool_search``: offer ``find_tools`` beside the gated tools (default: when
+    ``top_k`` gates).
     """
 
     def __init__(
@@ -392,6 +630,9 @@ class Agent:
         max_rule_chars: int = 300,
         duplicate_threshold: float | None = None,
         lesson_priority: float = 0.6,
+        trusted_tools: Iterable[str | Callable[..., Any]] = (),
+        quarantine: Quarantine | bool = True,
+        tool_search: bool | None = None,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
@@ -438,6 +679,27 @@ class Agent:
         self.max_rule_chars = max_rule_chars
         self.duplicate_threshold = duplicate_threshold
         self.lesson_priority = lesson_priority
+        trusted: set[str] = set()
+        for t in [trusted_tools] if isinstance(trusted_tools, str) else trusted_tools:
+            name = t if isinstance(t, str) else getattr(t, "__name__", None)
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(
+                    f"trusted_tools holds tool names or the tool callables, got {t!r}"
+                )
+            trusted.add(name)
+        self.trusted_tools = frozenset(trusted)
+        if isinstance(quarantine, Quarantine):
+            self.quarantine: Quarantine | None = quarantine
+        elif isinstance(quarantine, bool):
+            self.quarantine = Quarantine() if quarantine else None
+        else:
+            raise InvalidArgumentError(
+                f"quarantine must be a Quarantine or a bool, got {type(quarantine).__name__}"
+            )
+        if tool_search is not None and not isinstance(tool_search, bool):
+            raise InvalidArgumentError(f"tool_search must be a bool or None, got {tool_search!r}")
+        self.tool_search = top_k is not None if tool_search is None else tool_search
+        self._vectors: dict[str, Any] = {}  # quarantined rule text -> its embedding
         self._functions: dict[str, Callable[..., Any]] = {}
         self._sessions: list[Any] = []
         self._mcp_tools: dict[str, Any] = {}  # tool name -> its session
@@ -452,6 +714,7 @@ class Agent:
                 s = tool_schema(t)
                 if s.name in self._functions or s.name in _MEMORY_NAMES:
                     raise InvalidArgumentError(f"tools[{i}]: a second tool named {s.name!r}")
+                self._check_search_clash(s.name, f"tools[{i}]")
                 self._functions[s.name] = t
                 schemas.append(s)
             elif session_cls is None and _looks_like_session(t):
@@ -466,6 +729,13 @@ class Agent:
         self._load([s.to_openai() for s in schemas])
 
     # ---- tool blocks ----------------------------------------------------------------
+
+    def _check_search_clash(self, name: str, where: str) -> None:
+        if self.tool_search and name == TOOL_SEARCH:
+            raise InvalidArgumentError(
+                f"{where}: a tool named {TOOL_SEARCH!r} clashes with the gate's fallback "
+                "tool: rename it, or pass tool_search=False"
+            )
 
     def _load(self, definitions: list[dict[str, Any]]) -> None:
         """Write tool blocks for the definitions the registry does not hold yet.
@@ -495,6 +765,7 @@ class Agent:
             for t in tools:
                 if t.name in self._functions or t.name in self._mcp_tools:
                     raise InvalidArgumentError(f"two tools named {t.name!r} (MCP session)")
+                self._check_search_clash(t.name, "an MCP session")
                 self._mcp_tools[t.name] = session
                 definitions.append(t.model_dump(mode="json", by_alias=True, exclude_none=True))
         self._load(definitions)
@@ -556,7 +827,7 @@ class Agent:
             self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
         )
 
-    def _offered(self, result: CompileResult) -> list[dict[str, Any]]:
+    def _offered(self, result: CompileResult, found: Sequence[str] = ()) -> list[dict[str, Any]]:
         # Only tools this agent can run: a tool block with no implementation here
         # (loaded for another agent) would only invite a failing call.
         tools = []
@@ -573,9 +844,29 @@ class Agent:
             name = tool.get("function", {}).get("name")
             if name in self._functions or name in self._mcp_tools:
                 tools.append(tool)
+        if found:  # what find_tools turned up: offered whatever the gate says now
+            have = {t["function"]["name"] for t in tools}
+            for name in found:
+                wire = self._wire_by_name(name)
+                if wire and name not in have:
+                    tools.append(wire)
+                    have.add(name)
         if self.memory_tools:
             tools.extend(_MEMORY_TOOLS)
+        if self.tool_search and (self._functions or self._mcp_tools):
+            tools.append(_TOOL_SEARCH_TOOL)
         return tools
+
+    def _wire_by_name(self, name: str) -> dict[str, Any] | None:
+        """The OpenAI tool dict of this agent's tool ``name`` (from its tool block)."""
+        for b in self.registry.get_by_name(name):
+            schema = b.tool_schema
+            if schema is not None and schema.name == name:
+                wire = self._wire.get(b.runtime_id)
+                if wire is None:
+                    wire = self._wire[b.runtime_id] = schema.to_openai()
+                return wire
+        return None
 
     def _loop(self, task: str, seed: int) -> Generator[_Action, Any, Run]:
         if not isinstance(task, str) or not task.strip():
@@ -586,8 +877,11 @@ class Agent:
         reply: Reply | None = None
         for index in range(self.max_steps):
             t_step = time.perf_counter()
+            # What the model has read before it makes this step's calls: results of
+            # this step's own calls reach it only on the next step.
+            tainted = run.tainted
             result = self._compile(task)
-            tools = self._offered(result)
+            tools = self._offered(result, run.found_tools)
             messages: list[dict[str, Any]] = []
             if result.prompt:
                 messages.append({"role": "system", "content": result.prompt})
@@ -615,9 +909,14 @@ class Agent:
                         True,
                     )
                 elif call.name in _MEMORY_NAMES:
-                    output, is_error = self._memory(call, run)
+                    output, is_error = self._memory(call, run, tainted)
+                elif call.name == TOOL_SEARCH and self.tool_search:
+                    output, is_error = self._find_tools(call, run)
                 else:
                     output, is_error = yield ("tool", call)
+                    # Its output (an error message too) may carry a stranger's text.
+                    if call.name not in self.trusted_tools and call.name not in run.untrusted_reads:
+                        run.untrusted_reads.append(call.name)
                 output = _clip(output, self.max_tool_result_chars)
                 step.results.append(
                     ToolResult(call, output, is_error, time.perf_counter() - t_tool)
@@ -628,8 +927,26 @@ class Agent:
             run.stop_reason = "max_steps"
             run.answer = reply.text if reply is not None else ""
         yield from self._assess(run)
+        if run.success:
+            called = [
+                r.call.name
+                for r in run.tool_results
+                if not r.is_error
+                and r.call.name not in _MEMORY_NAMES
+                and r.call.name != TOOL_SEARCH
+            ]
+            self.after_success(task, list(dict.fromkeys(called)), run)
         run.latency_s = time.perf_counter() - t_run
         return run
+
+    def after_success(self, task: str, tools_called: Sequence[str], run: Run) -> None:
+        """Called once after each successful run with its task and the tools it
+        called without error (first-call order, no repeats, internal tools left out).
+
+        The hook for a gate that learns from runs (``task`` as an example request of
+        each tool called); this class does nothing here. An override should hold
+        back what a run with ``run.untrusted_reads`` suggests, as lessons are: a page
+        the model read may have told it which tool to call."""
 
     @staticmethod
     def _count(run: Run, reply: Reply) -> None:
@@ -686,9 +1003,11 @@ class Agent:
             return f"error: {type(exc).__name__}: {exc}", True
         return self._text(value), False
 
-    def _memory(self, call: ToolCall, run: Run) -> tuple[str, bool]:
+    def _memory(self, call: ToolCall, run: Run, tainted: bool) -> tuple[str, bool]:
         """``remember`` and ``forget``: plain registry writes and evictions, so the
-        registry's own rules decide (a pinned or foreign block stays)."""
+        registry's own rules decide (a pinned or foreign block stays). After the model
+        has read untrusted output, ``remember`` is quarantined like a diagnosis and
+        ``forget`` refused: the page may be the one asking."""
         args = self._arguments(call)
         if isinstance(args, str):
             return args, True
@@ -697,10 +1016,24 @@ class Agent:
                 rule = _clean_rule(str(args.get("rule", "")), self.max_rule_chars)
                 if not rule:
                     return "error: remember needs a non-empty 'rule'", True
-                lesson = self._write_lesson(rule, run, tags=("memory",))
-                run.memory_writes.append(lesson.block_id)
-                verb = "updated" if lesson.updated else "stored"
-                return f"{verb} as block {lesson.block_id}", False
+                raw = _clip(str(args.get("rule", "")), 2000)
+                kept = self._learn(rule, run, "remember", raw, tainted)
+                if isinstance(kept, QuarantinedLesson):
+                    return (
+                        f"quarantined as {kept.id}: this run read untrusted tool output "
+                        f"({', '.join(run.untrusted_reads)}), so the rule is used only once "
+                        "an operator approves it or a later run confirms it",
+                        False,
+                    )
+                run.memory_writes.append(kept.block_id)
+                verb = "updated" if kept.updated else "stored"
+                return f"{verb} as block {kept.block_id}", False
+            if tainted and self.quarantine is not None:
+                return (
+                    "error: forget is not available after reading untrusted tool output "
+                    f"({', '.join(run.untrusted_reads)})",
+                    True,
+                )
             key = str(args.get("block", ""))
             target = key if key in self.registry else None
             if target is None:
@@ -712,6 +1045,37 @@ class Agent:
             return f"forgot block {gone.semantic_name!r} ({gone.runtime_id})", False
         except RampartError as exc:
             return f"error: {type(exc).__name__}: {exc}", True
+
+    def _find_tools(self, call: ToolCall, run: Run) -> tuple[str, bool]:
+        """The gate's way back (:func:`search_tools` over the tools this agent can
+        run); what it finds joins the tools offered from the next step on."""
+        args = self._arguments(call)
+        if isinstance(args, str):
+            return args, True
+        query = str(args.get("query", "")).strip()
+        if not query:
+            return f"error: {TOOL_SEARCH} needs a non-empty 'query'", True
+        try:
+            found = search_tools(self.registry, query, allowed=(*self._functions, *self._mcp_tools))
+        except RampartError as exc:
+            return f"error: {type(exc).__name__}: {exc}", True
+        if not found:
+            return f"no tool matches {query[:200]!r}", False
+        out = []
+        for schema, how, _score in found:
+            if schema.name not in run.found_tools:
+                run.found_tools.append(schema.name)
+            out.append(
+                {
+                    "name": schema.name,
+                    "description": _clip(schema.description, 300),
+                    "matched_by": how,
+                }
+            )
+        return (
+            json.dumps({"found": out, "note": "these tools are offered from your next step"}),
+            False,
+        )
 
     # ---- judging and learning --------------------------------------------------------------
 
@@ -758,11 +1122,20 @@ class Agent:
         self._count(run, reply)
         rule = _clean_rule(reply.text, self.max_rule_chars)
         if rule:
-            run.lesson = self._write_lesson(rule, run)
+            kept = self._learn(rule, run, "diagnosis", _clip(reply.text, 2000), run.tainted)
+            if isinstance(kept, Lesson):
+                run.lesson = kept
 
     def lessons(self) -> list[InstructionBlock]:
         """The rules learned so far (blocks tagged ``lesson``), registry order."""
         return self.registry.find_by_tag(LESSON_TAG)
+
+    # ---- similarity --------------------------------------------------------------------
+
+    def _limit(self) -> float:
+        if self.duplicate_threshold:
+            return self.duplicate_threshold
+        return DUPLICATE_COSINE if self.registry.embedding_model is not None else DUPLICATE_TEXT
 
     def _similar(self, rule: str) -> tuple[InstructionBlock, float] | None:
         """The learned rule most similar to ``rule`` when at or above the threshold:
@@ -779,7 +1152,6 @@ class Agent:
             self.registry.embed_pending()
             q = np.asarray(model.encode(rule), dtype=np.float32)
             qn = float(np.linalg.norm(q)) or 1.0
-            limit = self.duplicate_threshold or DUPLICATE_COSINE
             for b in existing:
                 v = self.registry.embedding(b.runtime_id)
                 if v is None:
@@ -788,35 +1160,165 @@ class Agent:
                 if math.isfinite(s) and (best is None or s > best[1]):
                     best = (b, s)
         else:
-            limit = self.duplicate_threshold or DUPLICATE_TEXT
             norm = _normalise(rule)
             for b in existing:
                 s = difflib.SequenceMatcher(None, norm, _normalise(b.content)).ratio()
                 if best is None or s > best[1]:
                     best = (b, s)
-        return best if best is not None and best[1] >= limit else None
+        return best if best is not None and best[1] >= self._limit() else None
 
-    def _write_lesson(self, rule: str, run: Run, tags: Sequence[str] = ()) -> Lesson:
-        near = self._similar(rule)
+    def _similarities(self, rule: str, others: Sequence[str]) -> list[float]:
+        """``rule`` against texts outside the registry (quarantined rules), by the
+        same measure as :meth:`_similar`."""
+        model = self.registry.embedding_model
+        if model is None:
+            norm = _normalise(rule)
+            return [difflib.SequenceMatcher(None, norm, _normalise(o)).ratio() for o in others]
+        import numpy as np
+
+        def vector(text: str) -> Any:
+            v = self._vectors.get(text)
+            if v is None:
+                v = np.asarray(model.encode(text), dtype=np.float32)
+                v = v / (float(np.linalg.norm(v)) or 1.0)
+                if len(self._vectors) >= 1024:  # bounded: quarantined texts come and go
+                    self._vectors.clear()
+                self._vectors[text] = v
+            return v
+
+        q = vector(rule)
+        scores = [float(q @ vector(o)) for o in others]
+        return [s if math.isfinite(s) else 0.0 for s in scores]
+
+    # ---- writing lessons -----------------------------------------------------------------
+
+    def _learn(
+        self, rule: str, run: Run, origin: str, raw: str, tainted: bool
+    ) -> Lesson | QuarantinedLesson:
+        """Keep ``rule``: quarantined when the model had read untrusted output (a
+        near-duplicate of a pending entry adds a sighting to it), else compiled, and
+        then every pending entry it near-duplicates is confirmed."""
+        tags = ("memory",) if origin == "remember" else ()
+        if tainted and self.quarantine is not None:
+            pending = self.quarantine.entries("pending")
+            scores = self._similarities(rule, [q.rule for q in pending]) if pending else []
+            best = max(range(len(scores)), key=scores.__getitem__, default=None)
+            if best is not None and scores[best] >= self._limit():
+                entry = pending[best]
+                if run.trajectory_id not in entry.sightings and entry.run_id != run.trajectory_id:
+                    entry.sightings = [*entry.sightings, run.trajectory_id][-_MAX_SIGHTINGS:]
+            else:
+                entry = QuarantinedLesson(
+                    id=f"q-{uuid.uuid4().hex[:12]}",
+                    rule=rule,
+                    run_id=run.trajectory_id,
+                    task=_clip(run.task, 500),
+                    origin=origin,
+                    untrusted_tools=list(run.untrusted_reads),
+                    diagnosis=raw,
+                    created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                )
+                self.quarantine.add(entry)
+            run.quarantined.append(entry)
+            return entry
+        lesson = self._write_lesson(rule, run.trajectory_id, origin, tags=tags)
+        if self.quarantine is not None:
+            pending = self.quarantine.entries("pending")
+            scores = self._similarities(rule, [q.rule for q in pending]) if pending else []
+            for entry, score in zip(pending, scores):
+                if score >= self._limit():
+                    entry.status, entry.decided_by = "confirmed", run.trajectory_id
+                    entry.block_id = lesson.block_id
+                    run.confirmed.append(entry.id)
+        return lesson
+
+    @staticmethod
+    def _provenance(origin: str, trajectory_id: str, note: str = "") -> tuple[str, str]:
+        """The wrap that renders a rule as data: where it came from, then the rule in
+        quotes (the rule cannot close them: :func:`_clean_rule`)."""
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        what = "Noted by the agent in run" if origin == "remember" else "Lesson learned from run"
+        return f'{what} {trajectory_id} on {day}{note}: "', '"'
+
+    def _write_lesson(
+        self,
+        rule: str,
+        trajectory_id: str,
+        origin: str = "diagnosis",
+        *,
+        tags: Sequence[str] = (),
+        note: str = "",
+        merge: bool = True,
+    ) -> Lesson:
+        prefix, suffix = self._provenance(origin, trajectory_id, note)
+        near = self._similar(rule) if merge else None
         if near is not None:
             block, score = near
             try:
                 self.registry.update_block_content(block.runtime_id, rule)
-                return Lesson(block.runtime_id, rule, True, block.content, score)
+                self.registry.set_wrap(block.runtime_id, prefix, suffix)
+                old = (block.wrap_prefix, block.wrap_suffix)
+                return Lesson(block.runtime_id, rule, True, block.content, score, old)
             except RampartError:
                 pass  # not ours to change (a seed, another registry's): add a new one
         rid = self.registry.write_agent_block(
             rule,
-            run.trajectory_id,
-            semantic_name=f"lesson_{run.trajectory_id.removeprefix('run-')[:8]}",
+            trajectory_id,
+            semantic_name=f"lesson_{trajectory_id.removeprefix('run-')[:8]}",
             priority=self.lesson_priority,
             tags=[LESSON_TAG, *tags],
         )
+        self.registry.set_wrap(rid, prefix, suffix)
         return Lesson(rid, rule, False)
 
+    # ---- the operator's side of the quarantine --------------------------------------------
+
+    def _quarantine(self) -> Quarantine:
+        if self.quarantine is None:
+            raise InvalidArgumentError("this agent has no quarantine (quarantine=False)")
+        return self.quarantine
+
+    def quarantined(self) -> list[QuarantinedLesson]:
+        """The rules held back and not yet decided, oldest first, with provenance
+        (``quarantine.entries()`` lists decided ones too)."""
+        return self._quarantine().entries("pending")
+
+    def approve(self, entry_id: str) -> Lesson:
+        """Compile a quarantined rule, as a lesson of the run that wrote it (so
+        ``forget`` of that run and ``rollback_trajectory`` take it back), rendered
+        with "approved by an operator" in its provenance. Never merged into another
+        lesson: the operator approved this text."""
+        entry = self._quarantine().get(entry_id)
+        if entry.status != "pending":
+            raise InvalidArgumentError(
+                f"quarantined lesson {entry_id} is already {entry.status}"
+                + (f" (by {entry.decided_by})" if entry.decided_by else "")
+            )
+        tags = ("memory", "approved") if entry.origin == "remember" else ("approved",)
+        lesson = self._write_lesson(
+            entry.rule,
+            entry.run_id,
+            entry.origin,
+            tags=tags,
+            note=", approved by an operator",
+            merge=False,
+        )
+        entry.status, entry.decided_by, entry.block_id = "approved", "operator", lesson.block_id
+        return lesson
+
+    def reject(self, entry_id: str) -> QuarantinedLesson:
+        """Mark a pending quarantined rule rejected (it stays listed, as a record)."""
+        entry = self._quarantine().get(entry_id)
+        if entry.status != "pending":
+            raise InvalidArgumentError(f"quarantined lesson {entry_id} is already {entry.status}")
+        entry.status, entry.decided_by = "rejected", "operator"
+        return entry
+
     def forget(self, run: Run) -> int:
-        """Take back what ``run`` taught: its blocks go (``rollback_trajectory``) and a
-        rule it updated gets its previous text back. Returns how many blocks changed."""
+        """Take back what ``run`` taught: its blocks go (``rollback_trajectory``, an
+        approved rule of it too), a rule it updated gets its previous text back, its
+        quarantined rules go, and entries it confirmed are pending again. Returns how
+        many blocks changed."""
         if not isinstance(run, Run):
             raise InvalidArgumentError(f"forget takes a Run, got {type(run).__name__}")
         n = self.registry.rollback_trajectory(run.trajectory_id)
@@ -826,7 +1328,15 @@ class Agent:
                 block = self.registry.get_by_id(lesson.block_id)
                 if block.content == lesson.content:  # not changed again since
                     self.registry.update_block_content(lesson.block_id, lesson.previous)
+                    if lesson.previous_wrap is not None:
+                        self.registry.set_wrap(lesson.block_id, *lesson.previous_wrap)
                     n += 1
+        if self.quarantine is not None:
+            for entry in self.quarantine.entries():
+                if entry.run_id == run.trajectory_id:
+                    self.quarantine.discard(entry.id)
+                elif entry.status == "confirmed" and entry.decided_by == run.trajectory_id:
+                    entry.status, entry.decided_by, entry.block_id = "pending", None, None
         return n
 
 

@@ -1,7 +1,7 @@
 """A registry served over MCP, so any MCP client keeps its instructions in rampart.
 
 ``rampart mcp PATHS...`` (or :func:`serve`) starts a stdio server with the official
-``mcp`` SDK (``pip install "rampart-registry[mcp]"``) and five tools:
+``mcp`` SDK (``pip install "rampart-registry[mcp]"``) and six tools:
 
 * ``compile_context(task, max_tokens, top_k)``: the compiled context, gated by the
   task when ``top_k`` is given, cut at ``max_tokens``;
@@ -9,10 +9,14 @@
 * ``list_blocks()``: every block in registry order;
 * ``write_block(content, name, priority)``: a new *agent* block (the client is an
   agent writing what it learned; seed blocks stay read-only);
-* ``evict_block(name_or_id)``: remove a block by runtime id or unique name.
+* ``evict_block(name_or_id)``: remove a block by runtime id or unique name;
+* ``find_tools(query, top_k)``: the tool blocks a gated ``compile_context`` may have
+  left out, by exact name first, then by relevance, with their input schemas (the
+  way back when the gate misses).
 
 A registry error (a non-evictable block, an unknown name) comes back to the client
-as a tool error carrying rampart's message, not as a crash of the server. With
+as a tool error in the tools' own terms (their argument names, not Python's), not as
+a crash of the server; the server logs each failed call as one line on stderr. With
 ``--store URL --name NAME`` the registry is a shared, durable one
 (:meth:`BlockRegistry.open`), so what a client writes outlives the server and other
 processes see it.
@@ -20,12 +24,14 @@ processes see it.
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
+from rampart.errors import BlockNotFoundError, EvictionError, InvalidArgumentError, RampartError
 from rampart.registry import BlockRegistry
 
 if TYPE_CHECKING:
@@ -39,7 +45,8 @@ INSTRUCTIONS = (
     "rampart keeps this project's instructions as named blocks. Call compile_context "
     "with the task at hand before starting work and follow what it returns; call "
     "write_block to record a lesson worth keeping (one short, actionable rule); "
-    "find_blocks and list_blocks show what is stored; evict_block removes a block."
+    "find_blocks and list_blocks show what is stored; evict_block removes a block; "
+    "find_tools finds a tool that a gated compile_context left out."
 )
 
 _PREVIEW = 160  # characters of a block shown by find_blocks / list_blocks
@@ -55,6 +62,35 @@ def _require_mcp() -> type[MCPServer[Any]]:
     return MCPServer
 
 
+# The registry speaks Python (its keyword names and remedies); a client knows only the
+# tools' own arguments. Each entry: a pattern of a registry message, and what the
+# client is told instead.
+_NO_MODEL = (
+    "this server has no embedding model (it was started with --no-gate): top_k, "
+    "find_blocks and find_tools by description need one; restart it without --no-gate"
+)
+_PLAIN_NAMES = {"task_text": "task", "semantic_name": "name", "runtime_id": "name_or_id"}
+
+
+def _client_message(exc: RampartError) -> str:
+    """``exc``'s message in the tools' own terms."""
+    text = str(exc)
+    if isinstance(exc, EvictionError):
+        m = re.match(r"block ('[^']*') \(([^)]*)\)", text)
+        what = f"block {m.group(1)} ({m.group(2)})" if m else "this block"
+        return (
+            f"EvictionError: {what} is pinned (a seed or tool block, or one another "
+            "registry wrote): evict_block cannot remove it"
+        )
+    if "has no embedding model" in text:
+        return f"{type(exc).__name__}: {_NO_MODEL}"
+    if "need a task" in text:
+        return f"{type(exc).__name__}: top_k needs a task: pass task"
+    for py, tool in _PLAIN_NAMES.items():
+        text = re.sub(rf"\b{py}\b", tool, text)
+    return f"{type(exc).__name__}: {text}"
+
+
 @contextmanager
 def _tool_errors() -> Iterator[None]:
     """rampart's errors reach the client as tool errors with their message (the SDK
@@ -64,7 +100,33 @@ def _tool_errors() -> Iterator[None]:
     try:
         yield
     except RampartError as exc:
-        raise ToolError(f"{type(exc).__name__}: {exc}") from None
+        raise ToolError(_client_message(exc)) from None
+
+
+class _OneLine(logging.Formatter):
+    """Every log record on one line: the SDK logs each failed call, and a
+    traceback or a wrapped box per failure buries the ones that matter."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"rampart mcp: {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        return " ".join(text.split())
+
+
+def _log_one_line() -> None:
+    """Route every log record to stderr through :class:`_OneLine`. Installed before
+    the SDK's server is built, whose ``logging.basicConfig`` (with rich's boxed
+    handler when rich is installed) then finds the root logger configured and
+    does nothing."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def _preview(text: str) -> str:
@@ -92,8 +154,17 @@ def _resolve(registry: BlockRegistry, name_or_id: str) -> str:
 
 
 def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
-    """An ``MCPServer`` exposing ``registry`` through the five tools (not started)."""
-    server = _require_mcp()(server_name, instructions=INSTRUCTIONS)
+    """An ``MCPServer`` exposing ``registry`` through the six tools (not started)."""
+    from rampart import __version__
+    from rampart.agent import TOOL_SEARCH_K, search_tools
+
+    server = _require_mcp()(server_name, instructions=INSTRUCTIONS, version=__version__)
+
+    def needs_model() -> None:
+        if registry.embedding_model is None:
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            raise ToolError(f"RampartError: {_NO_MODEL}")
 
     @server.tool()
     def compile_context(
@@ -105,6 +176,8 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
         max_tokens: token budget for the context; blocks past it are left out.
         top_k: keep only the k blocks most relevant to the task.
         Returns the context text, the names of the included blocks and its size."""
+        if top_k is not None:
+            needs_model()
         with _tool_errors():
             result = registry.compile(max_tokens=max_tokens, task_text=task or None, top_k=top_k)
         return {
@@ -118,6 +191,7 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
     def find_blocks(task: str, top_k: int = 5) -> list[dict[str, Any]]:
         """The stored instruction blocks most relevant to a task, best first, with
         their relevance score (cosine similarity, higher is closer)."""
+        needs_model()
         with _tool_errors():
             ranked = registry.find_relevant(task, top_k=top_k)
         return [
@@ -165,6 +239,30 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
             block = registry.evict(_resolve(registry, name_or_id))
         return {"evicted": block.runtime_id, "name": block.semantic_name, "blocks": len(registry)}
 
+    @server.tool()
+    def find_tools(query: str, top_k: int = TOOL_SEARCH_K) -> list[dict[str, Any]]:
+        """Find a tool that a gated compile_context left out. query: the tool's exact
+        name, or what it should do. Returns the tools named in the query, or else the
+        top_k most relevant tool blocks, each with its description and input schema."""
+        if isinstance(top_k, bool) or not 1 <= top_k <= 100:
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            raise ToolError(f"InvalidArgumentError: top_k must be in 1..100, got {top_k!r}")
+        with _tool_errors():
+            found = search_tools(registry, query, k=top_k)
+        if not found and query.strip() and registry.embedding_model is None:
+            needs_model()  # no tool has that name, and a description cannot be searched
+        return [
+            {
+                "name": schema.name,
+                "description": schema.description,
+                "input_schema": schema.input_schema,
+                "matched_by": how,
+                "score": None if score is None else round(score, 4),
+            }
+            for schema, how, score in found
+        ]
+
     return server
 
 
@@ -208,6 +306,7 @@ def serve(
     skips the embedding model (``top_k`` and ``find_blocks`` then fail with the
     registry's message), for a quicker start where no gating is wanted."""
     _require_mcp()  # before any model load: a missing SDK should fail at once
+    _log_one_line()
     model: Any = "default" if gate else None
     reg = open_registry(paths, store=store, name=name, embedding_model=model, tokeniser=tokeniser)
     try:

@@ -23,17 +23,25 @@ mapping with a ``"task"`` key; or pass ``task=`` a function of the context.
 Tools and instruction blocks compete in one gate, as in the paper: ``top_k``
 counts both. Hosted tools (web search, file search…) have no schema to gate and
 are passed through unchanged.
+
+When it gates, :meth:`RampartInstructions.agent` also gives the agent a
+``find_tools(query)`` tool (:meth:`RampartInstructions.find_tools_tool`): the model
+can ask for a tool the gate hid, by exact name or by what it does
+(:func:`rampart.agent.search_tools`), and the tools found are enabled for the rest of
+that run, from its next model call on.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rampart.agent import _TOOL_SEARCH_TOOL, TOOL_SEARCH, search_tools
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
@@ -87,7 +95,8 @@ class RampartInstructions:
     (see :meth:`BlockRegistry.compile`); without ``top_k``/``threshold`` nothing is
     gated and every tool stays enabled. ``preamble`` goes before the compiled
     blocks (a role line, say). ``task`` maps a run context to the task text when
-    the default reading (:func:`task_of`) does not fit.
+    the default reading (:func:`task_of`) does not fit. ``tool_search``: add the
+    ``find_tools`` fallback in :meth:`agent` (default: when it gates).
     """
 
     def __init__(
@@ -99,6 +108,7 @@ class RampartInstructions:
         threshold: float | None = None,
         preamble: str = "",
         task: Callable[[Any], str] | None = None,
+        tool_search: bool | None = None,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
@@ -114,6 +124,13 @@ class RampartInstructions:
         # (id(run), task, model requests so far) -> (run, compile). The run itself is
         # kept so that its id cannot be reused by a later run while the entry lives.
         self._compiled: dict[tuple[int, str, int], tuple[Any, CompileResult]] = {}
+        if tool_search is not None and not isinstance(tool_search, bool):
+            raise InvalidArgumentError(f"tool_search must be a bool or None, got {tool_search!r}")
+        self.tool_search = self.gated if tool_search is None else tool_search
+        self._gated_names: set[str] = set()  # the function tools gate() was given
+        # id(run's Usage) -> (that Usage, tools find_tools turned up in the run). The
+        # Usage object is shared by a run's context wrapper and its tool contexts.
+        self._found: dict[int, tuple[Any, set[str]]] = {}
 
     @property
     def gated(self) -> bool:
@@ -163,6 +180,7 @@ class RampartInstructions:
         agents = _require_agents()
         tools = list(tools)
         function_tools = [t for t in tools if isinstance(t, agents.FunctionTool)]
+        self._gated_names.update(t.name for t in function_tools)
         loaded = {s.name for b in self.registry.list_blocks() if (s := b.tool_schema)}
         new = [
             {
@@ -191,7 +209,7 @@ class RampartInstructions:
                     allowed = await allowed
                 if not allowed:
                     return False
-            if not self.gated:
+            if not self.gated or name in self._found_in(ctx):
                 return True
             return any(t["function"]["name"] == name for t in self.compile(ctx).tools("openai"))
 
@@ -199,15 +217,68 @@ class RampartInstructions:
         gated.is_enabled = is_enabled
         return gated
 
+    def _found_in(self, ctx: Any) -> set[str]:
+        usage = getattr(ctx, "usage", None)
+        with self._lock:
+            hit = self._found.get(id(usage))
+        return hit[1] if hit is not None and hit[0] is usage else set()
+
+    def find_tools_tool(self) -> Any:
+        """The ``find_tools(query)`` function tool: searches the tools given to
+        :meth:`gate` (exact name first, then the registry's relevance ranking) and
+        enables what it finds for the rest of the calling run."""
+        agents = _require_agents()
+        spec = _TOOL_SEARCH_TOOL["function"]
+
+        async def invoke(ctx: Any, raw: str) -> str:
+            try:
+                args = json.loads(raw) if raw and raw.strip() else {}
+            except ValueError:
+                return f"error: the arguments of {TOOL_SEARCH} are not JSON: {raw:.200}"
+            query = args.get("query") if isinstance(args, dict) else None
+            if not isinstance(query, str) or not query.strip():
+                return f"error: {TOOL_SEARCH} needs a non-empty 'query'"
+            found = search_tools(self.registry, query, allowed=self._gated_names)
+            usage = ctx.usage
+            with self._lock:
+                hit = self._found.get(id(usage))
+                if hit is None or hit[0] is not usage:
+                    if len(self._found) >= _KEEP:
+                        self._found.clear()
+                    hit = self._found[id(usage)] = (usage, set())
+                hit[1].update(schema.name for schema, _, _ in found)
+            if not found:
+                return f"no tool matches {query[:200]!r}"
+            out = [
+                {"name": s.name, "description": s.description[:300], "matched_by": how}
+                for s, how, _ in found
+            ]
+            return json.dumps({"found": out, "note": "these tools are offered from your next step"})
+
+        params = {**spec["parameters"], "additionalProperties": False}
+        return agents.FunctionTool(
+            name=TOOL_SEARCH,
+            description=spec["description"],
+            params_json_schema=params,
+            on_invoke_tool=invoke,
+        )
+
     def agent(self, name: str, *, tools: Iterable[Any] = (), **kwargs: Any) -> Agent[Any]:
         """An ``Agent`` whose instructions are this object and whose function tools
-        are gated (``kwargs`` go to ``Agent``: model, handoffs, output_type…)."""
+        are gated, with ``find_tools`` beside them when ``tool_search`` is on
+        (``kwargs`` go to ``Agent``: model, handoffs, output_type…)."""
         agents = _require_agents()
         if "instructions" in kwargs:
             raise InvalidArgumentError(
                 "the instructions come from the registry; drop instructions="
             )
-        agent: Agent[Any] = agents.Agent(
-            name=name, instructions=self, tools=self.gate(tools), **kwargs
-        )
+        gated = self.gate(tools)
+        if self.tool_search:
+            if any(getattr(t, "name", None) == TOOL_SEARCH for t in gated):
+                raise InvalidArgumentError(
+                    f"a tool named {TOOL_SEARCH!r} clashes with the gate's fallback tool: "
+                    "rename it, or pass tool_search=False"
+                )
+            gated.append(self.find_tools_tool())
+        agent: Agent[Any] = agents.Agent(name=name, instructions=self, tools=gated, **kwargs)
         return agent
