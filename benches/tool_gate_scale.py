@@ -38,12 +38,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rampart
 
-import tool_gate_eval as base_eval  # noqa: E402  (benches/ is not a package)
-
-import rampart  # noqa: E402
-from rampart.toolgate import DenseGate  # noqa: E402
+# Run as a script, benches/ is sys.path[0]: tool_gate_eval imports as a module.
+import tool_gate_eval as base_eval
+from rampart.toolgate import DenseGate
 
 DATA = base_eval.DATA
 SCALE = DATA / "tool_gate_scale.json"
@@ -150,6 +149,36 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def latency(names: Sequence[str], rounds: int = 60) -> list[dict[str, Any]]:
+    """Median milliseconds to embed one new request (no vector cache, so every text
+    is new to the model; onnxruntime's default per-run thread choice), per model,
+    interleaved so that both see the same machine load."""
+    import statistics
+
+    doc = load_scale()
+    texts = [r["request"] for r in doc["requests"]][:rounds]
+    models = []
+    for name in names:
+        emb = (
+            rampart.OnnxEmbedder(vector_cache=False)
+            if name == "default"
+            else rampart.OnnxEmbedder(name, vector_cache=False)
+        )
+        emb.encode("warm up")
+        models.append((name, emb, []))
+    for t in texts:
+        for _, emb, times in models:
+            t0 = time.perf_counter()
+            emb.encode(t)
+            times.append((time.perf_counter() - t0) * 1e3)
+    out = []
+    for _name, emb, times in models:
+        row = {"model": emb.name, "median_ms": statistics.median(times), "n": len(times)}
+        print(f"new request, {row['model']}: median {row['median_ms']:.1f} ms over {len(times)}")
+        out.append(row)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -161,7 +190,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--gate", default=None, help="module:factory, factory(registry) -> gate")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument(
+        "--latency",
+        action="store_true",
+        help="only time one new request per --model (median ms) and exit",
+    )
     args = ap.parse_args(argv)
+    if args.latency:
+        latency(args.model or ["default"])
+        return 0
 
     doc = load_scale()
     rows: list[dict[str, Any]] = []

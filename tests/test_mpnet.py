@@ -167,7 +167,6 @@ def test_matches_sentence_transformers(mpnet) -> None:  # type: ignore[no-untype
 @needs_mpnet
 def test_standard_op_graph_matches_too(mpnet) -> None:  # type: ignore[no-untyped-def]
     import onnxruntime as ort
-
     from rampart.embeddings.prepare import _build
 
     texts, want = _reference()
