@@ -1,4 +1,4 @@
-"""Build an ONNX sentence-encoder graph from a BERT ``model.safetensors``.
+"""Build an ONNX sentence-encoder graph from a BERT or MPNet ``model.safetensors``.
 
 The graph maps ``input_ids``/``attention_mask`` (int64 ``[batch, seq]``) to
 ``sentence_embedding`` (float32 ``[batch, hidden]``): BERT encoder, masked mean (or
@@ -8,6 +8,18 @@ and normalisation live inside the graph so one ``session.run`` returns final vec
 Nothing here needs torch or the ``safetensors`` package: the safetensors layout is
 an 8-byte little-endian header length, a JSON header (dtype, shape, byte offsets per
 tensor) and the raw little-endian tensor data, read with numpy.
+
+MPNet (``model_type: mpnet``, e.g. sentence-transformers/all-mpnet-base-v2) is the
+same post-LayerNorm encoder with three differences, all handled here: its weights
+are named ``attention.attn.{q,k,v,o}`` / ``attention.LayerNorm``; its absolute
+positions start after the padding index (``padding_idx + 1`` = 2, as RoBERTa's do),
+with no token-type table; and every layer adds one shared relative position bias to
+its attention scores: the signed distance ``j - i`` between key and query is mapped
+to one of 32 buckets (16 per direction: distances 0–7 exactly, then logarithmic up
+to 128) and each bucket has one learned scalar per head
+(``encoder.relative_attention_bias``). The bucket of every (query, key) pair up to
+the position limit is computed once here with numpy and stored as a constant; the
+graph slices it to the run's length and gathers the per-head scalars.
 
 Two layouts are built from the same weights:
 
@@ -36,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BertConfig", "build_graph", "read_safetensors"]
+__all__ = ["BertConfig", "build_graph", "read_safetensors", "relative_position_buckets"]
 
 # Bump whenever the produced graph changes: it is part of the cache key, so an
 # upgraded rampart never runs a stale cached graph.
@@ -56,6 +68,25 @@ _DTYPES: dict[str, Any] = {
 }
 
 _ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": "relu"}
+_MODEL_TYPES = ("bert", "mpnet")
+
+# Per-layer weight names (after the prefix "encoder.layer.{i}.") by model type.
+_LAYER_NAMES = {
+    "bert": {
+        "q": "attention.self.query",
+        "k": "attention.self.key",
+        "v": "attention.self.value",
+        "o": "attention.output.dense",
+        "ln1": "attention.output.LayerNorm",
+    },
+    "mpnet": {
+        "q": "attention.attn.q",
+        "k": "attention.attn.k",
+        "v": "attention.attn.v",
+        "o": "attention.attn.o",
+        "ln1": "attention.LayerNorm",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +101,11 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
     pooling: str = "mean"  # "mean" or "cls", from 1_Pooling/config.json
+    model_type: str = "bert"  # "bert" or "mpnet"
+    # MPNet only: relative attention buckets (0: none) and the first position row
+    # (padding_idx + 1; BERT's positions start at row 0).
+    relative_buckets: int = 0
+    position_offset: int = 0
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> BertConfig:
@@ -86,6 +122,14 @@ class BertConfig:
         act = str(cfg.get("hidden_act", "gelu"))
         if act not in _ACTIVATIONS:
             raise ValueError(f"{model_dir / 'config.json'}: unsupported hidden_act {act!r}")
+        # A config without model_type is taken as BERT (older exports omit it).
+        model_type = str(cfg.get("model_type", "bert"))
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(
+                f"{model_dir / 'config.json'}: unsupported model_type {model_type!r} "
+                f"(supported: {', '.join(_MODEL_TYPES)})"
+            )
+        mpnet = model_type == "mpnet"
         return cls(
             hidden_size=int(cfg["hidden_size"]),
             num_layers=int(cfg["num_hidden_layers"]),
@@ -95,7 +139,35 @@ class BertConfig:
             layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
             hidden_act=act,
             pooling=pooling,
+            model_type=model_type,
+            relative_buckets=int(cfg.get("relative_attention_num_buckets", 32)) if mpnet else 0,
+            position_offset=int(cfg.get("pad_token_id", 1)) + 1 if mpnet else 0,
         )
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input the position table allows (MPNet loses its offset rows)."""
+        return self.max_position - self.position_offset
+
+
+def relative_position_buckets(length: int, num_buckets: int = 32, max_distance: int = 128) -> Any:
+    """MPNet's bucket of every (query i, key j) pair, an int64 ``[length, length]``.
+
+    Half the buckets are for keys after the query and half for keys before it; in
+    each half, distances below a quarter of the buckets keep a bucket of their own
+    and longer ones share buckets whose width grows logarithmically up to
+    ``max_distance`` (T5's scheme, which MPNet adopted)."""
+    pos = np.arange(length, dtype=np.int64)
+    n = pos[:, None] - pos[None, :]  # i - j: positive when the key comes before the query
+    half = num_buckets // 2
+    bucket = np.where(n < 0, half, 0).astype(np.int64)
+    n = np.abs(n)
+    exact = half // 2
+    # n < exact takes the other branch below; max(n, 1) only keeps log() finite there.
+    scaled = np.log(np.maximum(n, 1).astype(np.float32) / exact) / math.log(max_distance / exact)
+    far = exact + (scaled * (half - exact)).astype(np.int64)
+    far = np.minimum(far, half - 1)
+    return bucket + np.where(n < exact, n, far)
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -134,7 +206,7 @@ class _Weights:
     def __init__(self, tensors: dict[str, np.ndarray]) -> None:
         self._t: dict[str, np.ndarray] = {}
         for name, arr in tensors.items():
-            key = name.removeprefix("bert.")
+            key = name.removeprefix("bert.").removeprefix("mpnet.")
             key = key.replace("LayerNorm.gamma", "LayerNorm.weight")
             key = key.replace("LayerNorm.beta", "LayerNorm.bias")
             self._t[key] = arr
@@ -201,8 +273,13 @@ def build_graph(
     eps = cfg.layer_norm_eps
     ms = "com.microsoft"
 
+    names = _LAYER_NAMES[cfg.model_type]
+
     # ---- embeddings: word + (position + token-type 0) then LayerNorm -------------------
-    pos = w("embeddings.position_embeddings.weight")[: cfg.max_position]
+    # MPNet's rows start at padding_idx + 1: for the real tokens of a right-padded
+    # input its position ids (HF: cumsum of the non-pad mask + padding_idx) are
+    # exactly offset, offset + 1, ...; padding rows never reach a real token.
+    pos = w("embeddings.position_embeddings.weight")[cfg.position_offset : cfg.max_position]
     if w.has("embeddings.token_type_embeddings.weight"):
         pos = pos + w("embeddings.token_type_embeddings.weight")[0]
     word = g.const("word_embeddings", w("embeddings.word_embeddings.weight"))
@@ -233,19 +310,35 @@ def build_graph(
         shape_bsh = i64("shape_bsh", [0, 0, h])
     act_mode = _ACTIVATIONS[cfg.hidden_act]
 
+    # MPNet's relative position bias [1, heads, S, S], shared by every layer: the
+    # bucket table sliced to this run's length, then each bucket's per-head scalar.
+    rel_bias = None
+    if cfg.relative_buckets:
+        buckets = relative_position_buckets(cfg.max_tokens, cfg.relative_buckets)
+        table = g.const("rel_buckets", buckets)
+        ends = g.op1("Concat", [seq_len, seq_len], axis=0)
+        sliced = g.op1("Slice", [table, i64("zero_2d", [0, 0]), ends, i64("axes_0_1", [0, 1])])
+        per_head = g.const("rel_bias.weight", w("encoder.relative_attention_bias.weight"))
+        rel = g.op1("Gather", [per_head, sliced], axis=0)  # [S, S, heads]
+        rel_bias = g.op1(
+            "Unsqueeze", [g.op1("Transpose", [rel], perm=[2, 0, 1]), i64("axis_0", [0])]
+        )
+        if not contrib_ops:  # one bias for mask and positions: [B, heads, S, S]
+            attn_bias = g.op1("Add", [attn_bias, rel_bias])
+
     for i in range(cfg.num_layers):
         p = f"encoder.layer.{i}."
-        q_w, k_w, v_w = (w(p + f"attention.self.{n}.weight") for n in ("query", "key", "value"))
-        q_b, k_b, v_b = (w(p + f"attention.self.{n}.bias") for n in ("query", "key", "value"))
+        q_w, k_w, v_w = (w(p + names[n] + ".weight") for n in ("q", "k", "v"))
+        q_b, k_b, v_b = (w(p + names[n] + ".bias") for n in ("q", "k", "v"))
         if not contrib_ops:  # fold the 1/sqrt(d) score scale into Q (exact up to rounding)
             scale = np.float32(1.0 / math.sqrt(hd))
             q_w, q_b = q_w * scale, q_b * scale
         qkv_w = g.const(f"l{i}.qkv.weight", np.concatenate([q_w, k_w, v_w], axis=0).T)
         qkv_b = g.const(f"l{i}.qkv.bias", np.concatenate([q_b, k_b, v_b]))
-        o_w = g.const(f"l{i}.attn_out.weight", w(p + "attention.output.dense.weight").T)
-        o_b = g.const(f"l{i}.attn_out.bias", w(p + "attention.output.dense.bias"))
-        ln1_g = g.const(f"l{i}.ln1.weight", w(p + "attention.output.LayerNorm.weight"))
-        ln1_b = g.const(f"l{i}.ln1.bias", w(p + "attention.output.LayerNorm.bias"))
+        o_w = g.const(f"l{i}.attn_out.weight", w(p + names["o"] + ".weight").T)
+        o_b = g.const(f"l{i}.attn_out.bias", w(p + names["o"] + ".bias"))
+        ln1_g = g.const(f"l{i}.ln1.weight", w(p + names["ln1"] + ".weight"))
+        ln1_b = g.const(f"l{i}.ln1.bias", w(p + names["ln1"] + ".bias"))
         f1_w = g.const(f"l{i}.ffn1.weight", w(p + "intermediate.dense.weight").T)
         f1_b = g.const(f"l{i}.ffn1.bias", w(p + "intermediate.dense.bias"))
         f2_w = g.const(f"l{i}.ffn2.weight", w(p + "output.dense.weight").T)
@@ -254,7 +347,9 @@ def build_graph(
         ln2_b = g.const(f"l{i}.ln2.bias", w(p + "output.LayerNorm.bias"))
 
         if contrib_ops:
-            ctx = g.op1("Attention", [x, qkv_w, qkv_b, mask_i32], domain=ms, num_heads=nh)
+            # inputs 4 (past state) and 5 (attention_bias, broadcast over the batch)
+            extra = ["", rel_bias] if rel_bias is not None else []
+            ctx = g.op1("Attention", [x, qkv_w, qkv_b, mask_i32, *extra], domain=ms, num_heads=nh)
             attn = g.op1("MatMul", [ctx, o_w])
             x = g.op("SkipLayerNormalization", [attn, x, ln1_g, ln1_b, o_b], 1, ms, epsilon=eps)[0]
             ff = g.op1("MatMul", [x, f1_w])

@@ -58,13 +58,20 @@ def encode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
 
 def resolve_model(model: Any) -> Any:
     if isinstance(model, str):
-        if model != "default":
-            raise InvalidArgumentError(
-                f'embedding_model must be a model object or "default", got {model!r}'
-            )
-        from rampart.embeddings import default_embedder
+        if model == "default":
+            from rampart.embeddings import default_embedder
 
-        return default_embedder()
+            return default_embedder()
+        from rampart.embeddings.prepare import NAMED_MODELS  # light: no numpy/onnx
+
+        if model not in NAMED_MODELS:
+            raise InvalidArgumentError(
+                f'embedding_model must be a model object, "default" or a packaged model '
+                f"name ({', '.join(NAMED_MODELS)}), got {model!r}"
+            )
+        from rampart.embeddings.embedder import named_embedder
+
+        return named_embedder(model)
     if model is not None and not callable(getattr(model, "encode", None)):
         raise InvalidArgumentError(
             "embedding_model needs an encode(text) method (and optionally encode_batch)"

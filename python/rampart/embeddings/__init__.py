@@ -48,7 +48,13 @@ except ImportError as exc:  # pragma: no cover - the "embed" extra is missing
 from rampart._files import cache_dir, sha256_file
 from rampart.embeddings import embedder as _embedder
 from rampart.embeddings.cache import VECTOR_CACHE_ENV, VectorCache, file_sha256
-from rampart.embeddings.embedder import OnnxEmbedder, default_embedder, model_info, plan_batches
+from rampart.embeddings.embedder import (
+    OnnxEmbedder,
+    default_embedder,
+    model_info,
+    named_embedder,
+    plan_batches,
+)
 from rampart.embeddings.prepare import (
     DEFAULT_MODEL_NAME,
     EMBED_HINT,
@@ -81,6 +87,7 @@ __all__ = [
     "default_embedder",
     "file_sha256",
     "model_info",
+    "named_embedder",
     "prepare_model",
     "select_providers",
 ]

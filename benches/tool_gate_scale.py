@@ -1,0 +1,228 @@
+"""Tool-gate quality against the number of tools: top-1 / top-3 at 40 … 479 tools.
+
+Servers are added in the tiers of tests/data/tool_gate_scale.json (the six servers
+of tool_gate_eval.json, then Excel and Chroma, Redis/arXiv/Wikipedia, the search
+and notes servers, Atlassian, Google Workspace): 40, 99, 193, 262, 360 and 479 tools.
+At each tier one registry holds every tool loaded so far, and two sets of requests
+are scored:
+
+* **base**: the 204 requests of tool_gate_eval.json (all meant for the first six
+  servers), the same at every tier: how the same requests fare as distractors grow;
+* **all**: base plus every request of tool_gate_scale.json whose intended tool is
+  loaded: how the gate does on the tools of the tier.
+
+Each is split into its tune and holdout halves (headline numbers are holdout); a
+hit is an acceptable tool ranked first (top-1) or among the first three (top-3).
+The evaluation reuses benches/tool_gate_eval.py's scoring.
+
+Gates: the default dense gate (the registry's cosine gate, :class:`DenseGate`) with
+all-MiniLM-L6-v2, ``--model all-mpnet-base-v2`` (or any model directory) for another
+embedder, and ``--gate module:factory`` for any gate: ``factory(registry)`` returns
+a ``(task, blocks) -> scores`` callable, e.g. ``rampart.toolgate:DenseGate``.
+
+A tool whose name an earlier server already uses is loaded under the name the data
+file's ``renamed`` table gives (Google Workspace's ``create_sheet`` clashes with the
+Excel server's), as an agent with many servers must do.
+
+    python benches/tool_gate_scale.py [--model NAME] [--gate mod:factory] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import rampart
+
+# Run as a script, benches/ is sys.path[0]: tool_gate_eval imports as a module.
+import tool_gate_eval as base_eval
+from rampart.toolgate import DenseGate
+
+DATA = base_eval.DATA
+SCALE = DATA / "tool_gate_scale.json"
+
+GateFactory = Callable[[rampart.BlockRegistry], Any]
+
+
+def load_scale() -> dict[str, Any]:
+    """The scale data set, with the base requests (tool_gate_eval.json) under "base"."""
+    doc: dict[str, Any] = json.loads(SCALE.read_text(encoding="utf-8"))
+    base = json.loads((DATA / doc["base"]).read_text(encoding="utf-8"))
+    doc["base_requests"] = [dict(r, style="base") for r in base["requests"]]
+    return doc
+
+
+def tool_defs(doc: dict[str, Any], file: str) -> list[dict[str, Any]]:
+    """One server's MCP tool definitions, renamed where the data set says so."""
+    raw = json.loads((DATA / file).read_text(encoding="utf-8"))
+    tools = raw["tools"] if "tools" in raw else raw["result"]["tools"]
+    renamed = doc.get("renamed", {}).get(file, {})
+    return [dict(t, name=renamed.get(t["name"], t["name"])) for t in tools]
+
+
+def build_registry(
+    doc: dict[str, Any], files: Sequence[str], model: Any
+) -> tuple[rampart.BlockRegistry, set[str]]:
+    reg = rampart.BlockRegistry(embedding_model=model)
+    names: set[str] = set()
+    for f in files:
+        defs = tool_defs(doc, f)
+        reg.load_tools({"tools": defs})
+        names.update(t["name"] for t in defs)
+    reg.embed_pending()
+    return reg, names
+
+
+def in_scope(requests: Sequence[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:
+    """Requests whose intended tool is loaded, their acceptable tools cut to the
+    loaded ones (a tool not loaded cannot be ranked)."""
+    out = []
+    for r in requests:
+        if r["acceptable"][0] in names:
+            out.append(dict(r, acceptable=[a for a in r["acceptable"] if a in names]))
+    return out
+
+
+def evaluate(
+    doc: dict[str, Any], model: Any, factory: GateFactory, label: str
+) -> list[dict[str, Any]]:
+    """One row per tier: tools, requests, and base/all scores per half."""
+    rows: list[dict[str, Any]] = []
+    files: list[str] = []
+    for tier in doc["tiers"]:
+        files.extend(tier)
+        t0 = time.perf_counter()
+        reg, names = build_registry(doc, files, model)
+        rank = base_eval.gate_ranker(reg, factory(reg))
+        base = base_eval.score(doc["base_requests"], rank)
+        everything = in_scope(doc["base_requests"] + doc["requests"], names)
+        result = base_eval.score(everything, rank)
+        indirect = [r for r in everything if r.get("style") == "indirect"]
+        row = {
+            "gate": label,
+            "tools": len(names),
+            "servers": len(files),
+            "requests": len(everything),
+            "base": base,
+            "all": result,
+            "indirect": base_eval.score(indirect, rank) if indirect else {},
+            "seconds": time.perf_counter() - t0,
+        }
+        reg.release()
+        rows.append(row)
+        h, b = result["holdout"], base["holdout"]
+        print(
+            f"{label:32s} {row['tools']:4d} tools {row['requests']:4d} req  "
+            f"base holdout {b['top1']:6.1%} {b['top3']:6.1%}   "
+            f"all holdout {h['top1']:6.1%} {h['top3']:6.1%}   ({row['seconds']:.0f} s)",
+            flush=True,
+        )
+    return rows
+
+
+def load_factory(spec: str) -> GateFactory:
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"--gate wants module:factory, got {spec!r}")
+    factory: GateFactory = getattr(importlib.import_module(module), attr)
+    return factory
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The docs/tool-gate.md table: holdout top-1 / top-3 per tier."""
+    lines = [
+        "| gate | tools | servers | base holdout top-1 / top-3 | all holdout (n) top-1 / top-3 |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    for r in rows:
+        b, a = r["base"]["holdout"], r["all"]["holdout"]
+        lines.append(
+            f"| {r['gate']} | {r['tools']} | {r['servers']} | {b['top1']:.1%} / {b['top3']:.1%} "
+            f"| ({a['n']}) {a['top1']:.1%} / {a['top3']:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def latency(names: Sequence[str], rounds: int = 60) -> list[dict[str, Any]]:
+    """Median milliseconds to embed one new request (no vector cache, so every text
+    is new to the model; onnxruntime's default per-run thread choice), per model,
+    interleaved so that both see the same machine load."""
+    import statistics
+
+    doc = load_scale()
+    texts = [r["request"] for r in doc["requests"]][:rounds]
+    models = []
+    for name in names:
+        emb = (
+            rampart.OnnxEmbedder(vector_cache=False)
+            if name == "default"
+            else rampart.OnnxEmbedder(name, vector_cache=False)
+        )
+        emb.encode("warm up")
+        models.append((name, emb, []))
+    for t in texts:
+        for _, emb, times in models:
+            t0 = time.perf_counter()
+            emb.encode(t)
+            times.append((time.perf_counter() - t0) * 1e3)
+    out = []
+    for _name, emb, times in models:
+        row = {"model": emb.name, "median_ms": statistics.median(times), "n": len(times)}
+        print(f"new request, {row['model']}: median {row['median_ms']:.1f} ms over {len(times)}")
+        out.append(row)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="embedding model: 'default', a packaged name (all-mpnet-base-v2) or a "
+        "model directory; repeat to compare (default: default)",
+    )
+    ap.add_argument("--gate", default=None, help="module:factory, factory(registry) -> gate")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument(
+        "--latency",
+        action="store_true",
+        help="only time one new request per --model (median ms) and exit",
+    )
+    args = ap.parse_args(argv)
+    if args.latency:
+        latency(args.model or ["default"])
+        return 0
+
+    doc = load_scale()
+    rows: list[dict[str, Any]] = []
+    factory: GateFactory = load_factory(args.gate) if args.gate else DenseGate
+    gate_name = args.gate or "dense"
+    for name in args.model or ["default"]:
+        model: Any
+        if name == "default":
+            model, label = rampart.default_embedder(), "all-MiniLM-L6-v2"
+        else:
+            model = rampart.OnnxEmbedder(name)
+            label = model.name
+        rows += evaluate(doc, model, factory, f"{gate_name} {label}")
+    print()
+    print(markdown(rows))
+    if args.out:
+        meta = {
+            "scale_requests": len(doc["requests"]),
+            "base_requests": len(doc["base_requests"]),
+            "python": sys.version.split()[0],
+        }
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
