@@ -113,7 +113,8 @@ pub enum Op {
 /// they travel in the journal (`snapshot_bytes`).
 #[derive(Clone, Debug)]
 pub enum Restored {
-    Taken(Snapshot),
+    /// Boxed: it is large, and every other op is moved by value on the write path.
+    Taken(Box<Snapshot>),
     Bytes(Vec<u8>),
 }
 
@@ -966,7 +967,7 @@ mod tests {
         r.evict(ids[0], false, id).unwrap();
         let new_ids = vec![BlockId::random(), BlockId::random()];
         let op = Op::Restore {
-            snapshot: Restored::Taken(snap),
+            snapshot: Restored::Taken(Box::new(snap)),
             new_ids: new_ids.clone(),
             actor: id,
         };
@@ -975,3 +976,4 @@ mod tests {
         assert_eq!(r.order().iter().map(|b| b.id).collect::<Vec<_>>(), new_ids);
     }
 }
+

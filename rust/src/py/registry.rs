@@ -440,7 +440,7 @@ impl PyRegistry {
         snapshot: &Bound<'_, PySnapshot>,
         by: Option<&Bound<'_, PyRegistry>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let snap = snapshot.get().0.clone();
+        let snap = Box::new(snapshot.get().0.clone());
         let heavy = snap.order.len() > DETACH_ABOVE;
         let new_ids = (0..snap.order.len()).map(|_| BlockId::random()).collect();
         let op = Op::Restore {
