@@ -254,7 +254,7 @@ EXAMPLE_TAG = "tool-example"
 #: Weight of a tool's second-best vector: score = (best + w x second) / (1 + w).
 #: Chosen on the tune halves (docs/tool-gate.md); a block with one vector scores
 #: its plain cosine, so thresholds keep their meaning.
-SECOND_WEIGHT = 0.5
+SECOND_WEIGHT = 1.0
 #: Weight of the lexical signal (BM25 over gate text and examples, divided by the
 #: task's best): chosen on the tune halves.
 LEXICAL_WEIGHT = 0.05
