@@ -448,3 +448,33 @@ def test_example_gate_hit_rate_on_the_holdout() -> None:
     top1, top3 = hit_rates(reg, holdout)
     reg.release()
     assert top3 >= 0.93 and top1 >= 0.70, (top1, top3)
+
+
+def test_cli_tools_enrich_writes_examples_that_with_examples_loads(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    from rampart.cli import main
+    from rampart.tools import load_examples, with_examples
+
+    from tests import fake_openai as fake
+
+    monkeypatch.setenv("RAMPART_CACHE_DIR", str(tmp_path / "cache"))
+    turns: list[Any] = [("- what time is it in Lima?\n- time in Oslo now", [])] * 2
+    out = tmp_path / "examples.json"
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        args = ["tools", "enrich", str(DATA / "mcp_time_tools.json"), "-n", "2"]
+        assert (
+            main([*args, "--base-url", server.base_url, "--model", "gen", "--out", str(out)]) == 0
+        )
+        assert len(server.payloads) == 2
+        # A second run reads the cache: no model call, same file.
+        again = tmp_path / "again.json"
+        assert (
+            main([*args, "--base-url", server.base_url, "--model", "gen", "--out", str(again)]) == 0
+        )
+        assert len(server.payloads) == 2
+    table = load_examples(out)
+    assert table == load_examples(again)
+    assert table["convert_time"] == ["what time is it in Lima?", "time in Oslo now"]
+    schemas = with_examples(DATA / "mcp_time_tools.json", out)
+    assert schemas[0].examples == ("what time is it in Lima?", "time in Oslo now")
