@@ -872,7 +872,7 @@ class BlockRegistry:
         if relevance_threshold is not None:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
         examples = self._example_gate(task_text, task_embedding) if gate is None else None
-        if examples is not None:
+        if examples is not None and task_text is not None:
             return self._select_with_examples(
                 examples,
                 task_text,

@@ -257,7 +257,7 @@ EXAMPLE_TAG = "tool-example"
 SECOND_WEIGHT = 1.0
 #: Weight of the lexical signal (BM25 over gate text and examples, divided by the
 #: task's best): chosen on the tune halves.
-LEXICAL_WEIGHT = 0.05
+LEXICAL_WEIGHT = 0.1
 #: Learned examples kept per tool; later ones are refused (predictable, bounded).
 MAX_LEARNED = 32
 _EXAMPLE_PREFIX = "Example request for tool `"
@@ -279,6 +279,23 @@ def parse_example_block(content: str) -> tuple[str, str] | None:
 
 def _is_example_block(b: _core.Block) -> bool:
     return b.source == "agent" and EXAMPLE_TAG in b.tags
+
+
+def block_examples(block: InstructionBlock) -> list[str]:
+    """A tool block's own example texts: its schema's (:func:`example_texts`) and,
+    for a seed block declaring a tool, an ``examples:`` list in its front matter."""
+    schema = block.tool_schema
+    if schema is None:
+        return []
+    texts = example_texts(schema)
+    extra = block.metadata.get("examples")
+    if isinstance(extra, list):
+        texts += [
+            " ".join(e.split())
+            for e in extra[:MAX_EXAMPLES]
+            if isinstance(e, str) and e.strip() and len(e) <= MAX_EXAMPLE_CHARS
+        ]
+    return list(dict.fromkeys(texts))
 
 
 def _schema_key(schema: ToolSchema) -> str:
@@ -306,10 +323,10 @@ class _Layout:
         schemas = [b.tool_schema for b in blocks]
         learned: dict[str, list[str]] = {}
         self.hidden = np.zeros(n, dtype=bool)  # learned-example blocks: never in a prompt
-        for i, b in enumerate(natives):
-            if _is_example_block(b):
+        for i, native in enumerate(natives):
+            if _is_example_block(native):
                 self.hidden[i] = True
-                parsed = parse_example_block(b.content)
+                parsed = parse_example_block(native.content)
                 if parsed is not None:
                     learned.setdefault(parsed[0], []).append(parsed[1])
         rows: list[bytes] = []
@@ -326,7 +343,7 @@ class _Layout:
             labels.append(None)
             extra: list[str] = []
             if schema is not None:
-                extra = example_texts(schema)
+                extra = block_examples(b)
                 extra += gate.generated.get(_schema_key(schema), [])
                 extra += [f"{e}" for e in learned.get(schema.name, [])]
                 extra = [e for e in dict.fromkeys(extra) if e]
@@ -509,14 +526,14 @@ def has_examples(registry: BlockRegistry) -> bool:
     gate = registry._toolgate
     if gate is not None and gate.generated:
         return True
-    for b in registry._core.find_by_tags(["tool", EXAMPLE_TAG], False):
+    # Once per registry object (then only examples arriving through it re-arm the
+    # gate): every block, since a seed may declare a tool without the "tool" tag.
+    for b in registry._core.blocks():
         if _is_example_block(b):
             return True
         raw = b.metadata_json
-        if raw is not None and '"examples"' in raw:  # also matches "input_examples"
-            schema = InstructionBlock(b).tool_schema
-            if schema is not None and (schema.examples or schema.input_examples):
-                return True
+        if raw is not None and '"examples"' in raw and block_examples(InstructionBlock(b)):
+            return True  # ('"examples"' also matches "input_examples")
     return False
 
 
@@ -531,7 +548,7 @@ def default_gate(registry: BlockRegistry) -> ExampleGate | None:
         state = registry._tool_examples = has_examples(registry)
     if not state:
         return None
-    gate = registry._toolgate
+    gate: ExampleGate | None = registry._toolgate
     if gate is None:
         gate = registry._toolgate = ExampleGate(registry)
     return gate
