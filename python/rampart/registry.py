@@ -744,9 +744,10 @@ class BlockRegistry:
             top_k = _int(top_k, "top_k", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
-        examples = self._example_gate(task_text, task_embedding)
-        if examples is not None:
-            return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
+        if self._tool_examples is not False:
+            examples = self._example_gate(task_text, task_embedding)
+            if examples is not None:
+                return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
         q = self._query(task_text, task_embedding)
         ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
@@ -871,7 +872,12 @@ class BlockRegistry:
             top_k = _int(top_k, "top_k", minimum=0)
         if relevance_threshold is not None:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
-        examples = self._example_gate(task_text, task_embedding) if gate is None else None
+        # Tool examples: one attribute read unless this registry has some.
+        examples = (
+            None
+            if gate is not None or self._tool_examples is False
+            else self._example_gate(task_text, task_embedding)
+        )
         if examples is not None and task_text is not None:
             return self._select_with_examples(
                 examples,
