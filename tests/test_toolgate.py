@@ -478,3 +478,12 @@ def test_cli_tools_enrich_writes_examples_that_with_examples_loads(
     assert table["convert_time"] == ["what time is it in Lima?", "time in Oslo now"]
     schemas = with_examples(DATA / "mcp_time_tools.json", out)
     assert schemas[0].examples == ("what time is it in Lima?", "time in Oslo now")
+
+
+def test_bm25_score_array_equals_scores() -> None:
+    from rampart.toolgate import BM25
+
+    docs = ["Read a file from disk", "Switch git branches", "Read the commit logs", ""]
+    index = BM25(docs)
+    for q in ("read read the logs", "branches of git", "nothing matches", ""):
+        assert index.score_array(q).tolist() == pytest.approx(index.scores(q))

@@ -875,7 +875,7 @@ class BlockRegistry:
         # Tool examples: one attribute read unless this registry has some.
         examples = (
             None
-            if gate is not None or self._tool_examples is False
+            if gate is not None or self._tool_examples is False or task_text is None
             else self._example_gate(task_text, task_embedding)
         )
         if examples is not None and task_text is not None:

@@ -22,7 +22,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rampart import _core
@@ -114,6 +114,34 @@ class BM25:
                 if f:
                     s += self._idf[w] * f * (self.k1 + 1) / (f + norm)
             out.append(s)
+        return out
+
+    def score_array(self, query: str) -> Any:
+        """:meth:`scores` as a numpy array, from an inverted index built on first
+        use (what a gate scoring every request wants: a few array adds per query
+        term instead of a loop over every document)."""
+        import numpy as np
+
+        index = getattr(self, "_inverted", None)
+        if index is None:
+            postings: dict[str, tuple[list[int], list[float]]] = {}
+            for i, (tf, length) in enumerate(zip(self._tf, self._lengths)):
+                norm = (
+                    self.k1 * (1 - self.b + self.b * length / self._avg) if self._avg else self.k1
+                )
+                for w, f in tf.items():
+                    ids, vals = postings.setdefault(w, ([], []))
+                    ids.append(i)
+                    vals.append(self._idf[w] * f * (self.k1 + 1) / (f + norm))
+            index = self._inverted = {
+                w: (np.array(ids, dtype=np.intp), np.array(vals))
+                for w, (ids, vals) in postings.items()
+            }
+        out = np.zeros(len(self._tf))
+        for w in terms(query):
+            hit = index.get(w)
+            if hit is not None:
+                out[hit[0]] += hit[1]
         return out
 
 
@@ -386,7 +414,7 @@ class _Layout:
         self.index = np.array([p + [pad] * (width - len(p)) for p in per], dtype=np.intp)
         self.multi = np.array([len(p) > 1 for p in per], dtype=bool)
         self.lexical = BM25(docs) if gate.lexical_weight else None
-        self.tasks: dict[str, tuple[list[float], dict[str, str]]] = {}
+        self.tasks: dict[str, tuple[list[float], Mapping[str, str]]] = {}
 
 
 class _Stale(Exception):
@@ -452,7 +480,7 @@ class ExampleGate:
             f"registry {reg.label!r}: blocks kept arriving faster than they could be embedded"
         )
 
-    def scores(self, task_text: str) -> tuple[_core.OrderView, list[float], dict[str, str]]:
+    def scores(self, task_text: str) -> tuple[_core.OrderView, list[float], Mapping[str, str]]:
         """The registry's current order, a score per block in it, and what matched
         (runtime id -> a short note) for the task."""
         import numpy as np
@@ -477,17 +505,13 @@ class ExampleGate:
         else:
             score = best
         if layout.lexical is not None:
-            lex = np.asarray(layout.lexical.scores(task_text))
+            lex = layout.lexical.score_array(task_text)
             top = lex.max(initial=0.0)
             if top > 0:
                 score = score + self.lexical_weight * lex / top
         score = np.where(layout.hidden, -np.inf, score)
-        why: dict[str, str] = {}
-        for i in np.flatnonzero(layout.multi & ~layout.hidden):
-            label = layout.labels[layout.index[i, best_at[i]]]
-            what = f"example {label!r}" if label is not None else "its description"
-            why[layout.ids[i]] = f"best match: {what} (cosine {best[i]:.3f})"
-        out = [float(s) for s in score]
+        why = _Notes(layout, best_at, best)
+        out = score.tolist()
         if len(layout.tasks) >= _TASK_CACHE:
             layout.tasks.clear()
         layout.tasks[task_text] = (out, why)
@@ -502,7 +526,7 @@ class ExampleGate:
 
     def explain(self, task_text: str) -> dict[str, str]:
         """Per tool block with examples: which of its texts matched the task best."""
-        return self.scores(task_text)[2]
+        return dict(self.scores(task_text)[2])
 
     def rank(
         self, task_text: str, top_k: int | None = None, threshold: float | None = None
@@ -560,6 +584,29 @@ def note_examples(registry: BlockRegistry) -> None:
     gate = registry._toolgate
     if gate is not None:
         gate._layout = None
+
+
+class _Notes(Mapping[str, str]):
+    """Runtime id -> what matched, for the tool blocks with examples; each note is
+    written when asked for (a report is read far less often than a gate runs)."""
+
+    def __init__(self, layout: _Layout, best_at: Any, best: Any) -> None:
+        self._layout = layout
+        self._best_at = best_at
+        self._best = best
+        self._rows = {layout.ids[i]: int(i) for i in (layout.multi & ~layout.hidden).nonzero()[0]}
+
+    def __getitem__(self, runtime_id: str) -> str:
+        i = self._rows[runtime_id]
+        label = self._layout.labels[self._layout.index[i, self._best_at[i]]]
+        what = f"example {label!r}" if label is not None else "its description"
+        return f"best match: {what} (cosine {self._best[i]:.3f})"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 class _ExplainedSelection:
