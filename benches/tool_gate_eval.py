@@ -12,7 +12,7 @@ while the author examples were written (tests/data/README.md):
   filesystem and git tools, all held out.
 
 Choices (gate text, weights) are made on the tune halves only; the headline is
-the holdout (the two holdout halves and fsgit: 146 requests).
+the holdout (the two holdout halves and fsgit: 206 requests).
 
 Variants: cold gates (no examples: the prompt rendering, ``tool_gate_text``, the
 hybrid with BM25); the example gate with the author examples
