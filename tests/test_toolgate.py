@@ -487,3 +487,37 @@ def test_bm25_score_array_equals_scores() -> None:
     index = BM25(docs)
     for q in ("read read the logs", "branches of git", "nothing matches", ""):
         assert index.score_array(q).tolist() == pytest.approx(index.scores(q))
+
+
+def test_examples_travel_through_a_shared_registrys_journal(tmp_path: Any) -> None:
+    """Author examples (block metadata) and learned examples (agent blocks) are
+    journaled: a second replica gates with them and sees the rollback."""
+    from rampart.tools import with_examples
+
+    from tests.test_gate import HashingEmbedder
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    b = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    try:
+        a.load_tools(
+            with_examples(
+                DATA / "mcp_time_tools.json", {"get_current_time": ["is it late in Oslo"]}
+            )
+        )
+        a.load_tools(DATA / "mcp_git_tools.json")
+        a.add_tool_example("git_log", "who has been pushing lately", trajectory_id="run-1")
+        b.sync()
+        assert [x.semantic_name for x, _ in b.find_relevant("is it late in Oslo", top_k=1)] == [
+            "get_current_time"
+        ]
+        assert [
+            x.semantic_name for x, _ in b.find_relevant("who has been pushing lately", top_k=1)
+        ] == ["git_log"]
+        a.rollback_trajectory("run-1")
+        b.sync()
+        assert not b.find_by_tag("tool-example")
+        assert all(x.source == "seed" for x, _ in b.find_relevant("who has been pushing lately"))
+    finally:
+        a.close()
+        b.close()
