@@ -627,7 +627,7 @@ class _ExplainedSelection:
         for row in self._sel.report():
             note = self._why.get(row[1].runtime_id)
             if note is not None:
-                row = (*row[:6], f"{row[6]}; {note}" if row[6] else note)
+                row = (*row[:-1], f"{row[-1]}; {note}" if row[-1] else note)  # detail is last
             rows.append(row)
         return rows
 
