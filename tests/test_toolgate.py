@@ -521,3 +521,48 @@ def test_examples_travel_through_a_shared_registrys_journal(tmp_path: Any) -> No
     finally:
         a.close()
         b.close()
+
+
+def test_an_agent_that_learns_tool_examples_from_successful_runs() -> None:
+    """The recipe of docs/tool-gate.md: ``Agent.after_success`` teaches the gate, and
+    ``forget(run)`` takes the example back with the run's other writes."""
+    from rampart.agent import Agent, Run
+    from rampart.llm import OpenAIBackend
+
+    from tests import fake_openai as fake
+    from tests.test_gate import HashingEmbedder
+
+    def release_date(version: str) -> str:
+        """Look up when a version of the project was released."""
+        return "2025-03-05"
+
+    class LearningAgent(Agent):
+        def after_success(self, task: str, tools_called: Any, run: Run) -> None:
+            if run.untrusted_reads:  # a page may have told the model which tool to call
+                return
+            for name in tools_called:
+                self.registry.add_tool_example(name, task, trajectory_id=run.trajectory_id)
+
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Answer in one line.", "style", "seed")
+    task = "when did 1.4.0 ship?"
+    turns: list[Any] = [("", [("release_date", {"version": "1.4.0"})]), ("5 March 2025", [])]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        backend = OpenAIBackend(server.base_url, "m", native_tools=True)
+        agent = LearningAgent(
+            reg,
+            backend,
+            tools=[release_date],
+            check=lambda answer, run: (True, ""),
+            learn=False,
+            trusted_tools=[release_date],
+        )
+        run = agent.run(task)
+        backend.close()
+    assert run.success is True
+    (learned,) = reg.find_by_tag("tool-example")
+    assert learned.trajectory_id == run.trajectory_id and "release_date" in learned.tags
+    assert [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)] == ["release_date"]
+    assert agent.forget(run) >= 1
+    assert reg.find_by_tag("tool-example") == []
+    reg.release()
