@@ -78,27 +78,41 @@ def load() -> tuple[Requests, list[ToolSchema], list[str]]:
     return {k: d["requests"] for k, d in docs.items()}, tools, files
 
 
-def score(requests: Requests, rank: Ranker, halves: Sequence[str] = ("tune", "holdout")) -> dict:
-    """Hits per set and half, plus ``tune`` (both tune halves) and ``holdout``
-    (both holdout halves and fsgit) pooled."""
+def _rates(hits: Sequence[tuple[bool, bool]]) -> dict[str, float]:
+    n = len(hits)
+    return {"n": n, "top1": sum(a for a, _ in hits) / n, "top3": sum(b for _, b in hits) / n}
+
+
+def _hit(r: dict[str, Any], rank: Ranker) -> tuple[bool, bool]:
+    top = rank(r["request"])[:3]
+    ok = set(r["acceptable"])
+    return (bool(top) and top[0] in ok, bool(ok & set(top)))
+
+
+def score(requests: Sequence[dict[str, Any]], rank: Ranker) -> dict[str, dict[str, float]]:
+    """Hits of one list of requests per half (``tune``, ``holdout``) and ``all``
+    (benches/tool_gate_scale.py scores its tiers with this too)."""
+    hits: dict[str, list[tuple[bool, bool]]] = {"tune": [], "holdout": [], "all": []}
+    for r in requests:
+        hit = _hit(r, rank)
+        hits[r["split"]].append(hit)
+        hits["all"].append(hit)
+    return {k: _rates(h) for k, h in hits.items() if h}
+
+
+def score_sets(
+    requests: Requests, rank: Ranker, halves: Sequence[str] = ("tune", "holdout")
+) -> dict[str, dict[str, float]]:
+    """Hits per set and half (``natural/holdout``), plus ``tune`` (both tune halves)
+    and ``holdout`` (both holdout halves and fsgit) pooled."""
     hits: dict[str, list[tuple[bool, bool]]] = {}
     for name, reqs in requests.items():
         for r in reqs:
-            if r["split"] not in halves:
-                continue
-            top = rank(r["request"])[:3]
-            ok = set(r["acceptable"])
-            hit = (bool(top) and top[0] in ok, bool(ok & set(top)))
-            for key in (f"{name}/{r['split']}", r["split"]):
-                hits.setdefault(key, []).append(hit)
-    return {
-        k: {
-            "n": len(h),
-            "top1": sum(a for a, _ in h) / len(h),
-            "top3": sum(b for _, b in h) / len(h),
-        }
-        for k, h in sorted(hits.items())
-    }
+            if r["split"] in halves:
+                hit = _hit(r, rank)
+                for key in (f"{name}/{r['split']}", r["split"]):
+                    hits.setdefault(key, []).append(hit)
+    return {k: _rates(h) for k, h in sorted(hits.items())}
 
 
 def matrix_ranker(embed: Any, texts: list[str], names: list[str]) -> Ranker:
@@ -167,7 +181,7 @@ def learning_curve(
             for r in by_round[k - 1]:
                 if reg.add_tool_example(r["tool"], r["request"], trajectory_id=f"stream-{k}"):
                     taught += 1
-        res = score(requests, find_ranker(reg), ("holdout",))
+        res = score_sets(requests, find_ranker(reg), ("holdout",))
         rows.append({"per_tool": k, "learned": taught, "base": base, "result": res})
         h = res["holdout"]
         print(
@@ -201,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def add(variant: str, rank: Ranker, **kw: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        result = score(requests, rank)
+        result = score_sets(requests, rank)
         per = (time.perf_counter() - t0) / sum(v["n"] for k, v in result.items() if "/" in k)
         rows.append({"variant": variant, "result": result, "ms_per_task": per * 1e3, **kw})
         t, h = result["tune"], result["holdout"]
@@ -213,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
 
     def tune_only(rank: Ranker) -> tuple[float, float]:
-        t = score(requests, rank, ("tune",))["tune"]
+        t = score_sets(requests, rank, ("tune",))["tune"]
         return (t["top3"], t["top1"])  # top-3 first: a tool outside it is lost
 
     # ---- cold: no examples ---------------------------------------------------------
@@ -319,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             for k, v in requests.items()
         }
-        res = score(subset, gate_ranker(cold, judge))
+        res = score_sets(subset, gate_ranker(cold, judge))
         rows.append({"variant": f"LLM judge {args.judge}", "result": res, "subset": True})
         print(f"LLM judge (first {args.judge_limit} per set): {res}")
         backend.close()
