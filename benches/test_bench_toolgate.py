@@ -10,7 +10,11 @@ instruction blocks, with the default model. In one group:
 * ``gate-repeated-task``: the same compile for a task the registry has seen (its
   vector is cached): the scan, the ordering and the budget only;
 * ``hybrid-gate``: :class:`rampart.toolgate.HybridGate` (dense + BM25) for a
-  repeated task.
+  repeated task;
+* ``examples-new-task`` / ``examples-repeated-task``: the same compile on a twin
+  registry whose tool blocks carry the author examples of
+  tests/data/tool_gate_examples.json, so the registry gates with
+  :class:`rampart.toolgate.ExampleGate` (best of description and examples + BM25).
 
 The gate's added latency per compile is gate-* minus ungated.
 
@@ -28,6 +32,7 @@ from typing import Any
 import pytest
 import rampart
 from rampart.toolgate import HybridGate
+from rampart.tools import load_examples, parse_tools, with_examples
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 EVAL = json.loads((DATA / "tool_gate_eval.json").read_text(encoding="utf-8"))
@@ -67,6 +72,19 @@ def reg() -> Iterator[rampart.BlockRegistry]:
     r.release()
 
 
+@pytest.fixture(scope="module")
+def reg_examples() -> Iterator[rampart.BlockRegistry]:
+    r = rampart.BlockRegistry(embedding_model="default")
+    for i, rule in enumerate(RULES):
+        r.write_block(rule, f"rule-{i}", "seed")
+    tools = [t for f in EVAL["tool_files"] for t in parse_tools(DATA / f)]
+    r.load_tools(with_examples(tools, load_examples(DATA / "tool_gate_examples.json")))
+    r.embed_pending()
+    r.find_relevant("warm up: build the example vectors")
+    yield r
+    r.release()
+
+
 def _fresh_tasks() -> Iterator[str]:
     # A new text every call: the registry's query cache and the embedder's vector
     # cache both miss, so the model runs as it would for a new request.
@@ -100,3 +118,19 @@ def test_hybrid_gate_repeated_task(benchmark: Any, reg: rampart.BlockRegistry) -
     task = TASKS[0]
     result = benchmark(reg.compile, task_text=task, top_k=5, gate=gate, tools_in_prompt=False)
     assert len(result.included) + len(result.tools()) == 5
+
+
+@pytest.mark.benchmark(group="toolgate")
+def test_examples_new_task(benchmark: Any, reg_examples: rampart.BlockRegistry) -> None:
+    tasks = _fresh_tasks()
+    result = benchmark(
+        lambda: reg_examples.compile(task_text=next(tasks), top_k=5, tools_in_prompt=False)
+    )
+    assert len(result.included) + len(result.tools()) == 5
+
+
+@pytest.mark.benchmark(group="toolgate")
+def test_examples_repeated_task(benchmark: Any, reg_examples: rampart.BlockRegistry) -> None:
+    task = "Switch to the develop branch"
+    result = benchmark(reg_examples.compile, task_text=task, top_k=5, tools_in_prompt=False)
+    assert "git_checkout" in [t["function"]["name"] for t in result.tools()]

@@ -205,3 +205,364 @@ def test_judge_gate_puts_the_models_picks_first() -> None:
     with pytest.raises(InvalidArgumentError, match="picks"):
         JudgeGate(backend, picks=0)
     reg.release()
+
+
+# ---- example requests (issue 17): data, schema, gate, learning, generation ----------
+
+INDIRECT = DATA / "tool_gate_indirect.json"
+FSGIT = DATA / "tool_gate_fsgit.json"
+EXAMPLES = DATA / "tool_gate_examples.json"
+STREAM = DATA / "tool_gate_stream.json"
+_STOP = set("this that with from only than have will your into what when which where there".split())
+_STOP |= set("their them they then also more most each some such does like just".split())
+
+
+def _words(text: str) -> set[str]:
+    """Words of 4+ letters, crudely stemmed: what "a tool's own words" means here."""
+    out = set()
+    for w in re.findall(r"[a-z]+", text.lower()):
+        if len(w) < 4 or w in _STOP:
+            continue
+        for suffix in ("ing", "ies", "es", "ed", "s"):
+            if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+                w = w[: -len(suffix)]
+                break
+        out.add(w)
+    return out
+
+
+def test_indirect_and_fsgit_sets_are_sound() -> None:
+    _, tools = load_eval()
+    by_name = {t.name: t for t in tools}
+    ind = json.loads(INDIRECT.read_text(encoding="utf-8"))["requests"]
+    assert len(ind) == 120 and Counter(r["split"] for r in ind) == {"tune": 60, "holdout": 60}
+    assert Counter(r["acceptable"][0] for r in ind) == {n: 3 for n in by_name}
+    for r in ind:  # never a word of the intended tool's name or description
+        t = by_name[r["acceptable"][0]]
+        own = _words(t.name.replace("_", " ") + " " + t.description)
+        assert not _words(r["request"]) & own, r
+        assert set(r["acceptable"]) <= set(by_name)
+    fs = json.loads(FSGIT.read_text(encoding="utf-8"))["requests"]
+    fs_tools = {
+        t.name
+        for f in ("mcp_filesystem_tools.json", "mcp_git_tools.json")
+        for t in parse_tools(DATA / f)
+    }
+    assert len(fs) >= 40 and {r["split"] for r in fs} == {"holdout"}
+    assert {r["acceptable"][0] for r in fs} == fs_tools and len(fs_tools) == 22
+    assert all(set(r["acceptable"]) <= fs_tools for r in fs)
+
+
+def test_examples_and_stream_are_disjoint_from_every_evaluation_request() -> None:
+    doc, tools = load_eval()
+    names = {t.name for t in tools}
+    examples = rampart.tools.load_examples(EXAMPLES)
+    assert set(examples) == names and all(3 <= len(v) <= 6 for v in examples.values())
+    stream = json.loads(STREAM.read_text(encoding="utf-8"))["requests"]
+    assert {r["tool"] for r in stream} == names
+    evaluated = {
+        r["request"].lower()
+        for path in (EVAL, INDIRECT, FSGIT)
+        for r in json.loads(path.read_text(encoding="utf-8"))["requests"]
+    }
+    taught = {e.lower() for v in examples.values() for e in v} | {
+        r["request"].lower() for r in stream
+    }
+    assert not evaluated & taught
+
+
+def test_tool_schema_keeps_examples_and_never_sends_them() -> None:
+    from rampart.tools import example_texts, with_examples
+
+    entry = {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "examples": ["will it rain in Oslo tomorrow?", "  is it   cold in Riga "],
+        "input_examples": [{"city": "Lima", "days": 3}],
+    }
+    (schema,) = parse_tools([entry])
+    assert schema.examples == ("will it rain in Oslo tomorrow?", "  is it   cold in Riga ")
+    assert example_texts(schema) == [
+        "will it rain in Oslo tomorrow?",
+        "is it cold in Riga",
+        "city: Lima; days: 3",
+    ]
+    assert ToolSchema.from_json(schema.to_json()) == schema
+    for fmt in ("openai", "openai-responses", "anthropic", "mcp"):
+        sent = json.dumps(schema.to_format(fmt))
+        assert "examples" not in sent and "Oslo" not in sent, fmt
+    for bad, match in (
+        ({**entry, "examples": "one string"}, "examples must be a list"),
+        ({**entry, "examples": [""]}, r"examples\[0\] must be a non-empty string"),
+        ({**entry, "examples": ["x"] * 65}, "at most 64"),
+        ({**entry, "examples": ["x" * 1001]}, "longer than 1000"),
+        ({**entry, "input_examples": ["city"]}, "argument objects"),
+    ):
+        with pytest.raises(rampart.UnsupportedFormatError, match=match):
+            parse_tools([bad])
+    merged = with_examples([entry], {"get_weather": ["umbrella needed in Bergen?"]})
+    assert merged[0].examples[-1] == "umbrella needed in Bergen?"
+    assert with_examples(merged, {"get_weather": ["umbrella needed in Bergen?"]}) == merged
+    with pytest.raises(InvalidArgumentError, match="not in the list"):
+        with_examples([entry], {"get_wether": ["typo"]})
+
+
+def example_registry(with_examples: bool = True) -> rampart.BlockRegistry:
+    from rampart.tools import with_examples as attach
+
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Dates are written as ISO 8601.", "dates", "seed")
+    tools = parse_tools(DATA / "mcp_git_tools.json") + parse_tools(DATA / "mcp_time_tools.json")
+    if with_examples:
+        tools = attach(tools, {"git_log": ["who has been pushing lately"]})
+    reg.load_tools(tools)
+    return reg
+
+
+def test_registry_without_examples_keeps_the_core_gate() -> None:
+    reg = example_registry(with_examples=False)
+    task = "who has been pushing lately"
+    ranked = reg.find_relevant(task)
+    assert reg._tool_examples is False and reg._toolgate is None
+    assert [s for _, s in ranked] == sorted(
+        (reg.score_block(b.runtime_id, task) for b in reg.list_blocks()), reverse=True
+    )
+    reg.release()
+
+
+def test_example_gate_scores_a_tool_by_its_best_text_and_says_which() -> None:
+    from rampart.toolgate import ExampleGate
+
+    reg = example_registry()
+    task = "who has been pushing lately?"
+    top, score = reg.find_relevant(task, top_k=1)[0]
+    assert top.semantic_name == "git_log" and reg._tool_examples is True
+    # Best and second best (the example, then the description) averaged, + BM25.
+    plain = ExampleGate(reg, second_weight=0, lexical_weight=0)
+    assert dict((b.semantic_name, s) for b, s in plain.rank(task))["git_log"] == pytest.approx(1.0)
+    assert score < 1.0
+    # A block with one vector scores its cosine, so thresholds keep their meaning.
+    dates = reg.get_by_name("dates")[0]
+    assert dict((b.semantic_name, s) for b, s in plain.rank(task))["dates"] == pytest.approx(
+        reg.score_block(dates.runtime_id, task)
+    )
+    result = reg.compile(task_text=task, top_k=1, tools_in_prompt=False)
+    assert [t["function"]["name"] for t in result.tools()] == ["git_log"]
+    row = next(r for r in result.report if r.name == "git_log")
+    assert "best match: example 'who has been pushing lately'" in row.detail
+    assert reg.compile_dry_run(task_text=task, top_k=1).included[0][0] == "git_log"
+    with pytest.raises(InvalidArgumentError, match="second_weight"):
+        ExampleGate(reg, second_weight=-1)
+    reg.release()
+
+
+def test_learned_examples_teach_the_gate_and_roll_back_with_their_run() -> None:
+    reg = example_registry(with_examples=False)
+    task = "standup is 09:30 in New York; what is that for Bangalore?"
+    before = [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)]
+    rid = reg.add_tool_example("convert_time", task, trajectory_id="run-7")
+    assert rid is not None and reg._tool_examples is True
+    block = reg.get_by_id(rid)
+    assert (block.source, block.trajectory_id) == ("agent", "run-7")
+    assert set(block.tags) == {"tool-example", "convert_time"}
+    assert [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)] == ["convert_time"]
+    assert before != ["convert_time"]  # the hashing embedder alone did not find it
+    # Already known: nothing written; by runtime id works too.
+    tool_id = reg.get_by_name("convert_time")[0].runtime_id
+    assert reg.add_tool_example(tool_id, f"  {task} ", trajectory_id="run-8") is None
+    # Never in a gated prompt, even when top_k would admit every block.
+    result = reg.compile(task_text=task, top_k=len(reg) + 5)
+    assert "convert_time_example" not in result.included
+    assert all(rid != b.runtime_id for b, _ in reg.find_relevant(task))
+    assert reg.rollback_trajectory("run-7") == 1
+    assert [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)] == before
+    with pytest.raises(rampart.BlockNotFoundError, match="no tool 'nope'"):
+        reg.add_tool_example("nope", "x")
+    with pytest.raises(InvalidArgumentError, match="not a tool block"):
+        reg.add_tool_example(reg.get_by_name("dates")[0].runtime_id, "x")
+    with pytest.raises(InvalidArgumentError, match="must not be empty"):
+        reg.add_tool_example("git_log", "   ")
+    reg.release()
+
+
+def test_learned_examples_survive_save_and_load(tmp_path: Any) -> None:
+    from tests.test_gate import HashingEmbedder
+
+    reg = example_registry(with_examples=False)
+    task = "who has been pushing lately"
+    reg.add_tool_example("git_log", task, trajectory_id="run-1")
+    reg.save(tmp_path / "r.rampart")
+    back = rampart.BlockRegistry.load(tmp_path / "r.rampart", HashingEmbedder())
+    assert [b.semantic_name for b, _ in back.find_relevant(task, top_k=1)] == ["git_log"]
+    assert back.rollback_trajectory("run-1") == 1
+    reg.release()
+    back.release()
+
+
+def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) -> None:
+    from rampart.embeddings.cache import ExampleCache
+    from rampart.llm import OpenAIBackend
+    from rampart.toolgate import enrich_tools, parse_examples
+
+    from tests import fake_openai as fake
+
+    assert parse_examples("1. show the log\n- 'who pushed?'\n\nExamples:\n* show the log\n", 5) == [
+        "show the log",
+        "who pushed?",
+    ]
+    cache = ExampleCache(tmp_path / "examples.sqlite")
+    reg = example_registry(with_examples=False)
+    n_tools = len([b for b in reg.list_blocks() if b.tool_schema])
+    turns: list[Any] = [("1. first request\n2. second request", [])] * n_tools
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        backend = OpenAIBackend(server.base_url, "gen", native_tools=False)
+        out = enrich_tools(reg, backend, n=2, cache=cache)
+        assert len(server.payloads) == n_tools
+        again = example_registry(with_examples=False)
+        assert enrich_tools(again, backend, n=2, cache=cache) == out  # no model call
+        assert len(server.payloads) == n_tools
+        backend.close()
+    assert out["git_log"] == ["first request", "second request"]
+    first = server.payloads[0]["messages"]
+    assert "example requests" in first[0]["content"]
+    assert first[1]["content"].startswith("Tool `git_status`")  # the tool as render_tool says
+    assert again._tool_examples is True
+    row = next(iter(again.find_relevant("first request", top_k=1)))
+    assert row[0].tool_schema is not None
+    reg.release()
+    again.release()
+
+
+@needs_model
+def test_example_gate_hit_rate_on_the_holdout() -> None:
+    """A floor under the measured enriched numbers (docs/tool-gate.md)."""
+    from rampart.tools import load_examples, with_examples
+
+    doc, tools = load_eval()
+    reg = rampart.BlockRegistry(embedding_model="default")
+    reg.load_tools(with_examples(tools, load_examples(EXAMPLES)))
+    holdout = [r for r in doc["requests"] if r["split"] == "holdout"]
+    top1, top3 = hit_rates(reg, holdout)
+    reg.release()
+    assert top3 >= 0.93 and top1 >= 0.70, (top1, top3)
+
+
+def test_cli_tools_enrich_writes_examples_that_with_examples_loads(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    from rampart.cli import main
+    from rampart.tools import load_examples, with_examples
+
+    from tests import fake_openai as fake
+
+    monkeypatch.setenv("RAMPART_CACHE_DIR", str(tmp_path / "cache"))
+    turns: list[Any] = [("- what time is it in Lima?\n- time in Oslo now", [])] * 2
+    out = tmp_path / "examples.json"
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        args = ["tools", "enrich", str(DATA / "mcp_time_tools.json"), "-n", "2"]
+        assert (
+            main([*args, "--base-url", server.base_url, "--model", "gen", "--out", str(out)]) == 0
+        )
+        assert len(server.payloads) == 2
+        # A second run reads the cache: no model call, same file.
+        again = tmp_path / "again.json"
+        assert (
+            main([*args, "--base-url", server.base_url, "--model", "gen", "--out", str(again)]) == 0
+        )
+        assert len(server.payloads) == 2
+    table = load_examples(out)
+    assert table == load_examples(again)
+    assert table["convert_time"] == ["what time is it in Lima?", "time in Oslo now"]
+    schemas = with_examples(DATA / "mcp_time_tools.json", out)
+    assert schemas[0].examples == ("what time is it in Lima?", "time in Oslo now")
+
+
+def test_bm25_score_array_equals_scores() -> None:
+    from rampart.toolgate import BM25
+
+    docs = ["Read a file from disk", "Switch git branches", "Read the commit logs", ""]
+    index = BM25(docs)
+    for q in ("read read the logs", "branches of git", "nothing matches", ""):
+        assert index.score_array(q).tolist() == pytest.approx(index.scores(q))
+
+
+def test_examples_travel_through_a_shared_registrys_journal(tmp_path: Any) -> None:
+    """Author examples (block metadata) and learned examples (agent blocks) are
+    journaled: a second replica gates with them and sees the rollback."""
+    from rampart.tools import with_examples
+
+    from tests.test_gate import HashingEmbedder
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    b = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    try:
+        a.load_tools(
+            with_examples(
+                DATA / "mcp_time_tools.json", {"get_current_time": ["is it late in Oslo"]}
+            )
+        )
+        a.load_tools(DATA / "mcp_git_tools.json")
+        a.add_tool_example("git_log", "who has been pushing lately", trajectory_id="run-1")
+        b.sync()
+        assert [x.semantic_name for x, _ in b.find_relevant("is it late in Oslo", top_k=1)] == [
+            "get_current_time"
+        ]
+        assert [
+            x.semantic_name for x, _ in b.find_relevant("who has been pushing lately", top_k=1)
+        ] == ["git_log"]
+        a.rollback_trajectory("run-1")
+        b.sync()
+        assert not b.find_by_tag("tool-example")
+        assert all(x.source == "seed" for x, _ in b.find_relevant("who has been pushing lately"))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_agent_that_learns_tool_examples_from_successful_runs() -> None:
+    """The recipe of docs/tool-gate.md: ``Agent.after_success`` teaches the gate, and
+    ``forget(run)`` takes the example back with the run's other writes."""
+    from rampart.agent import Agent, Run
+    from rampart.llm import OpenAIBackend
+
+    from tests import fake_openai as fake
+    from tests.test_gate import HashingEmbedder
+
+    def release_date(version: str) -> str:
+        """Look up when a version of the project was released."""
+        return "2025-03-05"
+
+    class LearningAgent(Agent):
+        def after_success(self, task: str, tools_called: Any, run: Run) -> None:
+            if run.untrusted_reads:  # a page may have told the model which tool to call
+                return
+            for name in tools_called:
+                self.registry.add_tool_example(name, task, trajectory_id=run.trajectory_id)
+
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Answer in one line.", "style", "seed")
+    task = "when did 1.4.0 ship?"
+    turns: list[Any] = [("", [("release_date", {"version": "1.4.0"})]), ("5 March 2025", [])]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        backend = OpenAIBackend(server.base_url, "m", native_tools=True)
+        agent = LearningAgent(
+            reg,
+            backend,
+            tools=[release_date],
+            check=lambda answer, run: (True, ""),
+            learn=False,
+            trusted_tools=[release_date],
+        )
+        run = agent.run(task)
+        backend.close()
+    assert run.success is True
+    (learned,) = reg.find_by_tag("tool-example")
+    assert learned.trajectory_id == run.trajectory_id and "release_date" in learned.tags
+    assert [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)] == ["release_date"]
+    assert agent.forget(run) >= 1
+    assert reg.find_by_tag("tool-example") == []
+    reg.release()

@@ -609,3 +609,31 @@ def test_saved_tool_blocks_stay_tools(treg: Any, tmp_path: Path) -> None:
     lean = back.compile(tools_in_prompt=False)
     assert lean.included == ["rule"]
     assert lean.tools("mcp") == [t.to_mcp() for t in parse_tools(GIT)]
+
+
+def test_a_tool_seed_can_carry_example_requests(tmp_path: Path) -> None:
+    """``examples:`` beside ``tool_schema:`` in a seed's front matter, or inside the
+    schema: either way the gate scores the tool by them (rampart.toolgate)."""
+    from rampart.toolgate import block_examples
+
+    from tests.test_gate import HashingEmbedder
+
+    seed = tmp_path / "tools.md"
+    ping = {"name": "ping", "description": "Ping a host.", "input_schema": OBJ}
+    dig = {**ping, "name": "dig", "description": "Resolve a name.", "examples": ["mx of x.org"]}
+    seed.write_text(
+        "---\nname: ping_tool\ntool_schema: " + json.dumps(ping) + "\n"
+        'examples: ["is the build box up", "reachable: 10.0.0.7"]\n---\nPing it.\n'
+        "---\nname: dig_tool\ntool_schema: " + json.dumps(dig) + "\n---\nDig it.\n"
+        "---\nname: rule\n---\nBe brief.\n"
+    )
+    reg = rampart.BlockRegistry.from_files([seed], HashingEmbedder())
+    p, d, rule = reg.list_blocks()
+    assert block_examples(p) == ["is the build box up", "reachable: 10.0.0.7"]
+    assert block_examples(d) == ["mx of x.org"] and block_examples(rule) == []
+    top = reg.find_relevant("is the build box up?", top_k=1)
+    assert [b.semantic_name for b, _ in top] == ["ping_tool"]
+    result = reg.compile(task_text="mx of x.org", top_k=1, tools_in_prompt=False)
+    assert [t["function"]["name"] for t in result.tools()] == ["dig"]
+    assert "example 'mx of x.org'" in next(r for r in result.report if r.name == "dig_tool").detail
+    reg.release()

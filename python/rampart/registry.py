@@ -54,6 +54,7 @@ _is_array = _args.is_array
 _vector = _args.vector
 _FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
+_FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: a threshold below every score
 
 
 class BlockRegistry:
@@ -83,6 +84,8 @@ class BlockRegistry:
         "_replica",
         "_sep_cache",
         "_tok",
+        "_tool_examples",
+        "_toolgate",
         "default_max_tokens",
     )
 
@@ -116,6 +119,9 @@ class BlockRegistry:
         self._replica: Replica | None = None
         if quantise_embeddings:
             self._core.set_quantised(True)
+        # Tool examples (rampart.toolgate): None = not looked for yet.
+        self._tool_examples: bool | None = None
+        self._toolgate: Any = None
 
     @classmethod
     def _with_id(
@@ -738,6 +744,10 @@ class BlockRegistry:
             top_k = _int(top_k, "top_k", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
+        if self._tool_examples is not False:
+            examples = self._example_gate(task_text, task_embedding)
+            if examples is not None:
+                return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
         q = self._query(task_text, task_embedding)
         ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
@@ -751,6 +761,73 @@ class BlockRegistry:
         q = self._query(task_text, task_embedding)
         self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
         return float(self._with_vectors(lambda: self._core.score(runtime_id, q)))
+
+    # ---- tool examples: the gate-score hook (rampart.toolgate) ------------------------
+    # A registry whose tool blocks carry example requests gates a task with
+    # rampart.toolgate.ExampleGate (best match among a tool's description and its
+    # examples, in numpy) instead of the core's one-vector cosine. Registries without
+    # examples pay one attribute read per gated compile (docs/tool-gate.md).
+
+    def _example_gate(self, task_text: str | None, task_embedding: Any) -> Any:
+        if self._tool_examples is False or task_text is None or task_embedding is not None:
+            return None
+        from rampart import toolgate
+
+        return toolgate.default_gate(self)
+
+    def _examples_arrived(self) -> None:
+        from rampart import toolgate
+
+        toolgate.note_examples(self)
+
+    def _select_with_examples(
+        self,
+        examples: Any,
+        task_text: str,
+        threshold: float | None,
+        top_k: int | None,
+        budget: int | None,
+        sep: str,
+        dry_run: bool,
+        tools_in_prompt: bool,
+    ) -> tuple[str | None, _core.Selection]:
+        from rampart import toolgate
+
+        view, scores, why = examples.scores(task_text)
+        # Learned-example blocks score -inf: a threshold keeps them out even when
+        # top_k would admit every block.
+        prompt, sel = self._core.compile(
+            budget,
+            sep,
+            self._sep_tokens(sep),
+            scores,
+            view=view,
+            threshold=-_FLOAT_MAX if threshold is None else threshold,
+            top_k=top_k,
+            dry_run=dry_run,
+            tools_in_prompt=tools_in_prompt,
+        )
+        return prompt, toolgate.explained(sel, why)
+
+    def add_tool_example(
+        self, tool: str, request: str, *, trajectory_id: str | None = None
+    ) -> str | None:
+        """Teach the gate that ``request`` is served by ``tool`` (a tool name or a
+        tool block's runtime id): an agent block of run ``trajectory_id`` that
+        ``rollback_trajectory`` takes back. Returns its runtime id, or None when
+        nothing was written (already an example; the tool's learned examples are
+        full). See :func:`rampart.toolgate.add_tool_example`."""
+        from rampart import toolgate
+
+        return toolgate.add_tool_example(self, tool, request, trajectory_id=trajectory_id)
+
+    def enrich_tools(self, model: Any, *, n: int = 5, seed: int = 0) -> dict[str, list[str]]:
+        """Generate ``n`` example requests per tool block with ``model`` (any
+        ``rampart.llm`` backend), cached on disk by schema, and gate with them. See
+        :func:`rampart.toolgate.enrich_tools`."""
+        from rampart import toolgate
+
+        return toolgate.enrich_tools(self, model, n=n, seed=seed)
 
     # ---- compile --------------------------------------------------------------------------
 
@@ -795,6 +872,23 @@ class BlockRegistry:
             top_k = _int(top_k, "top_k", minimum=0)
         if relevance_threshold is not None:
             relevance_threshold = _number(relevance_threshold, "relevance_threshold")
+        # Tool examples: one attribute read unless this registry has some.
+        examples = (
+            None
+            if gate is not None or self._tool_examples is False or task_text is None
+            else self._example_gate(task_text, task_embedding)
+        )
+        if examples is not None and task_text is not None:
+            return self._select_with_examples(
+                examples,
+                task_text,
+                relevance_threshold,
+                top_k,
+                budget,
+                sep,
+                dry_run,
+                tools_in_prompt,
+            )
         if gate is None:
             # The built-in cosine gate runs in the core: the matrix is scored
             # with the GIL released for large registries. _with_vectors embeds
@@ -1055,13 +1149,16 @@ class BlockRegistry:
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)
         ]
-        return self._insert_many(
+        ids = self._insert_many(
             rows,
             "seed",
             bool(evictable),
             [True] * len(rows),
             [ungated] * len(rows) if ungated else None,
         )
+        if any(s.examples or s.input_examples for s in schemas):
+            self._examples_arrived()
+        return ids
 
     # ---- persistence --------------------------------------------------------------------
 

@@ -11,6 +11,12 @@ A tool definition arrives in one of four shapes, detected per entry:
 * MCP ``tools/list``: ``{"name", "title", "description", "inputSchema", "outputSchema",
   "annotations"}``
 
+Any of them may also carry example requests, rampart's extension for the relevance
+gate (docs/tool-gate.md): ``"examples": ["stage src/parser.py", ...]`` (what a user
+would ask for when this tool is the one to call) and Anthropic-style
+``"input_examples": [{"path": "src/parser.py"}, ...]`` (example arguments). They are
+kept with the schema (so in a tool block's metadata) and never sent to an API.
+
 and a collection of them as a list, an MCP ``tools/list`` result ``{"tools": [...]}``,
 a JSON-RPC response whose ``result`` is one, a single definition, or a path to a JSON
 file holding any of these. Each becomes a :class:`ToolSchema`; :func:`render_tool`
@@ -28,6 +34,7 @@ extensions) are not kept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,10 +52,13 @@ __all__ = [
     "ToolSchema",
     "ToolsInput",
     "block_metadata_json",
+    "example_texts",
+    "load_examples",
     "parse_tools",
     "render_tool",
     "schema_from_metadata",
     "tool_gate_text",
+    "with_examples",
 ]
 
 #: Output formats of :meth:`ToolSchema.to_format` and ``CompileResult.tools``.
@@ -62,7 +72,9 @@ METADATA_KEY = "tool_schema"
 # context, so the intersection is the rule: better refused at load than at call time.
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-ToolsInput = Union[str, "os.PathLike[str]", Sequence[Mapping[str, Any]], Mapping[str, Any]]
+ToolsInput = Union[
+    str, "os.PathLike[str]", Sequence[Union[Mapping[str, Any], "ToolSchema"]], Mapping[str, Any]
+]
 
 _EXPECTED = (
     'expected an OpenAI ({"type": "function", "function": {"name", "parameters", ...}}), '
@@ -81,6 +93,10 @@ MAX_RENDERED_CHARS = 256 << 10
 """Longest text :func:`render_tool` produces for one tool."""
 MAX_RENDER_STEPS = 100_000
 """Most schema nodes :func:`render_tool` visits for one tool (``$ref`` fan-out)."""
+MAX_EXAMPLES = 64
+"""Most example requests (and, separately, input examples) one tool keeps."""
+MAX_EXAMPLE_CHARS = 1000
+"""Longest example request kept, in characters (one request, not a document)."""
 
 
 class _Invalid(Exception):
@@ -133,6 +149,39 @@ def _check_object_schema(schema: Any, what: str) -> None:
         isinstance(required, list) and all(isinstance(r, str) for r in required)
     ):
         raise _Invalid(f"{what}.required must be a list of strings")
+
+
+def _check_examples(examples: Any, input_examples: Any) -> None:
+    if not isinstance(examples, tuple):
+        raise _Invalid(f"examples must be a list of strings, got {type(examples).__name__}")
+    if len(examples) > MAX_EXAMPLES:
+        raise _Invalid(f"has {len(examples)} examples; at most {MAX_EXAMPLES} are kept")
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, str) or not ex.strip():
+            raise _Invalid(f"examples[{i}] must be a non-empty string, got {ex!r:.60}")
+        if len(ex) > MAX_EXAMPLE_CHARS:
+            raise _Invalid(f"examples[{i}] is longer than {MAX_EXAMPLE_CHARS} characters")
+        try:
+            ex.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Invalid(f"examples[{i}] holds a lone surrogate, which is not text") from None
+    if input_examples is None:
+        return
+    if not isinstance(input_examples, list) or not all(
+        isinstance(x, Mapping) for x in input_examples
+    ):
+        raise _Invalid("input_examples must be a list of argument objects")
+    if len(input_examples) > MAX_EXAMPLES:
+        raise _Invalid(f"has {len(input_examples)} input_examples; at most {MAX_EXAMPLES}")
+
+
+def _example_tuple(value: Any) -> tuple[Any, ...]:
+    """``examples`` as given in JSON (a list) or Python (any sequence but a string)."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise _Invalid(f"examples must be a list of strings, got {_json_kind(value)}")
+    return tuple(value)
 
 
 def _optional(value: Any, kind: type, what: str) -> Any:
@@ -188,8 +237,10 @@ class ToolSchema:
 
     ``input_schema`` is the JSON Schema of the arguments (``"type": "object"``).
     ``title``, ``annotations`` and ``output_schema`` come from MCP, ``strict`` from
-    OpenAI; ``source_format`` records the shape it was parsed from (``None`` when
-    built directly) and takes no part in equality. The dicts are private copies made
+    OpenAI, ``input_examples`` from Anthropic; ``examples`` are example requests
+    (rampart's extension, for the relevance gate); ``source_format`` records the
+    shape it was parsed from (``None`` when built directly) and takes no part in
+    equality. The dicts are private copies made
     at construction, and every ``to_*`` method returns fresh dicts, so changing a
     result never changes the schema.
     """
@@ -204,9 +255,20 @@ class ToolSchema:
     output_schema: dict[str, Any] | None = field(default=None, hash=False)
     strict: bool | None = None
     source_format: str | None = field(default=None, compare=False)
+    #: Example requests this tool serves (author-written; rampart's extension).
+    examples: tuple[str, ...] = ()
+    #: Anthropic-style example argument objects.
+    input_examples: list[dict[str, Any]] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         try:
+            examples = _example_tuple(self.examples)
+            _check_examples(examples, self.input_examples)
+            object.__setattr__(self, "examples", examples)
+            if self.input_examples is not None:
+                object.__setattr__(
+                    self, "input_examples", _json_copy(self.input_examples, "input_examples")
+                )
             copies = _validated(
                 self.name,
                 self.description,
@@ -287,6 +349,10 @@ class ToolSchema:
             value = getattr(self, key)
             if value is not None:
                 out[key] = _json_copy(value, key)
+        if self.examples:
+            out["examples"] = list(self.examples)
+        if self.input_examples is not None:
+            out["input_examples"] = _json_copy(self.input_examples, "input_examples")
         return out
 
     @classmethod
@@ -307,6 +373,8 @@ class ToolSchema:
             output_schema=data.get("output_schema"),
             strict=data.get("strict"),
             source_format=data.get("source_format"),
+            examples=data.get("examples") or (),
+            input_examples=data.get("input_examples"),
         )
 
     def to_json(self) -> str:
@@ -343,6 +411,8 @@ def check_format(fmt: Any) -> str:
 
 
 def _entry_name(entry: Any) -> str | None:
+    if isinstance(entry, ToolSchema):
+        return entry.name
     if not isinstance(entry, Mapping):
         return None
     name = entry.get("name")
@@ -354,6 +424,8 @@ def _entry_name(entry: Any) -> str | None:
 
 def _parse_entry(entry: Any) -> ToolSchema:
     """One definition, shape detected from its keys; raises _Invalid."""
+    if isinstance(entry, ToolSchema):
+        return entry
     if not isinstance(entry, Mapping):
         raise _Invalid(f"{_EXPECTED}; got a JSON {_json_kind(entry)}")
     kind = entry.get("type")
@@ -405,7 +477,12 @@ def _parse_entry(entry: Any) -> ToolSchema:
     description = "" if description is None else description
     # Validated here first so that a problem is reported with where it was found.
     _validated(name, description, schema, title, annotations, output, strict, fmt)
-    return ToolSchema(name, description, schema, title, annotations, output, strict, fmt)
+    examples = _example_tuple(entry.get("examples"))
+    inputs = entry.get("input_examples")
+    _check_examples(examples, inputs)
+    return ToolSchema(
+        name, description, schema, title, annotations, output, strict, fmt, examples, inputs
+    )
 
 
 def _json_kind(value: Any) -> str:
@@ -484,7 +561,8 @@ def _read_json(path: str | os.PathLike[str]) -> Any:
 def parse_tools(tools: ToolsInput) -> list[ToolSchema]:
     """Every tool definition in ``tools``, validated, in order.
 
-    ``tools`` is a list of definitions (shapes may be mixed), an MCP ``tools/list``
+    ``tools`` is a list of definitions (shapes may be mixed; a :class:`ToolSchema`
+    is taken as it is), an MCP ``tools/list``
     result ``{"tools": [...]}`` or the JSON-RPC response around one, a single
     definition, or a ``str``/``PathLike`` path to a UTF-8 JSON file holding any of
     these. All or nothing: the first bad entry raises
@@ -787,10 +865,13 @@ def tool_gate_text(schema: ToolSchema) -> str:
     """What the relevance gate embeds for a tool block (its prompt text stays
     :func:`render_tool`'s).
 
-    The tool's name as words, its description, then one line per top-level
-    parameter: its name as words and its description. Types, required flags,
-    bounds and JSON punctuation are left out: they are the same few words in every
-    tool, so they pull all tool vectors together and away from how people ask.
+    The tool's name as words (and its MCP title when that says more than the
+    name), its description, then one line per top-level parameter: its name as
+    words and its description. Example requests are not part of it: the gate
+    embeds each of them on its own (:func:`example_texts`, docs/tool-gate.md).
+    Types, required flags, bounds and JSON punctuation are left out: they are the
+    same few words in every tool, so they pull all tool vectors together and away
+    from how people ask.
     Chosen on the tune half of tests/data/tool_gate_eval.json (docs/tool-gate.md):
     top-3 79 % vs 74 % for the rendered text, on the held-out half 78 % vs 73 %.
     """
@@ -799,11 +880,92 @@ def tool_gate_text(schema: ToolSchema) -> str:
             f"tool_gate_text takes a ToolSchema, got {type(schema).__name__}"
         )
     description = _one_line(schema.description)
-    lines = [
-        f"{_name_words(schema.name)}: {description}" if description else _name_words(schema.name)
-    ]
+    head = _name_words(schema.name)
+    title = _one_line(schema.title)
+    if title and _name_words(title) != head:
+        head += f" ({title})"
+    lines = [f"{head}: {description}" if description else head]
     props = schema.input_schema.get("properties")
     for name, prop in props.items() if isinstance(props, Mapping) else ():
         desc = _one_line(prop.get("description")) if isinstance(prop, Mapping) else ""
         lines.append(f"- {_name_words(name)}: {desc}" if desc else f"- {_name_words(name)}")
     return "\n".join(lines)
+
+
+# ---- examples --------------------------------------------------------------------------
+
+
+def _argument_words(args: Mapping[str, Any]) -> str:
+    """An input example as text: ``{"path": "a.py", "head": 5}`` -> ``path: a.py; head: 5``."""
+    parts = []
+    for key, value in args.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{_name_words(str(key))}: {_one_line(shown)}")
+    return _clip("; ".join(parts), MAX_EXAMPLE_CHARS)
+
+
+def example_texts(schema: ToolSchema) -> list[str]:
+    """The texts the gate embeds for a tool besides its :func:`tool_gate_text`: its
+    example requests, then its input examples as ``argument: value`` text; no
+    duplicates, in order."""
+    if not isinstance(schema, ToolSchema):
+        raise InvalidArgumentError(f"example_texts takes a ToolSchema, got {type(schema).__name__}")
+    texts = [_one_line(e) for e in schema.examples]
+    texts += [_argument_words(a) for a in schema.input_examples or ()]
+    return [t for t in dict.fromkeys(texts) if t]
+
+
+def load_examples(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, list[str]]:
+    """Example requests per tool name from a mapping or a JSON file holding one:
+    ``{"git_add": ["stage src/parser.py", ...]}``, optionally wrapped as
+    ``{"examples": {...}}`` (the shape of tests/data/tool_gate_examples.json)."""
+    where = ""
+    data: Any = source
+    if isinstance(source, (str, os.PathLike)):
+        where = f"{os.fspath(source)}: "
+        data = _read_json(source)
+    if isinstance(data, Mapping) and isinstance(data.get("examples"), Mapping):
+        data = data["examples"]
+    if not isinstance(data, Mapping):
+        raise UnsupportedFormatError(
+            f"{where}examples must map tool names to lists of requests, got {_json_kind(data)}"
+        )
+    out: dict[str, list[str]] = {}
+    for name, examples in data.items():
+        try:
+            ex = _example_tuple(examples)
+            _check_examples(ex, None)
+        except _Invalid as exc:
+            raise UnsupportedFormatError(f"{where}tool {name!r}: {exc}") from None
+        out[str(name)] = list(ex)
+    return out
+
+
+def with_examples(
+    tools: ToolsInput, examples: str | os.PathLike[str] | Mapping[str, Any]
+) -> list[ToolSchema]:
+    """``tools`` parsed (:func:`parse_tools`), each given the example requests that
+    ``examples`` (see :func:`load_examples`) lists under its name, after any it
+    already has. A name in ``examples`` that no tool has is an error (a typo would
+    otherwise silently leave a tool without its examples).
+
+    Example:
+        >>> reg.load_tools(with_examples("git_tools.json", {"git_add": ["stage a.py"]}))
+    """
+    schemas = parse_tools(tools)
+    table = load_examples(examples)
+    unknown = sorted(set(table) - {s.name for s in schemas})
+    if unknown:
+        raise InvalidArgumentError(f"examples name tools that are not in the list: {unknown}")
+    out = []
+    for s in schemas:
+        extra = table.get(s.name)
+        if extra:
+            merged = tuple(dict.fromkeys([*s.examples, *extra]))
+            try:
+                out.append(dataclasses.replace(s, examples=merged))
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{exc} (after adding examples)") from None
+        else:
+            out.append(s)
+    return out

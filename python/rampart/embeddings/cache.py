@@ -1,5 +1,6 @@
-"""Caches that make a restart cheap: vectors already computed (a SQLite table) and
-file hashes memoised by (path, size, mtime_ns) in the cache's ``hashes.json``."""
+"""Caches that make a restart cheap: vectors already computed (a SQLite table),
+example requests an LLM wrote for a tool (:class:`ExampleCache`, beside the vectors)
+and file hashes memoised by (path, size, mtime_ns) in the cache's ``hashes.json``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from rampart._files import FILE_MODE, atomic_write, cache_dir, sha256_file
 
-__all__ = ["VECTOR_CACHE_ENV", "VectorCache", "file_sha256"]
+__all__ = ["VECTOR_CACHE_ENV", "ExampleCache", "VectorCache", "file_sha256"]
 
 # Cache files are world-readable (mkstemp makes 0600): a cache prepared by root in an
 # image build is then usable by the service account that runs the embedder.
@@ -141,6 +142,85 @@ class VectorCache:
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
+        except sqlite3.Error as exc:
+            self._fail(exc)
+
+
+_EXAMPLE_FILE = "examples.sqlite"
+
+
+class ExampleCache:
+    """Example requests generated for tools (``BlockRegistry.enrich_tools``), kept on
+    disk so that a restart, another process or another replica of a shared
+    registry does not ask the model again: a SQLite table keyed by a hash of
+    (generator id, tool schema), holding the examples as a JSON list. Generation
+    costs seconds per tool on a CPU; reading them back costs microseconds.
+
+    Same rules as :class:`VectorCache`: one connection per thread and process, WAL,
+    and a database error turns the cache off for this process with one
+    RuntimeWarning (examples are then generated again, never lost)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = cache_dir() / _EXAMPLE_FILE if path is None else Path(path)
+        self._local = threading.local()
+        self._broken = False
+
+    def _conn(self) -> sqlite3.Connection:
+        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if c is None or self._local.pid != os.getpid():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS examples (key BLOB PRIMARY KEY, examples TEXT NOT NULL)"
+            )
+            self._local.conn = c
+            self._local.pid = os.getpid()
+        return c
+
+    def _fail(self, exc: Exception) -> None:
+        if not self._broken:
+            self._broken = True
+            warnings.warn(
+                f"rampart: example cache {self.path} disabled for this process ({exc})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    @staticmethod
+    def key(generator: str, schema_json: str) -> bytes:
+        """The cache key of one tool schema (canonical JSON) for one generator."""
+        raw = f"{generator}\0{schema_json}".encode("utf-8", "surrogatepass")
+        return hashlib.sha256(raw).digest()[:20]
+
+    def get(self, key: bytes) -> list[str] | None:
+        """The stored examples, or None (not cached, unreadable, or not a list of str)."""
+        if self._broken:
+            return None
+        try:
+            row = self._conn().execute("SELECT examples FROM examples WHERE key = ?", (key,))
+            hit = row.fetchone()
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return None
+        if hit is None:
+            return None
+        try:
+            value = json.loads(hit[0])
+        except ValueError:
+            return None
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return value if ok else None
+
+    def put(self, key: bytes, examples: Sequence[str]) -> None:
+        """Store the examples of one tool; a cache that cannot be written is skipped."""
+        if self._broken:
+            return
+        try:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO examples (key, examples) VALUES (?, ?)",
+                (key, json.dumps(list(examples), ensure_ascii=False)),
+            )
         except sqlite3.Error as exc:
             self._fail(exc)
 
