@@ -523,10 +523,12 @@ def test_examples_travel_through_a_shared_registrys_journal(tmp_path: Any) -> No
         b.close()
 
 
-def test_an_agent_that_learns_tool_examples_from_successful_runs() -> None:
-    """The recipe of docs/tool-gate.md: ``Agent.after_success`` teaches the gate, and
-    ``forget(run)`` takes the example back with the run's other writes."""
-    from rampart.agent import Agent, Run
+@pytest.mark.parametrize("trusted", [True, False])
+def test_an_agent_learns_tool_examples_from_successful_runs(trusted: bool) -> None:
+    """Issue 17: a successful run that called tool T for request X makes X an example
+    of T (an agent write of the run: ``forget(run)`` takes it back); a run that read
+    untrusted tool output teaches nothing."""
+    from rampart.agent import Agent
     from rampart.llm import OpenAIBackend
 
     from tests import fake_openai as fake
@@ -536,30 +538,28 @@ def test_an_agent_that_learns_tool_examples_from_successful_runs() -> None:
         """Look up when a version of the project was released."""
         return "2025-03-05"
 
-    class LearningAgent(Agent):
-        def after_success(self, task: str, tools_called: Any, run: Run) -> None:
-            if run.untrusted_reads:  # a page may have told the model which tool to call
-                return
-            for name in tools_called:
-                self.registry.add_tool_example(name, task, trajectory_id=run.trajectory_id)
-
     reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
     reg.write_block("Answer in one line.", "style", "seed")
     task = "when did 1.4.0 ship?"
     turns: list[Any] = [("", [("release_date", {"version": "1.4.0"})]), ("5 March 2025", [])]
     with fake.FakeOpenAI(fake.scripted(turns)) as server:
         backend = OpenAIBackend(server.base_url, "m", native_tools=True)
-        agent = LearningAgent(
+        agent = Agent(
             reg,
             backend,
             tools=[release_date],
             check=lambda answer, run: (True, ""),
             learn=False,
-            trusted_tools=[release_date],
+            learn_tools=True,
+            trusted_tools=[release_date] if trusted else (),
         )
         run = agent.run(task)
         backend.close()
     assert run.success is True
+    if not trusted:
+        assert run.untrusted_reads and reg.find_by_tag("tool-example") == []
+        reg.release()
+        return
     (learned,) = reg.find_by_tag("tool-example")
     assert learned.trajectory_id == run.trajectory_id and "release_date" in learned.tags
     assert [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)] == ["release_date"]

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from rampart.block import CompileResult, InstructionBlock
-from rampart.errors import InvalidArgumentError, RampartError
+from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
 from rampart.registry import BlockRegistry
 from rampart.tools import ToolSchema
@@ -633,6 +633,7 @@ class Agent:
         trusted_tools: Iterable[str | Callable[..., Any]] = (),
         quarantine: Quarantine | bool = True,
         tool_search: bool | None = None,
+        learn_tools: bool | None = None,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
@@ -671,6 +672,9 @@ class Agent:
         self.max_tokens = max_tokens
         self.top_k = top_k
         self.learn = learn
+        if learn_tools is not None and not isinstance(learn_tools, bool):
+            raise InvalidArgumentError(f"learn_tools must be a bool or None, got {learn_tools!r}")
+        self.learn_tools = learn if learn_tools is None else learn_tools
         self.check = check
         self.memory_tools = memory_tools
         self.reply_tokens = reply_tokens
@@ -943,10 +947,20 @@ class Agent:
         """Called once after each successful run with its task and the tools it
         called without error (first-call order, no repeats, internal tools left out).
 
-        The hook for a gate that learns from runs (``task`` as an example request of
-        each tool called); this class does nothing here. An override should hold
-        back what a run with ``run.untrusted_reads`` suggests, as lessons are: a page
-        the model read may have told it which tool to call."""
+        With ``learn_tools`` (default: as ``learn``), ``task`` becomes an example
+        request of each tool called that is a tool block of the registry
+        (:meth:`BlockRegistry.add_tool_example`: an agent write of this run, so
+        ``forget(run)`` takes it back, journaled on shared registries), and the
+        gate finds that tool for similar requests from then on. A run that read
+        untrusted tool output teaches nothing: a page the model read may have told
+        it which tool to call (as with lessons). Override to change the rule."""
+        if not self.learn_tools or run.untrusted_reads:
+            return
+        for name in tools_called:
+            try:
+                self.registry.add_tool_example(name, task, trajectory_id=run.trajectory_id)
+            except (BlockNotFoundError, InvalidArgumentError):
+                continue  # not a tool block of this registry (an MCP-only tool, say)
 
     @staticmethod
     def _count(run: Run, reply: Reply) -> None:
