@@ -360,6 +360,7 @@ class _Layout:
         reg = gate.registry
         core = reg._core
         n = len(natives)
+        self.generation = -1  # set by the gate once the layout is in use
         self.ids = tuple(b.runtime_id for b in natives)
         blocks = [InstructionBlock(b) for b in natives]
         schemas = [b.tool_schema for b in blocks]
@@ -481,13 +482,17 @@ class ExampleGate:
                 reg.embed_pending()
                 self._layout = None  # a changed text: its examples may have changed too
             view = reg._core.view()
-            natives = view.blocks()
             layout = self._layout
-            if layout is None or layout.ids != tuple(b.runtime_id for b in natives):
-                try:
-                    layout = _Layout(self, natives)
-                except _Stale:
-                    continue
+            # An unchanged registry (same generation) keeps its layout: no walk
+            # over the blocks on a repeated request.
+            if layout is None or layout.generation != view.generation:
+                natives = view.blocks()
+                if layout is None or layout.ids != tuple(b.runtime_id for b in natives):
+                    try:
+                        layout = _Layout(self, natives)
+                    except _Stale:
+                        continue
+                layout.generation = view.generation
                 self._layout = layout
             return view, layout
         raise RampartError(

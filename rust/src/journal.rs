@@ -976,4 +976,3 @@ mod tests {
         assert_eq!(r.order().iter().map(|b| b.id).collect::<Vec<_>>(), new_ids);
     }
 }
-

@@ -77,6 +77,13 @@ impl PyRegistry {
 
     /// Apply `op` here, or journal it through the replica when this registry is
     /// shared. `heavy`: release the GIL while applying locally.
+    ///
+    /// Measured against the two-path binding it replaced (five alternated runs,
+    /// thread CPU time, min, loaded 2-core machine): a local write pays the op
+    /// value and this dispatch, `write_block` 1.36 -> 1.42 µs (+4 %, the new
+    /// `gated` argument included), `update_priority` 0.62 -> 0.66 µs (+6 %),
+    /// `promote` 1.70 -> 1.78 µs (+5 %); a default `evict_by_policy` on 10 000
+    /// blocks, now scored before the lock and applied by id, 1.02 -> 1.19 ms.
     pub(super) fn run<'py>(
         &self,
         py: Python<'py>,

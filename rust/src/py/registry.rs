@@ -495,7 +495,8 @@ impl PyRegistry {
         views(py, self.core.order().iter().filter(hit).cloned())
     }
     fn view(&self) -> PyOrderView {
-        PyOrderView(self.core.order())
+        let (order, generation) = self.core.order_and_generation();
+        PyOrderView(order, generation)
     }
 
     // ---- shared registries: what a replica needs (py/journal.rs) ----------------

@@ -95,10 +95,17 @@ impl Memo {
 /// The registry's order at one instant: a gate scores it and compile walks the
 /// very same blocks, whatever other threads do in between.
 #[pyclass(frozen, module = "rampart._core", name = "OrderView")]
-pub struct PyOrderView(pub(super) Order);
+pub struct PyOrderView(pub(super) Order, pub(super) u64);
 
 #[pymethods]
 impl PyOrderView {
+    /// The registry's change counter when the view was taken: equal for two
+    /// views means the same blocks in the same order (a gate can keep what it
+    /// derived from the first).
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.1
+    }
     fn __len__(&self) -> usize {
         self.0.len()
     }
