@@ -250,6 +250,7 @@ class Quarantine:
             return [e for e in self._entries.values() if status is None or e.status == status]
 
     def get(self, entry_id: str) -> QuarantinedLesson:
+        """The entry with ``entry_id``; InvalidArgumentError if there is none."""
         with self._lock:
             entry = self._entries.get(entry_id) if isinstance(entry_id, str) else None
         if entry is None:
@@ -257,6 +258,8 @@ class Quarantine:
         return entry
 
     def add(self, entry: QuarantinedLesson) -> None:
+        """Keep ``entry``; past ``limit`` entries the oldest decided one (else the
+        oldest) makes room."""
         with self._lock:
             while len(self._entries) >= self.limit:
                 decided = [k for k, e in self._entries.items() if e.status != "pending"]
@@ -264,6 +267,7 @@ class Quarantine:
             self._entries[entry.id] = entry
 
     def discard(self, entry_id: str) -> None:
+        """Drop the entry with ``entry_id`` (nothing if there is none)."""
         with self._lock:
             self._entries.pop(entry_id, None)
 
