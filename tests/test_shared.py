@@ -1,10 +1,12 @@
 """Shared, durable registries (SPEC §7) against real stores and real processes:
-SQLite files, a real redis-server (tests/redis_server.py), kill -9 of writers and
-of Redis, garbage entries, racing creators, and hypothesis driving several
-replicas against the pure-Python model."""
+SQLite files, a real redis-server (tests/redis_server.py), a real PostgreSQL
+server (tests/postgres_server.py), kill -9 of writers and of the servers, garbage
+entries, racing creators, and hypothesis driving several replicas against the
+pure-Python model."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -12,15 +14,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import rampart
 from conftest import ROOT, SEEDS, needs_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_server import PostgresServer, skip_without_postgres
 from pymodel import ModelBlock, ModelRegistry
 from rampart._replica import CHECKPOINT_EVERY
 from rampart.errors import (
@@ -67,29 +70,51 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'shared.db'}"
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    skip_without_redis()
-    d = tmp_path / "redis"
-    d.mkdir()
-    server = RedisServer(d)
-    server.start()
-    yield server
-    server.stop()
+class Server(Protocol):
+    """What the failure tests do to a store's server (Redis or PostgreSQL)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+def start_server(kind: str, tmp_path: Path) -> tuple[Server, Callable[[], None]]:
+    """A started server of ``kind`` and what stops it."""
+    if kind == "redis":
+        skip_without_redis()
+        d = tmp_path / "redis"
+        d.mkdir(exist_ok=True)
+        redis = RedisServer(d)
+        redis.start()
+        return redis, redis.stop
+    skip_without_postgres()
+    pg = PostgresServer()
+    try:
+        pg.start()
+    except BaseException:
+        pg.close()
+        raise
+    return pg, pg.close
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    srv, stop = start_server(request.param, tmp_path)
+    yield srv
+    stop()
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
         return
-    skip_without_redis()
-    d = tmp_path / "redis"
-    d.mkdir()
-    server = RedisServer(d)
-    server.start()
-    yield server.url
-    server.stop()
+    srv, stop = start_server(request.param, tmp_path)
+    yield srv.url
+    stop()
 
 
 def opened(url: str, name: str = "agent", **kw: Any) -> rampart.BlockRegistry:
@@ -361,15 +386,17 @@ def test_a_forked_child_writes_through_its_own_follower(sqlite_url: str) -> None
 # ---- failures -----------------------------------------------------------------------------
 
 
-def test_kill_9_of_redis_loses_no_acknowledged_write(redis_server: RedisServer) -> None:
-    url = redis_server.url
+def test_kill_9_of_the_server_loses_no_acknowledged_write(server: Server) -> None:
+    """Redis with AOF ``appendfsync always``; PostgreSQL with ``synchronous_commit``
+    on (the store's default) and ``fsync``: SIGKILL, restart, nothing lost."""
+    url = server.url
     opened(url).close()
     p = run_writer(url, "r", 60)
     out, _ = p.communicate(timeout=120)
     acked = out.split()
     assert len(acked) == 60
-    redis_server.kill()
-    redis_server.start()
+    server.kill()
+    server.start()
     reg = opened(url)
     try:
         assert set(acked) <= set(reg.runtime_ids())
@@ -377,19 +404,20 @@ def test_kill_9_of_redis_loses_no_acknowledged_write(redis_server: RedisServer) 
         reg.close()
 
 
-def test_store_down_then_back(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_store_down_then_back(server: Server, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="rampart.shared")
-    url = redis_server.url
+    caplog.set_level(logging.CRITICAL, logger="psycopg.pool")
+    url = server.url
     reg = opened(url, seeds=[SEEDS])
     try:
         before = state(reg)
-        redis_server.kill()
+        server.kill()
         with pytest.raises(StoreUnavailableError) as err:
             reg.write_agent_block("lost", "run-1")
         assert isinstance(err.value, ConnectionError)
         assert state(reg) == before
         assert reg.compile(max_tokens=500).included  # compile never waits on the store
-        redis_server.start()
+        server.start()
         p = run_writer(url, "back", 3)
         out, _ = p.communicate(timeout=120)
         deadline = time.monotonic() + 30
@@ -440,15 +468,33 @@ OPS = st.lists(
 )
 
 
+@pytest.fixture(scope="module", params=["sqlite", "redis", "postgres"])
+def fresh_registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[], tuple[str, str]]]:
+    """A new, empty shared registry ``(url, name)`` per call: a new SQLite file, or
+    a new name on one server for the whole module (a server per hypothesis example
+    would dominate the run)."""
+    if request.param == "sqlite":
+        yield lambda: (f"sqlite:///{tmp_path_factory.mktemp('hyp') / 'h.db'}", "agent")
+        return
+    srv, stop = start_server(request.param, tmp_path_factory.mktemp("hyp-server"))
+    counter = itertools.count()
+    yield lambda: (srv.url, f"hyp-{next(counter)}")
+    stop()
+
+
 @settings(
     max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(ops=OPS)
-def test_replicas_match_the_model(tmp_path_factory: pytest.TempPathFactory, ops: list[Any]) -> None:
-    url = f"sqlite:///{tmp_path_factory.mktemp('hyp') / 'h.db'}"
-    replicas = [opened(url) for _ in range(3)]
+def test_replicas_match_the_model(
+    fresh_registry: Callable[[], tuple[str, str]], ops: list[Any]
+) -> None:
+    url, name = fresh_registry()
+    replicas = [opened(url, name) for _ in range(3)]
     model = ModelRegistry(replicas[0].registry_id)
     try:
         for k, (who, op, n) in enumerate(ops):

@@ -10,6 +10,11 @@ no replication or consensus protocol of its own.
 - ``redis://host:port/db``, ``rediss://…``, ``unix:///path/redis.sock``:
   :class:`RedisStore` (Redis ≥ 7; ``pip install "rampart-registry[redis]"``), for
   processes on many hosts.
+- ``redis+sentinel://h1:p1,h2:p2/MASTER[/db]`` and ``redis+cluster://h1:p1[,h2:p2]``:
+  the same store on Redis that fails over (Sentinel, Cluster); ``?wait=N`` makes
+  each append wait until N replicas have it.
+- ``postgresql://user@host:port/db`` (or ``postgres://``): :class:`PostgresStore`
+  (``pip install "rampart-registry[postgres]"``), for teams that run PostgreSQL.
 
 Example::
 
@@ -28,7 +33,15 @@ from rampart.errors import InvalidArgumentError
 from rampart.stores.base import Entries
 from rampart.stores.sqlite import SQLiteStore
 
-__all__ = ["Entries", "RedisStore", "SQLiteStore", "Store", "check_name", "open_store"]
+__all__ = [
+    "Entries",
+    "PostgresStore",
+    "RedisStore",
+    "SQLiteStore",
+    "Store",
+    "check_name",
+    "open_store",
+]
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -101,20 +114,32 @@ def open_store(url: str | Store) -> Store:
         raise InvalidArgumentError(f"store must be a URL or a store object, got {url!r}")
     if url.startswith("sqlite:"):
         return SQLiteStore(url)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(
+        ("redis://", "rediss://", "unix://", "redis+sentinel://", "redis+cluster://")
+    ):
         from rampart.stores.redis import RedisStore
 
         return RedisStore(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        from rampart.stores.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise InvalidArgumentError(
-        f"unknown store URL {url!r}: use sqlite:///abs/path.db, sqlite:rel/path.db, "
-        "redis://host:port/db, rediss://… or unix:///path/to/redis.sock"
+        f"unknown store URL {re.sub(r'//[^/@]*@', '//', url)!r}: use sqlite:///abs/path.db, "
+        "sqlite:rel/path.db, redis://host:port/db, rediss://…, unix:///path/to/redis.sock, "
+        "redis+sentinel://h1:p1,h2:p2/MASTER, redis+cluster://h1:p1,h2:p2 or "
+        "postgresql://user@host:port/db"
     )
 
 
 def __getattr__(name: str) -> object:
-    # RedisStore imports redis-py, an optional extra: only when asked for.
+    # RedisStore and PostgresStore import optional extras: only when asked for.
     if name == "RedisStore":
         from rampart.stores.redis import RedisStore
 
         return RedisStore
+    if name == "PostgresStore":
+        from rampart.stores.postgres import PostgresStore
+
+        return PostgresStore
     raise AttributeError(name)

@@ -1,0 +1,568 @@
+"""The PostgreSQL store: journals in three tables of a database you already run.
+
+Layout, as in the SQLite store and shared by every registry of the database:
+``rampart_registries`` (name, metadata, last sequence number),
+``rampart_journal`` (name, seq, entry) and ``rampart_checkpoints`` (name, seq,
+data), in the first schema of the connection's ``search_path``. The first store
+to connect creates them (under an advisory lock, so racing processes create them
+once), with one function, ``rampart_append_v1``.
+
+Append: one statement, ``SELECT … FROM rampart_append_v1(name, entry, after)``,
+run in its own transaction. The function bumps the registry row's ``last_seq``
+(the row lock orders appenders of one registry and leaves other registries
+alone; seq = last + 1, so sequence numbers are dense), inserts the entry, reads
+the tail the appender has not applied (a new snapshot, so it sees every entry
+committed before it took the lock) and queues a ``NOTIFY``. One round trip.
+
+Durability: ``synchronous_commit``. By default the store makes sure it is at
+least ``on`` for its sessions (a commit returns once the WAL is flushed on the
+server, so an acknowledged write survives ``kill -9`` of the server and power
+loss); a stronger setting the server or role already has (``remote_write``,
+``remote_apply``, for synchronous standbys) is kept. ``?synchronous_commit=off``
+trades the last few hundred milliseconds of acknowledged writes on a server crash
+for latency; any value in the URL is used as given.
+
+Change notification: followers ``LISTEN`` on one channel per registry
+(``rampart_`` + a hash of its name) on a connection of their own and sleep in
+``select()`` on its socket: no polling. A notification wakes them; they read.
+
+Connections: a ``psycopg_pool.ConnectionPool`` per store object (and process: a
+forked child opens its own), autocommit, with TCP keepalives and a user timeout
+so a dead host is noticed. A pooled connection whose socket has anything to read
+while idle (the server closed it: a restart, a failover) is dropped before use,
+without a round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import threading
+import time
+import urllib.parse
+import weakref
+from typing import Any
+
+from rampart.errors import InvalidArgumentError, StoreUnavailableError
+from rampart.stores.base import Entries
+
+__all__ = ["PostgresStore"]
+
+# Bumped when the function's signature or meaning changes: old and new rampart
+# versions can then share a database while it is upgraded.
+_APPEND_FN = "rampart_append_v1"
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS rampart_registries(
+    name TEXT PRIMARY KEY, meta BYTEA NOT NULL, last_seq BIGINT NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS rampart_journal(
+    name TEXT NOT NULL, seq BIGINT NOT NULL, entry BYTEA NOT NULL,
+    PRIMARY KEY(name, seq));
+CREATE TABLE IF NOT EXISTS rampart_checkpoints(
+    name TEXT PRIMARY KEY, seq BIGINT NOT NULL, data BYTEA NOT NULL);
+CREATE OR REPLACE FUNCTION {_APPEND_FN}(
+    p_name TEXT, p_entry BYTEA, p_after BIGINT,
+    OUT own BIGINT, OUT seqs BIGINT[], OUT entries BYTEA[])
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    -- The registry row's lock orders the appenders of this registry.
+    UPDATE rampart_registries r SET last_seq = r.last_seq + 1
+        WHERE r.name = p_name RETURNING r.last_seq INTO own;
+    IF own IS NULL THEN
+        RETURN;  -- no such registry: the caller says so
+    END IF;
+    INSERT INTO rampart_journal(name, seq, entry) VALUES (p_name, own, p_entry);
+    -- A new statement, a new snapshot: every entry committed before this one
+    -- took the row lock is visible, so the tail has no holes.
+    SELECT array_agg(j.seq ORDER BY j.seq), array_agg(j.entry ORDER BY j.seq)
+        INTO seqs, entries
+        FROM rampart_journal j WHERE j.name = p_name AND j.seq > p_after;
+    PERFORM pg_notify(
+        'rampart_' || left(encode(sha256(convert_to(p_name, 'UTF8')), 'hex'), 24), p_name);
+END
+$fn$;
+"""
+
+_SCHEMA_READY = f"""
+SELECT to_regclass('rampart_registries') IS NOT NULL
+   AND to_regclass('rampart_journal') IS NOT NULL
+   AND to_regclass('rampart_checkpoints') IS NOT NULL
+   AND to_regprocedure('{_APPEND_FN}(text,bytea,bigint)') IS NOT NULL
+"""
+
+# Any constant: the advisory lock that serialises schema creation across processes.
+_SCHEMA_LOCK = 0x72616D7061727431  # "rampart1"
+
+_SYNC_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
+
+# Our options, taken out of the URL before libpq sees it.
+_OPTIONS = ("synchronous_commit", "pool_max", "timeout")
+
+# libpq parameters the store sets unless the URL does: a dead server host is
+# noticed in seconds instead of the kernel's ~15 minutes.
+_LIBPQ_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+
+
+def channel(name: str) -> str:
+    """The ``NOTIFY`` channel of registry ``name`` (a channel is an identifier of
+    at most 63 bytes; a name may have 200 characters)."""
+    return "rampart_" + hashlib.sha256(name.encode()).hexdigest()[:24]
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+# Stores of this process: a forked child must not touch its parent's pool or
+# connections (their sockets are shared with the parent, their threads are gone).
+_STORES: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+# What a child inherited: kept referenced so that no finaliser ever runs on it in
+# the child (a pool's would wait for threads that do not exist there).
+_INHERITED: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        _INHERITED.append((store._pool, store._listener))
+        store._pool = None
+        store._listener = None
+        store._channels = set()
+        store._lock = threading.Lock()
+        store._listen_lock = threading.Lock()
+        store._pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class PostgresStore:
+    """Journals in PostgreSQL ≥ 12 (``postgresql://`` or ``postgres://`` URLs as
+    libpq reads them). Needs the ``postgres`` extra (psycopg 3 with its binary and
+    pool packages).
+
+    Options in the URL query, besides libpq's own (``sslmode``,
+    ``application_name``, ``options=-csearch_path=…``, …):
+    ``synchronous_commit`` (see the module doc; default: at least ``on``),
+    ``pool_max`` (connections per store object, default 4; a follower holds one
+    more for ``LISTEN``) and ``timeout`` (seconds a call waits for a connection,
+    default 5).
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError:
+            raise InvalidArgumentError(
+                f"store {_redacted(url)!r} needs psycopg: pip install 'rampart-registry[postgres]'"
+            ) from None
+        self.url = url
+        self._where = _redacted(url)
+        self._psycopg = psycopg
+        self._psycopg_pool = psycopg_pool
+        self._conninfo, options = self._parse(url)
+        sync = options.get("synchronous_commit")
+        if sync is not None and sync not in _SYNC_VALUES:
+            raise InvalidArgumentError(
+                f"{self._where!r}: synchronous_commit must be one of {', '.join(_SYNC_VALUES)}"
+            )
+        self.synchronous_commit = sync
+        try:
+            self.pool_max = int(options.get("pool_max", "4"))
+            self.timeout = float(options.get("timeout", "5"))
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{self._where!r}: pool_max is a whole number, timeout a number of seconds"
+            ) from None
+        if not 1 <= self.pool_max <= 1000 or not 0 < self.timeout <= 3600:
+            raise InvalidArgumentError(
+                f"{self._where!r}: pool_max is 1-1000 and timeout 0-3600 seconds"
+            )
+        self._pool: Any = None
+        self._listener: Any = None
+        self._channels: set[str] = set()
+        self._schema_ready = False
+        self._connect_error: str | None = None
+        self._lock = threading.Lock()
+        self._listen_lock = threading.Lock()
+        self._pid = os.getpid()
+        _STORES.add(self)
+
+    def _parse(self, url: str) -> tuple[str, dict[str, str]]:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        scheme = url.split("://", 1)[0]
+        if scheme not in ("postgresql", "postgres"):
+            raise InvalidArgumentError(f"not a postgresql:// URL: {self._where!r}")
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in query if k in _OPTIONS}
+        rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+        libpq_url = urllib.parse.urlunsplit(parts._replace(query=rest))
+        try:
+            params = conninfo_to_dict(libpq_url)
+        except self._psycopg.ProgrammingError as e:
+            raise InvalidArgumentError(f"bad PostgreSQL URL {self._where!r}: {e}") from None
+        for k, v in _LIBPQ_DEFAULTS.items():
+            params.setdefault(k, v)
+        return make_conninfo("", **params), ours
+
+    # ---- connections ------------------------------------------------------------------
+
+    def _configure(self, conn: Any) -> None:
+        # Runs once per new pooled connection: the durability the URL asked for,
+        # or at least "on" (see the module doc).
+        if self.synchronous_commit is not None:
+            conn.execute("SELECT set_config('synchronous_commit', %s, false)",
+                         (self.synchronous_commit,))  # fmt: skip
+        else:
+            conn.execute(
+                "SELECT CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') "
+                "THEN set_config('synchronous_commit', 'on', false) END"
+            )
+
+    def _connection_class(self) -> Any:
+        """psycopg's Connection, remembering whether the last connection attempt
+        failed: while it did, a call fails at once with that error instead of
+        waiting ``timeout`` for a pool that cannot grow."""
+        store = weakref.ref(self)
+
+        class Connection(self._psycopg.Connection):  # type: ignore[misc,name-defined]
+            @classmethod
+            def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    conn = super().connect(*args, **kwargs)
+                except Exception as e:
+                    if (s := store()) is not None:
+                        s._connect_error = str(e).strip()
+                    raise
+                if (s := store()) is not None:
+                    s._connect_error = None
+                return conn
+
+        return Connection
+
+    def _get_pool(self) -> Any:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._pool is None:
+                pool = self._psycopg_pool.ConnectionPool(
+                    self._conninfo,
+                    connection_class=self._connection_class(),
+                    kwargs={"autocommit": True},
+                    min_size=1,
+                    max_size=self.pool_max,
+                    timeout=self.timeout,
+                    # The pool's own reconnection backs off (1 s, 2 s, 4 s…): give
+                    # it up after a second; the next call starts a fresh attempt at
+                    # once, so a server that comes back is used within ~1 s.
+                    reconnect_timeout=1.0,
+                    configure=self._configure,
+                    num_workers=1,
+                    name=f"rampart {self._where}",
+                    open=False,
+                )
+                try:
+                    pool.open(wait=True, timeout=self.timeout)
+                except Exception:
+                    pool.close(timeout=0)
+                    raise StoreUnavailableError(
+                        f"PostgreSQL store {self._where}: cannot connect: "
+                        f"{self._connect_error or f'no connection within {self.timeout} s'}"
+                    ) from None
+                self._pool = pool
+                if not self._schema_ready:
+                    self._ensure_schema()
+            return self._pool
+
+    def _idle_and_alive(self, conn: Any) -> bool:
+        """An idle pooled connection has nothing to read; if its socket does, the
+        server closed it (or sent an error before doing so): do not use it."""
+        if conn.closed or conn.broken:
+            return False
+        try:
+            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError, self._psycopg.Error):
+            return False
+        return not readable
+
+    def _getconn(self) -> tuple[Any, Any]:
+        """A live connection and the pool it belongs to."""
+        pool = self._get_pool()
+        deadline = time.monotonic() + self.timeout
+        dropped = 0
+        while True:
+            try:
+                # In slices: a server found down meanwhile ends the wait.
+                conn = pool.getconn(timeout=max(0.001, min(0.1, deadline - time.monotonic())))
+            except self._psycopg_pool.PoolTimeout:
+                if self._connect_error is not None:
+                    raise StoreUnavailableError(
+                        f"PostgreSQL store {self._where}: cannot connect: {self._connect_error}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailableError(
+                        f"PostgreSQL store {self._where}: no free connection within "
+                        f"{self.timeout} s (pool_max={self.pool_max})"
+                    ) from None
+                continue
+            except self._psycopg_pool.PoolClosed:
+                raise StoreUnavailableError(
+                    f"PostgreSQL store {self._where}: closed while in use"
+                ) from None
+            if self._idle_and_alive(conn):
+                return pool, conn
+            # Closed by the server (a restart): drop it without waiting (the
+            # pool's own check loop would sleep a second between attempts).
+            conn.close()
+            pool.putconn(conn)
+            dropped += 1
+            if dropped > self.pool_max:
+                raise StoreUnavailableError(
+                    f"PostgreSQL store {self._where}: every pooled connection was closed "
+                    "by the server"
+                )
+
+    def _run(self, fn: Any, *, retry: bool = True) -> Any:
+        """``fn(conn)`` on a pooled connection; failures become StoreUnavailableError.
+        ``retry``: run once more on a fresh connection when the connection broke
+        (only for calls that may safely run twice: never an append)."""
+        psycopg = self._psycopg
+        for attempt in (0, 1):
+            pool, conn = self._getconn()
+            try:
+                return fn(conn)
+            except psycopg.OperationalError as e:
+                if retry and attempt == 0 and conn.broken:
+                    continue
+                raise StoreUnavailableError(f"PostgreSQL store {self._where}: {e}") from None
+            except psycopg.Error as e:
+                # The server is there but refuses: read-only (a standby), out of
+                # disk, the tables dropped under us, a permission. Typed, named.
+                raise StoreUnavailableError(
+                    f"PostgreSQL store {self._where}: {type(e).__name__}: {e}"
+                ) from None
+            finally:
+                # A broken connection is replaced; one from a pool closed meanwhile
+                # is closed.
+                pool.putconn(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _ensure_schema(self) -> None:
+        def ready(conn: Any) -> bool:
+            return bool(conn.execute(_SCHEMA_READY).fetchone()[0])
+
+        def create(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                if not ready(conn):
+                    conn.execute(_SCHEMA)
+
+        if not self._run(ready):
+            self._run(create)
+        self._schema_ready = True
+
+    # ---- reading rows -----------------------------------------------------------------
+
+    @staticmethod
+    def _entries(rows: Any) -> Entries:
+        """Journal rows ``(seq, entry)`` as the replica takes them."""
+        return [(int(s), bytes(e)) for s, e in rows]
+
+    # ---- the Store protocol -------------------------------------------------------------
+
+    def meta(self, name: str) -> bytes | None:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT meta FROM rampart_registries WHERE name = %s", (name,)
+            ).fetchone()
+        )
+        return None if row is None else bytes(row[0])
+
+    def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
+        def go(c: Any) -> bool:
+            with c.transaction():
+                # Racing creators: the loser waits for the winner's commit, then
+                # conflicts and inserts nothing.
+                won = c.execute(
+                    "INSERT INTO rampart_registries(name, meta, last_seq) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (name) DO NOTHING RETURNING 1",
+                    (name, meta, len(entries)),
+                ).fetchone()
+                if won is None:
+                    return False
+                if entries:
+                    c.execute(
+                        "INSERT INTO rampart_journal(name, seq, entry) "
+                        "SELECT %s, k, e FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(e, k)",
+                        (name, entries),
+                    )
+                    c.execute("SELECT pg_notify(%s, %s)", (channel(name), name))
+                return True
+
+        # Safe to run twice: a creation that committed before the reply was lost
+        # reads as "another process created it", and the caller joins it.
+        return bool(self._run(go))
+
+    def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        row = self._run(
+            lambda c: c.execute(
+                f"SELECT own, seqs, entries FROM {_APPEND_FN}(%s, %s, %s)", (name, entry, after)
+            ).fetchone(),
+            retry=False,  # it may have committed: only the journal can say
+        )
+        if row is None or row[0] is None:
+            raise InvalidArgumentError(f"store {self._where} holds no registry {name!r}")
+        own, seqs, entries = row
+        return int(own), self._entries(zip(seqs or [], entries or []))
+
+    def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT seq, entry FROM rampart_journal WHERE name = %s AND seq > %s "
+                "ORDER BY seq LIMIT %s",
+                (name, after, limit),
+            ).fetchall()
+        )
+        return self._entries(rows)
+
+    def wait(
+        self, name: str, after: int, timeout: float, stop: threading.Event | None = None
+    ) -> Entries:
+        deadline = time.monotonic() + timeout
+        with self._listen_lock:
+            self._listen(name)
+            entries = self.read(name, after)
+            # Listening began before that read: a commit after it notifies us.
+            while not entries:
+                left = deadline - time.monotonic()
+                if left <= 0 or (stop is not None and stop.is_set()):
+                    return []
+                # Slices of at most 0.1 s: a closing replica does not wait long.
+                if self._notified(name, min(left, 0.1)):
+                    entries = self.read(name, after)
+        return entries
+
+    def _listen(self, name: str) -> None:
+        """Make sure the listener connection is up and listening on ``name``."""
+        psycopg = self._psycopg
+        ch = channel(name)
+        conn = self._listener
+        if conn is not None and (conn.closed or conn.broken):
+            self._drop_listener()
+            conn = None
+        try:
+            if conn is None:
+                conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
+                self._listener = conn
+                self._channels = set()
+            if ch not in self._channels:
+                conn.execute(f'LISTEN "{ch}"')
+                self._channels.add(ch)
+        except psycopg.Error as e:
+            self._drop_listener()
+            raise StoreUnavailableError(
+                f"PostgreSQL store {self._where}: cannot listen: {e}"
+            ) from None
+
+    def _notified(self, name: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a notification about ``name``."""
+        conn = self._listener
+        assert conn is not None
+        got = False
+        try:
+            for n in conn.notifies(timeout=timeout, stop_after=1):
+                got = got or n.payload == name
+        except self._psycopg.Error as e:
+            self._drop_listener()
+            raise StoreUnavailableError(
+                f"PostgreSQL store {self._where}: listener lost: {e}"
+            ) from None
+        return got
+
+    def _drop_listener(self) -> None:
+        conn, self._listener = self._listener, None
+        self._channels = set()
+        if conn is not None:
+            conn.close()
+
+    def first_seq(self, name: str) -> int:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT min(seq) FROM rampart_journal WHERE name = %s", (name,)
+            ).fetchone()
+        )
+        return int(row[0] or 0)
+
+    def last_seq(self, name: str) -> int:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT last_seq FROM rampart_registries WHERE name = %s", (name,)
+            ).fetchone()
+        )
+        return 0 if row is None else int(row[0])
+
+    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+        self._run(
+            lambda c: c.execute(
+                "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
+                "WHERE excluded.seq > rampart_checkpoints.seq",
+                (name, seq, data),
+            )
+        )
+
+    def checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT seq, data FROM rampart_checkpoints WHERE name = %s", (name,)
+            ).fetchone()
+        )
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def compact(self, name: str, upto: int) -> int:
+        # Never drop what no checkpoint covers: a new replica could not rebuild it.
+        return int(
+            self._run(
+                lambda c: (
+                    c.execute(
+                        "DELETE FROM rampart_journal WHERE name = %s AND seq <= LEAST(%s, "
+                        "COALESCE((SELECT seq FROM rampart_checkpoints WHERE name = %s), 0))",
+                        (name, upto, name),
+                    ).rowcount
+                )
+            )
+        )
+
+    def names(self) -> list[str]:
+        rows = self._run(
+            lambda c: c.execute("SELECT name FROM rampart_registries ORDER BY name").fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+    def close(self) -> None:
+        with self._listen_lock:
+            self._drop_listener()
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r})"
