@@ -1,16 +1,25 @@
-"""A real redis-server (Debian's package) for the shared-registry tests: started on a
-free port in a temporary directory with AOF and ``appendfsync always``, stopped
-(or killed and restarted, to test durability) by the tests."""
+"""Real redis-server processes (Debian's package) for the shared-registry tests:
+one server on a free port in a temporary directory with AOF and ``appendfsync
+always``, stopped (or killed and restarted, to test durability) by the tests; and
+the two set-ups that fail over, all on free loopback ports:
+
+- :class:`SentinelSet`: a master, 2 replicas and 3 sentinels (quorum 2,
+  ``down-after-milliseconds`` 500, ``failover-timeout`` 5000);
+- :class:`ClusterSet`: a Cluster of 3 masters + 3 replicas made by ``redis-cli
+  --cluster create … --cluster-replicas 1`` (``cluster-node-timeout`` 1000).
+"""
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,10 +53,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    for _ in range(1000):
+        port = random.randrange(20000, 55535)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 class RedisServer:
-    def __init__(self, directory: Path) -> None:
+    """One redis-server; ``extra`` arguments are appended to its command line
+    (replication, cluster mode), ``sentinel`` runs it as a sentinel."""
+
+    def __init__(
+        self, directory: Path, *extra: str, sentinel: str | None = None, port: int | None = None
+    ) -> None:
         self.dir = directory
-        self.port = free_port()
+        self.port = port or free_port()
+        self.extra = list(extra)
+        self.sentinel = sentinel
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,30 +99,54 @@ class RedisServer:
 
     def start(self) -> None:
         assert REDIS is not None
-        self.proc = subprocess.Popen(
-            [
+        if self.sentinel is not None:
+            # A sentinel rewrites its configuration file: it must be its own.
+            conf = self.dir / "sentinel.conf"
+            if not conf.exists():
+                conf.write_text(self.sentinel)
+            argv = [
                 REDIS,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.dir),
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-                "--save", "",
-                "--protected-mode", "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+                str(conf),
+                "--sentinel",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--protected-mode",
+                "no",
+            ]
+        else:
+            argv = [
+                REDIS,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+                *self.extra,
+            ]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )  # fmt: skip
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
+            if _ping(self.port):
+                return
+            if self.proc.poll() is not None:
+                break  # exited: the port was taken meanwhile, a bad argument
+            time.sleep(0.02)
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def kill(self) -> None:
         """kill -9: no shutdown save, only what AOF already holds survives."""
@@ -93,3 +160,187 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+def _cli(port: int, *args: str, timeout: float = 30) -> str:
+    cli = shutil.which("redis-cli")
+    assert cli is not None, "redis-cli is part of the redis-tools package"
+    out = subprocess.run(
+        [cli, "-h", "127.0.0.1", "-p", str(port), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return out.stdout + out.stderr
+
+
+def _wait_until(what: str, ok: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class SentinelSet:
+    """A master, 2 replicas and 3 sentinels (quorum 2). ``url(wait)`` is the
+    ``redis+sentinel://`` URL; ``kill_master()`` is kill -9 of the current master."""
+
+    NAME = "rampart"
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.nodes: list[RedisServer] = []
+        self.sentinels: list[RedisServer] = []
+
+    def start(self) -> None:
+        master = self._node("m")
+        master.start()
+        for k in range(2):
+            replica = self._node(f"r{k}", "--replicaof", "127.0.0.1", str(master.port))
+            replica.start()
+        _wait_until(
+            "2 replicas in sync",
+            lambda: "connected_slaves:2" in _cli(master.port, "INFO", "replication")
+            and all("master_link_status:up" in _cli(r.port, "INFO", "replication")
+                    for r in self.nodes[1:]),
+        )  # fmt: skip
+        conf = (
+            f"sentinel monitor {self.NAME} 127.0.0.1 {master.port} 2\n"
+            f"sentinel down-after-milliseconds {self.NAME} 500\n"
+            f"sentinel failover-timeout {self.NAME} 5000\n"
+            f"sentinel parallel-syncs {self.NAME} 2\n"
+        )
+        for k in range(3):
+            d = self.dir / f"s{k}"
+            d.mkdir()
+            sentinel = RedisServer(d, sentinel=conf)
+            sentinel.start()
+            self.sentinels.append(sentinel)
+        # Every sentinel knows both replicas and the other sentinels.
+        _wait_until(
+            "sentinels to discover each other",
+            lambda: all(
+                "num-other-sentinels\n2" in _cli(s.port, "SENTINEL", "MASTER", self.NAME)
+                and "num-slaves\n2" in _cli(s.port, "SENTINEL", "MASTER", self.NAME)
+                for s in self.sentinels
+            ),
+        )
+
+    def _node(self, tag: str, *extra: str) -> RedisServer:
+        d = self.dir / tag
+        d.mkdir()
+        node = RedisServer(d, *extra)
+        self.nodes.append(node)
+        return node
+
+    def url(self, wait: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.NAME}" + (f"?wait={wait}" if wait else "")
+
+    def master_port(self) -> int:
+        out = _cli(self.sentinels[0].port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME)
+        return int(out.split()[1])
+
+    def kill_master(self) -> int:
+        """kill -9 of the current master; returns its port."""
+        port = self.master_port()
+        (node,) = [n for n in self.nodes if n.port == port]
+        node.kill()
+        return port
+
+    def wait_promoted(self, old: int, timeout: float = 60) -> int:
+        """Wait until the sentinels name a new master and it accepts writes."""
+        _wait_until(
+            "a replica to be promoted",
+            lambda: (
+                self.master_port() != old
+                and "role:master" in _cli(self.master_port(), "INFO", "replication")
+            ),
+            timeout,
+        )
+        return self.master_port()
+
+    def stop(self) -> None:
+        for s in [*self.sentinels, *self.nodes]:
+            s.stop()
+
+
+class ClusterSet:
+    """A Redis Cluster of 3 masters + 3 replicas. ``url(wait)`` is the
+    ``redis+cluster://`` URL (every node); ``kill_master_of(key)`` is kill -9 of
+    the master that holds the key's slot."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.nodes: list[RedisServer] = []
+
+    def start(self) -> None:
+        for k in range(6):
+            d = self.dir / f"n{k}"
+            d.mkdir()
+            node = RedisServer(
+                d,
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "1000",
+                port=free_cluster_port(),
+            )  # fmt: skip
+            node.start()
+            self.nodes.append(node)
+        out = _cli(
+            self.nodes[0].port,
+            "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+            "--cluster-replicas", "1", "--cluster-yes",
+            timeout=120,
+        )  # fmt: skip
+        if "[OK] All 16384 slots covered" not in out:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out[-2000:]}")
+        _wait_until(
+            "the cluster to be ok on every node",
+            lambda: all("cluster_state:ok" in _cli(n.port, "CLUSTER", "INFO") for n in self.nodes),
+        )
+        # Replicas attached and in sync, so a failover has somewhere to go.
+        _wait_until(
+            "every master to have a replica",
+            lambda: sum("master_link_status:up" in _cli(n.port, "INFO", "replication")
+                        for n in self.nodes) == 3,
+        )  # fmt: skip
+
+    def url(self, wait: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        return f"redis+cluster://{hosts}" + (f"?wait={wait}" if wait else "")
+
+    def master_of(self, key: str) -> int:
+        slot = int(_cli(self.nodes[0].port, "CLUSTER", "KEYSLOT", key).split()[0])
+        for node in self.nodes:
+            if node.proc is None:
+                continue
+            for line in _cli(node.port, "CLUSTER", "NODES").splitlines():
+                f = line.split()
+                if "master" in f[2] and "fail" not in f[2] and f[7] == "connected":
+                    for r in f[8:]:
+                        lo, _, hi = r.partition("-")
+                        if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                            return int(f[1].split("@")[0].rsplit(":", 1)[1])
+            break
+        raise RuntimeError(f"no master holds the slot of {key!r}")
+
+    def kill_master_of(self, key: str) -> int:
+        port = self.master_of(key)
+        (node,) = [n for n in self.nodes if n.port == port]
+        node.kill()
+        return port
+
+    def wait_promoted(self, key: str, old: int, timeout: float = 60) -> int:
+        def promoted() -> bool:
+            try:
+                port = self.master_of(key)
+            except RuntimeError:
+                return False
+            return port != old and "cluster_state:ok" in _cli(port, "CLUSTER", "INFO")
+
+        _wait_until("a replica to take over the slot", promoted, timeout)
+        return self.master_of(key)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
