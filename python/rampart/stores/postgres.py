@@ -176,6 +176,7 @@ class PostgresStore:
         self._psycopg_pool = psycopg_pool
         self._conninfo, options = self._parse(url)
         sync = options.get("synchronous_commit")
+        sync = None if sync is None else sync.lower()
         if sync is not None and sync not in _SYNC_VALUES:
             raise InvalidArgumentError(
                 f"{self._where!r}: synchronous_commit must be one of {', '.join(_SYNC_VALUES)}"
