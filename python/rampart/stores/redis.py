@@ -7,7 +7,9 @@ keeps them in one slot and the scripts below stay single-slot):
   (dense sequence numbers, the same numbers the SQLite store uses);
 - ``rampart:{NAME}:seq`` — the last sequence number (survives trimming);
 - ``rampart:{NAME}:meta`` — the metadata record written at creation;
-- ``rampart:{NAME}:ckpt`` — a hash with the latest checkpoint (``seq``, ``data``).
+- ``rampart:{NAME}:ckpt`` — a hash with the latest checkpoint (``seq``, ``data``);
+- ``rampart:{NAME}:fence`` — with ``?wait=N`` only: a counter followers write to
+  (without changing it) so that ``WAIT`` covers what they read.
 
 An append is one Lua script: bump ``seq``, ``XADD`` the entry, ``XRANGE`` the
 tail the appender has not applied — one round trip, atomic. Followers block in
