@@ -449,7 +449,7 @@ class PostgresStore:
         deadline = time.monotonic() + timeout
         with self._listen_lock:
             self._listen(name)
-            entries = self.read(name, after)
+            entries = self._read_listening(name, after)
             # Listening began before that read: a commit after it notifies us.
             while not entries:
                 left = deadline - time.monotonic()
@@ -457,8 +457,26 @@ class PostgresStore:
                     return []
                 # Slices of at most 0.1 s: a closing replica does not wait long.
                 if self._notified(name, min(left, 0.1)):
-                    entries = self.read(name, after)
+                    entries = self._read_listening(name, after)
         return entries
+
+    def _read_listening(self, name: str, after: int) -> Entries:
+        """``read`` on the listener's own connection: its backend is the one the
+        notification just woke, so no second server process has to be scheduled
+        (on a busy host that is what the tail of the replication lag is made of). Notifications
+        arriving meanwhile wait in psycopg's backlog for the next ``notifies()``."""
+        conn = self._listener
+        assert conn is not None
+        try:
+            rows = conn.execute(
+                "SELECT seq, entry FROM rampart_journal WHERE name = %s AND seq > %s "
+                "ORDER BY seq LIMIT 10000",
+                (name, after),
+            ).fetchall()
+        except self._psycopg.Error as e:
+            self._drop_listener()
+            raise StoreUnavailableError(f"PostgreSQL store {self._where}: {e}") from None
+        return self._entries(rows)
 
     def _listen(self, name: str) -> None:
         """Make sure the listener connection is up and listening on ``name``."""
