@@ -244,12 +244,12 @@ def test_closed_registry_stays_readable(sqlite_url: str) -> None:
         a.write_agent_block("x", "run")
 
 
-def test_checkpoint_compaction_and_a_late_replica(sqlite_url: str) -> None:
-    a = opened(sqlite_url)
+def test_checkpoint_compaction_and_a_late_replica(store_url: str) -> None:
+    a = opened(store_url)
     try:
         ids = [a.write_block(f"note {i}", f"n{i}") for i in range(CHECKPOINT_EVERY + 5)]
         a.sync()
-        store = open_store(sqlite_url)
+        store = open_store(store_url)
         deadline = time.monotonic() + 10
         while store.checkpoint("agent") is None and time.monotonic() < deadline:
             time.sleep(0.01)  # the follower writes it off the write path
@@ -259,7 +259,7 @@ def test_checkpoint_compaction_and_a_late_replica(sqlite_url: str) -> None:
         assert ck is not None and CHECKPOINT_EVERY <= ck[0] <= CHECKPOINT_EVERY + 5
         assert store.compact("agent", 10**9) == ck[0]
         assert store.first_seq("agent") == (ck[0] + 1 if ck[0] < CHECKPOINT_EVERY + 5 else 0)
-        late = opened(sqlite_url)
+        late = opened(store_url)
         assert late.runtime_ids() == ids == a.runtime_ids()
         assert state(late) == state(a)
         late.close()
@@ -355,8 +355,8 @@ def test_racing_creators_seed_once(store_url: str) -> None:
         reg.close()
 
 
-def test_a_forked_child_writes_through_its_own_follower(sqlite_url: str) -> None:
-    reg = opened(sqlite_url)
+def test_a_forked_child_writes_through_its_own_follower(store_url: str) -> None:
+    reg = opened(store_url)
     try:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
