@@ -678,3 +678,49 @@ def test_lone_surrogates_are_refused_before_the_journal(sqlite_url: str) -> None
         assert a.position == 0 and len(a) == 0
     finally:
         a.close()
+
+
+def test_postgres_durability_setting_and_errors(tmp_path: Path) -> None:
+    """synchronous_commit: at least `on` by default (even for a role set to
+    `off`), exactly what the URL says otherwise; refusals are typed and never
+    show the password."""
+    import psycopg
+
+    srv, stop = start_server("postgres", tmp_path)
+    try:
+        with psycopg.connect(srv.url, autocommit=True) as c:
+            c.execute("CREATE ROLE careless LOGIN PASSWORD 'pw1' IN ROLE pg_write_all_data")
+            c.execute("ALTER ROLE careless SET synchronous_commit = off")
+            c.execute("GRANT CREATE ON SCHEMA public TO careless")
+            c.execute("CREATE ROLE reader LOGIN PASSWORD 's3cret'")
+            c.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+
+        def session_setting(url: str) -> str:
+            store = open_store(url)
+            try:
+                store.names()  # connects, creates the tables
+                return str(store._run(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0]))
+            finally:
+                store.close()
+
+        careless = srv.url.replace("postgres@", "careless:pw1@")
+        assert session_setting(careless) == "on"
+        assert session_setting(careless + "?synchronous_commit=off") == "off"
+        assert session_setting(srv.url + "?synchronous_commit=Remote_Apply") == "remote_apply"
+        with pytest.raises(InvalidArgumentError, match="synchronous_commit"):
+            open_store(srv.url + "?synchronous_commit=sometimes")
+        with pytest.raises(InvalidArgumentError, match="pool_max"):
+            open_store(srv.url + "?pool_max=0")
+        reader = open_store(srv.url.replace("postgres@", "reader:s3cret@").replace(
+            "/postgres", "/postgres?pool_max=1"))  # fmt: skip
+        with pytest.raises(StoreUnavailableError, match="permission denied") as err:
+            reader.names()  # the tables exist: reading them is refused
+        assert "s3cret" not in str(err.value)
+        reader.close()
+        wrong = open_store(srv.url.replace("postgres@", "nobody_here:s3cret@"))
+        with pytest.raises(StoreUnavailableError, match="does not exist") as err:
+            wrong.meta("agent")
+        assert "s3cret" not in str(err.value) and "s3cret" not in repr(wrong)
+        wrong.close()
+    finally:
+        stop()

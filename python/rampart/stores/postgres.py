@@ -279,17 +279,18 @@ class PostgresStore:
                     name=f"rampart {self._where}",
                     open=False,
                 )
-                try:
-                    pool.open(wait=True, timeout=self.timeout)
-                except Exception:
-                    pool.close(timeout=0)
-                    raise StoreUnavailableError(
-                        f"PostgreSQL store {self._where}: cannot connect: "
-                        f"{self._connect_error or f'no connection within {self.timeout} s'}"
-                    ) from None
+                # Not waiting here: the first call's _getconn fails at once with
+                # libpq's error when the server refuses (a wrong password, down).
+                pool.open(wait=False)
                 self._pool = pool
                 if not self._schema_ready:
-                    self._ensure_schema()
+                    try:
+                        self._ensure_schema()
+                    except BaseException:
+                        # No half-opened store: the next call starts over.
+                        self._pool = None
+                        pool.close()
+                        raise
             return self._pool
 
     def _idle_and_alive(self, conn: Any) -> bool:
