@@ -45,9 +45,8 @@ from rampart.errors import (
     InvalidArgumentError,
     RampartError,
     RegistryFileError,
-    StoreUnavailableError,
 )
-from rampart.stores import Entries, Store, check_name, open_store
+from rampart.stores import Damaged, Entries, Store, check_name, open_store
 
 if TYPE_CHECKING:
     from rampart.registry import BlockRegistry
@@ -89,7 +88,11 @@ class Replica:
         self.origin = os.urandom(16)
         self.position = 0
         self._lock = threading.RLock()
-        self._outbox: list[bytes] = []
+        # ("access" | "other", entry): queued entries the follower appends soon.
+        self._outbox: list[tuple[str, bytes]] = []
+        # Access entries the parent process had queued when this one forked from
+        # it: their counts are in this replica already (skipped when they arrive).
+        self._counted: list[bytes] = []
         self._outbox_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -109,39 +112,90 @@ class Replica:
 
     def _apply(self, entries: Entries, own: int | None = None) -> tuple[Any, BaseException | None]:
         """Apply ``entries`` past ``position`` in order (caller holds the lock);
-        return the outcome or error of entry ``own``."""
+        return the outcome or error of entry ``own``. Damaged entries and holes
+        (the store marks them, stores/base.py) are skipped, the same way in
+        every replica; entries compaction dropped come from the checkpoint."""
         result: Any = None
         error: BaseException | None = None
         core = self._core()
         for seq, data in entries:
             if seq <= self.position:
                 continue
-            if seq != self.position + 1:
-                self._reload(seq)
-                core = self._core()
-                if seq <= self.position:
+            if seq != self.position + 1 or isinstance(data, Damaged):
+                first = self.position + 1
+                if isinstance(data, Damaged):
+                    missing, why, last = data.missing, data.reason, seq
+                else:  # a store that left out the hole marker
+                    missing, why, last = True, "no entry at these sequence numbers", seq - 1
+                if missing and self._from_checkpoint(first):
+                    core = self._core()
+                if self.position < last:
+                    self._skip(max(first, self.position + 1), last, why)
+                    self.position = last
+                if isinstance(data, Damaged) or seq <= self.position:
                     continue
+            if self._counted and data in self._counted:
+                # Counted here before the fork; the parent published it now.
+                self._counted.remove(data)
+                self.position = seq
+                continue
             try:
                 out = core.apply_entry(data, self.origin)
             except RegistryFileError as e:
                 # A garbage entry (a foreign client, a newer rampart): every replica
                 # decodes the same bytes, fails the same way and skips it.
-                if seq not in self._warned:
-                    self._warned.add(seq)
-                    log.warning(
-                        "shared registry %r: skipped journal entry %d: %s", self.name, seq, e
-                    )
+                self._skip(seq, seq, str(e))
                 if seq == own:
                     error = e
             except RampartError as e:
                 # A refused operation (permission, gone block): refused everywhere.
                 if seq == own:
                     error = e
+            except Exception as e:
+                self._skip(seq, seq, f"{type(e).__name__}: {e}")
+                if seq == own:
+                    error = RegistryFileError(f"shared registry {self.name!r}: entry {seq}: {e}")
             else:
                 if seq == own:
                     result = out
             self.position = seq
         return result, error
+
+    def _skip(self, first: int, last: int, why: str) -> None:
+        """One warning per skipped entry (or run of missing ones) per replica."""
+        if last in self._warned:
+            return
+        self._warned.add(last)
+        if first == last:
+            log.warning("shared registry %r: skipped journal entry %d: %s", self.name, last, why)
+        else:
+            log.warning(
+                "shared registry %r: skipped journal entries %d..%d: %s",
+                self.name,
+                first,
+                last,
+                why,
+            )
+
+    def _from_checkpoint(self, first: int) -> bool:
+        """Entries from ``first`` on are missing. Compaction drops a prefix of the
+        journal, and only what the latest checkpoint covers: when ``first`` lies
+        before the oldest entry kept and the checkpoint covers it, reload the
+        checkpoint (True). Otherwise the entries are a hole: skipped."""
+        oldest = self.store.first_seq(self.name)
+        if oldest and first >= oldest:
+            return False  # entries before these are kept: not compaction
+        try:
+            ck = self.store.checkpoint(self.name)
+            if ck is None or ck[0] < first:
+                return False
+            self._reload(first)
+        except RegistryFileError as e:
+            # The checkpoint is the only copy of what compaction dropped; damaged,
+            # it cannot be used (docs/shared.md): the entries count as a hole.
+            log.warning("shared registry %r: damaged checkpoint passed over: %s", self.name, e)
+            return False
+        return True
 
     def _reload(self, needed: int) -> None:
         """The entries after ``position`` were compacted away: start again from
@@ -158,11 +212,14 @@ class Replica:
     def catch_up(self) -> None:
         """Apply everything the store holds now."""
         while True:
+            before = self.position
             entries = self.store.read(self.name, self.position)
             if not entries:
                 return
             with self._lock:
                 self._apply(entries)
+            if self.position <= before:
+                return  # a store that hands back nothing new: bounded, not a spin
 
     # ---- mutations ------------------------------------------------------------------
 
@@ -173,6 +230,8 @@ class Replica:
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
         with self._lock:
+            if self._closed:  # close() ran while this call was on its way here
+                raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
             seq, tail = self.store.append(self.name, entry, self.position)
             result, error = self._apply(tail, own=seq)
         if seq % CHECKPOINT_EVERY == 0:
@@ -190,29 +249,37 @@ class Replica:
         self.publish(self._core().embed_entry(self.origin, blocks, matrix, dim, truncated))
 
     def publish(self, entry: bytes | None) -> None:
-        """Queue an entry the follower appends soon (vectors, access counts): it
-        commutes with everything, so nobody waits for it."""
+        """Queue an entry the follower appends soon (vectors): it commutes with
+        everything, so nobody waits for it."""
         if entry is not None:
             with self._outbox_lock:
-                self._outbox.append(entry)
+                self._outbox.append(("other", entry))
+
+    def _queue_access(self) -> None:
+        """Queue this replica's unpublished access counts as one entry (caller
+        holds the lock: the counts leave the core and enter the queue at once,
+        so a fork or a checkpoint never finds them in neither or in both)."""
+        reg = self._reg()
+        entry = None if reg is None else reg._core.access_entry(self.origin)
+        if entry is not None:
+            with self._outbox_lock:
+                self._outbox.append(("access", entry))
 
     def flush(self) -> None:
-        """Append queued vectors and this replica's unpublished access counts."""
-        reg = self._reg()
-        if reg is None:
-            return
-        self.publish(reg._core.access_entry(self.origin))
-        with self._outbox_lock:
-            pending, self._outbox = self._outbox, []
-        for k, entry in enumerate(pending):
-            try:
-                with self._lock:
-                    seq, tail = self.store.append(self.name, entry, self.position)
-                    self._apply(tail, own=seq)
-            except StoreUnavailableError:
-                with self._outbox_lock:  # keep the rest for the next flush
-                    self._outbox[:0] = pending[k:]
-                raise
+        """Append queued vectors and this replica's unpublished access counts.
+        An entry leaves the queue only once appended: a StoreUnavailableError
+        keeps it (and the rest) for the next flush."""
+        with self._lock:
+            self._queue_access()
+            while True:
+                with self._outbox_lock:
+                    if not self._outbox:
+                        return
+                    entry = self._outbox[0][1]
+                seq, tail = self.store.append(self.name, entry, self.position)
+                with self._outbox_lock:
+                    self._outbox.pop(0)
+                self._apply(tail, own=seq)
 
     def sync(self, timeout: float = 10.0) -> None:
         """Flush, then apply everything appended before this call."""
@@ -225,14 +292,33 @@ class Replica:
                     f"shared registry {self.name!r}: at entry {self.position} of {target} "
                     f"after {timeout} s"
                 )
+            before = self.position
             self.catch_up()
+            if self.position == before:
+                time.sleep(0.01)  # nothing new readable yet: do not spin
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the state after ``position``; returns that position."""
+        at = self._try_checkpoint()
+        if at is None:
+            raise RampartError(
+                f"shared registry {self.name!r}: a checkpoint must wait until the access "
+                "counts this process inherited at fork() are in the journal; try again"
+            )
+        return at
+
+    def _try_checkpoint(self) -> int | None:
+        """The checkpoint holds the journal's access counts (the core writes the
+        published ones); this replica's queued entries are appended first, so
+        that none is published after a checkpoint that holds it. None: put off
+        (a forked child whose parent has not published what it inherited)."""
         reg = self._reg()
         if reg is None:
             return self.position
         with self._lock:
+            if self._counted:
+                return None
+            self.flush()
             data = reg._core.checkpoint_bytes(reg._settings())
             at = self.position
         self.store.put_checkpoint(self.name, at, data)
@@ -247,61 +333,93 @@ class Replica:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop writing and following. A write racing close() either completes
+        or raises RampartError ("closed"): close() waits for the one in flight
+        (the lock), and a later one finds the flag under that lock."""
         if self._closed:
             return
-        try:
-            self.flush()
-        except StoreUnavailableError as e:
-            log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
         self._closed = True
+        with self._lock:
+            try:
+                self.flush()
+            except RampartError as e:
+                log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
         self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5)
         _LIVE.discard(self)
 
+    def _before_fork(self) -> None:
+        # Held across fork() (released in both processes after it): no write or
+        # flush is half done, and the unpublished access counts are queued, so
+        # parent and child agree on what the parent still has to publish.
+        self._lock.acquire()
+        try:
+            if not self._closed:
+                self._queue_access()
+        except Exception as e:
+            log.warning("shared registry %r: before fork: %s", self.name, e)
+
     def _after_fork(self) -> None:
         # The parent's threads do not exist in the child; its locks may be held
         # by them. Fresh locks and a fresh follower (store connections notice
-        # the new pid themselves).
+        # the new pid themselves). The parent publishes what it had queued: the
+        # child starts with nothing to publish, and skips the parent's queued
+        # access entries when they arrive (their counts are in its copy already).
         self._lock = threading.RLock()
         self._outbox_lock = threading.Lock()
         self._stop = threading.Event()
+        self._counted = self._counted + [e for kind, e in self._outbox if kind == "access"]
+        self._outbox = []
+        self._checkpoint_due = None
+        self._wrote = False
         self.origin = os.urandom(16)
         if not self._closed:
             self.start()
 
 
 def _follow(rep: Replica) -> None:
+    # Bounded in CPU whatever the store holds: a store that is down, damaged or
+    # hands back nothing new puts the follower to sleep (50 ms doubling to 2 s);
+    # it never stops for good (the store may be repaired).
     backoff = 0.05
     last_flush = time.monotonic()
+    said: str | None = None
     while not rep._stop.is_set():
         reg = rep._reg()
         if reg is None:
             return
         del reg
         try:
+            before, t0 = rep.position, time.monotonic()
             entries = rep.store.wait(rep.name, rep.position, _WAIT, rep._stop)
             if entries:
                 with rep._lock:
                     rep._apply(entries)
+            stalled = rep.position == before and (
+                bool(entries) or time.monotonic() - t0 < _WAIT / 100
+            )
             if rep._wrote:
                 rep._wrote = False
                 _embed_written(rep)
-            if rep._checkpoint_due is not None:
+            if rep._checkpoint_due is not None and rep._try_checkpoint() is not None:
                 rep._checkpoint_due = None
-                rep.checkpoint()
             if rep._outbox or time.monotonic() - last_flush >= FLUSH_INTERVAL:
                 rep.flush()
                 last_flush = time.monotonic()
-            backoff = 0.05
-        except StoreUnavailableError as e:
-            log.warning("shared registry %r: store unavailable, retrying: %s", rep.name, e)
+            if stalled:  # entries that moved nothing, or a wait that did not wait
+                rep._stop.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+            else:
+                backoff, said = 0.05, None
+        except Exception as e:
+            msg = f"{type(e).__name__}: {e}"
+            if msg != said:  # one warning per distinct failure, not one per retry
+                said = msg
+                log.warning("shared registry %r: follower retrying: %s", rep.name, msg)
             rep._stop.wait(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
-        except RampartError as e:  # pragma: no cover - a bug, not a store failure
-            log.error("shared registry %r: follower stopped: %s", rep.name, e)
-            return
     rep.store.close()
 
 
@@ -311,12 +429,32 @@ def _embed_written(rep: Replica) -> None:
         reg._embed_written()
 
 
+_FORKING: list[Replica] = []
+
+
+def _before_fork() -> None:
+    _FORKING[:] = list(_LIVE)
+    for rep in _FORKING:
+        rep._before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for rep in _FORKING:
+        rep._lock.release()
+    _FORKING.clear()
+
+
 def _after_fork_in_child() -> None:
-    for rep in list(_LIVE):
+    for rep in _FORKING:
         rep._after_fork()
+    _FORKING.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 # ---- opening ------------------------------------------------------------------------------
@@ -360,12 +498,23 @@ def open_shared(
     label: str | None,
     seeds: Iterable[Any] | None,
     kwargs: dict[str, Any],
+    create: bool = True,
 ) -> BlockRegistry:
-    """``BlockRegistry.open``: create or join the shared registry ``name``."""
+    """``BlockRegistry.open``: create or join the shared registry ``name``
+    (``create=False``: join only; a missing registry, or SQLite file, is
+    InvalidArgumentError naming the store and the name)."""
     from rampart.seeds import load_sources
 
     check_name(name)
-    st = open_store(store)
+    st = open_store(store, create=create)
+    if not create:
+        path = getattr(st, "path", None)  # a store kept in a file: SQLite
+        if isinstance(path, os.PathLike) and not os.path.exists(path):
+            raise InvalidArgumentError(f"store {st.url}: no such file (no registry {name!r})")
+        if st.meta(name) is None:
+            raise InvalidArgumentError(
+                f"store {st.url} holds no registry {name!r} (rampart store ls {st.url})"
+            )
     if label is None:
         from rampart.registry import get_by_label
 
@@ -395,10 +544,13 @@ def open_shared(
     reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
     try:
         rep = Replica(reg, st, name, meta)
-        ck = st.checkpoint(name)
+        ck = _usable_checkpoint(st, name)
         if ck is not None:
-            _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
-            rep.position = ck[0]
+            try:
+                _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
+                rep.position = ck[0]
+            except RegistryFileError as e:  # decoded nothing into the core: replay
+                _replay_instead(name, e)
         reg._replica = rep
         rep.catch_up()
         reg._core.attach_journal(rep)
@@ -408,6 +560,22 @@ def open_shared(
         reg._drop()
         raise
     return reg
+
+
+def _usable_checkpoint(st: Store, name: str) -> tuple[int, bytes] | None:
+    """The checkpoint a new replica starts from (None: replay the journal)."""
+    try:
+        return st.checkpoint(name)
+    except RegistryFileError as e:
+        _replay_instead(name, e)
+        return None
+
+
+def _replay_instead(name: str, why: RegistryFileError) -> None:
+    # A damaged checkpoint is passed over, the same way by every replica: the
+    # journal alone gives the same state unless compaction dropped entries it
+    # covered, which no replica can then recover (docs/shared.md).
+    log.warning("shared registry %r: replaying the journal, not a checkpoint: %s", name, why)
 
 
 def _check_meta(raw: bytes, name: str, settings: dict[str, Any], st: Store) -> dict[str, Any]:

@@ -110,6 +110,7 @@ def _registry(args: argparse.Namespace, *, embed: bool = False) -> tuple[BlockRe
         "default" if embed else None,
         tokeniser=args.tokeniser,
         default_max_tokens=None,
+        create=False,  # a read command: a misspelt name or file creates nothing
     )
     # The command reads a replica; it counts no accesses into the shared journal.
     reg.close()
@@ -767,7 +768,10 @@ def _add_tools_parser(sub: Any) -> None:
 def _cmd_store_ls(args: argparse.Namespace) -> int:
     from rampart.stores import open_store
 
-    store = open_store(args.url)
+    store = open_store(args.url, create=False)
+    path = getattr(store, "path", None)
+    if isinstance(path, os.PathLike) and not os.path.exists(path):
+        raise CliError(f"{args.url}: no such file")
     rows = [
         {"name": n, "entries": store.last_seq(n), "checkpoint": (store.checkpoint(n) or (0,))[0]}
         for n in store.names()
@@ -786,7 +790,10 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
 def _cmd_store_compact(args: argparse.Namespace) -> int:
     from rampart.stores import open_store
 
-    store = open_store(args.url)
+    store = open_store(args.url, create=False)
+    path = getattr(store, "path", None)
+    if isinstance(path, os.PathLike) and not os.path.exists(path):
+        raise CliError(f"{args.url}: no such file (no registry {args.name!r})")
     if store.meta(args.name) is None:
         raise CliError(f"{args.url} holds no registry {args.name!r} (rampart store ls {args.url})")
     reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)

@@ -284,6 +284,7 @@ class BlockRegistry:
         *,
         label: str | None = None,
         seeds: Iterable[PathLike | BlockSource] | None = None,
+        create: bool = True,
         **kwargs: Any,
     ) -> BlockRegistry:
         """Open (or create) the shared registry ``name`` in ``store``.
@@ -295,7 +296,10 @@ class BlockRegistry:
         mutations are appended to the store's journal and applied in journal
         order everywhere; compile stays local and never waits on the store.
         ``seeds`` (paths, as for :meth:`from_files`) are loaded only by the
-        opener that creates the registry. Example::
+        opener that creates the registry. ``create=False`` only joins: a
+        registry (or SQLite file) that does not exist is
+        :class:`~rampart.errors.InvalidArgumentError`, and nothing is created.
+        Example::
 
             reg = rampart.BlockRegistry.open("sqlite:///tmp/agents.db", "planner",
                                              seeds=["seeds/"])
@@ -305,7 +309,9 @@ class BlockRegistry:
         """
         from rampart._replica import open_shared
 
-        return open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
+        return open_shared(
+            cls, store, name, embedding_model, tokeniser, label, seeds, kwargs, create
+        )
 
     @property
     def shared(self) -> bool:

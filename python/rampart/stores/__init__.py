@@ -30,27 +30,48 @@ import threading
 from typing import Protocol
 
 from rampart.errors import InvalidArgumentError
-from rampart.stores.base import Entries
+from rampart.stores.base import (
+    AHEAD_LIMIT,
+    SEQ_MAX,
+    Damaged,
+    Entries,
+    checked_checkpoint,
+    checked_seq,
+    journal_entries,
+)
 from rampart.stores.sqlite import SQLiteStore
 
 __all__ = [
+    "AHEAD_LIMIT",
+    "SEQ_MAX",
+    "Damaged",
     "Entries",
     "PostgresStore",
     "RedisStore",
     "SQLiteStore",
     "Store",
     "check_name",
+    "checked_checkpoint",
+    "checked_seq",
+    "journal_entries",
     "open_store",
+    "valid_name",
 ]
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
+def valid_name(name: object) -> bool:
+    """Whether ``name`` is a registry name (what ``names()`` may list: a store
+    can hold foreign rows and keys under other names)."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
 def check_name(name: object) -> str:
     """A registry name: 1–200 characters of letters, digits, ``.``, ``_``, ``-``
     (it becomes part of SQLite rows and Redis keys, so nothing else is allowed)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not valid_name(name):
         raise InvalidArgumentError(
             "a shared registry's name is 1-200 characters of letters, digits, '.', '_' and "
             f"'-', starting with a letter or digit; got {name!r}"
@@ -60,7 +81,19 @@ def check_name(name: object) -> str:
 
 class Store(Protocol):
     """What a shared registry needs from a store. Every method raises
-    :class:`~rampart.errors.StoreUnavailableError` when the store cannot be reached."""
+    :class:`~rampart.errors.StoreUnavailableError` when the store cannot be reached,
+    and :class:`~rampart.errors.RegistryFileError` when what it holds for the
+    registry is damaged beyond skipping (a metadata record or checkpoint of the
+    wrong type, a journal key that is not a journal).
+
+    Nothing read from a store is trusted: every read path passes its raw values
+    through :func:`journal_entries` / :func:`checked_seq` /
+    :func:`checked_checkpoint` (stores/base.py), so the entries a replica sees
+    are ``(seq, bytes | Damaged)`` in order, a run of missing numbers between
+    two entries as one Damaged (a hole), never past the last entry there is
+    (docs/shared.md, "Garbage in the store"). An append lands after any entry a
+    foreign client put just ahead of the counter (within ``AHEAD_LIMIT``) and
+    never fails because of one."""
 
     url: str
 
@@ -72,11 +105,13 @@ class Store(Protocol):
         ``entries`` as its first journal entries and return True; else False."""
 
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
-        """Append one entry; return its sequence number and every entry after
-        ``after`` up to and including it (one round trip)."""
+        """Append one entry at ``max(counter, entries just ahead of it) + 1``
+        and set the counter there, atomically; return its sequence number and
+        every entry after ``after`` up to and including it (one round trip)."""
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        """Entries after ``after``, in order (at most ``limit``)."""
+        """Entries after ``after`` up to the counter, in order, holes and damaged
+        values as :class:`Damaged` (at most ``limit`` rows read)."""
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
@@ -88,13 +123,15 @@ class Store(Protocol):
         """Sequence number of the oldest entry still kept (0: none kept)."""
 
     def last_seq(self, name: str) -> int:
-        """Sequence number of the newest entry (0: none yet)."""
+        """Sequence number of the newest entry there is, up to the counter (0:
+        none yet, or all compacted): what ``sync`` waits for."""
 
     def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
         """Keep ``data`` as the registry's state after entry ``seq`` (if newer)."""
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
-        """The latest checkpoint, or None."""
+        """The latest checkpoint, or None (RegistryFileError: one is there but
+        damaged; the next ``put_checkpoint`` replaces it)."""
 
     def compact(self, name: str, upto: int) -> int:
         """Drop entries up to ``upto`` (a checkpoint covers them); returns how many."""
@@ -106,14 +143,15 @@ class Store(Protocol):
         """Release connections (the store object can be reopened by using it)."""
 
 
-def open_store(url: str | Store) -> Store:
-    """A store from its URL (or the store object itself)."""
+def open_store(url: str | Store, *, create: bool = True) -> Store:
+    """A store from its URL (or the store object itself). ``create=False``: a
+    store that creates files (SQLite) opens only an existing one."""
     if not isinstance(url, str):
         if callable(getattr(url, "append", None)) and callable(getattr(url, "create", None)):
             return url
         raise InvalidArgumentError(f"store must be a URL or a store object, got {url!r}")
     if url.startswith("sqlite:"):
-        return SQLiteStore(url)
+        return SQLiteStore(url, create=create)
     if url.startswith(
         ("redis://", "rediss://", "unix://", "redis+sentinel://", "redis+cluster://")
     ):

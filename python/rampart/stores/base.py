@@ -1,8 +1,141 @@
-"""What every store module shares: the shape of journal entries as stores return them."""
+"""What every store module shares: the shape of journal entries as stores return
+them, and the one validation every value read from a store goes through.
+
+A store is shared with clients that are not rampart (anyone who can write to
+the SQLite file or the Redis keys), so nothing it returns is trusted: the
+helpers below turn whatever the driver handed back into well-formed values, or
+into a :class:`Damaged` marker that every replica skips the same way. A store
+module (SQLite, Redis, and any other) calls them on its read paths, so the
+replica only ever sees ``(int seq, bytes | Damaged)`` pairs, in order, with no
+gaps (docs/shared.md, "Garbage in the store", states the rules).
+"""
 
 from __future__ import annotations
 
-__all__ = ["Entries"]
+from collections.abc import Iterable
 
-#: ``(seq, entry)`` pairs in journal order.
-Entries = list[tuple[int, bytes]]
+__all__ = [
+    "AHEAD_LIMIT",
+    "SEQ_MAX",
+    "Damaged",
+    "Entries",
+    "checked_checkpoint",
+    "checked_seq",
+    "journal_entries",
+]
+
+#: The largest sequence number: 2**53 - 1, exact in a double (Redis's Lua
+#: numbers) and in JSON. An id beyond it is not part of any journal.
+SEQ_MAX = 2**53 - 1
+
+#: How far past its counter an append looks for entries a foreign client put
+#: there: entries within reach are taken into the journal (the append lands
+#: after them), entries farther ahead are ignored (SQLite) or removed (Redis,
+#: whose stream ids must grow) — so one stray entry can push the counter forward
+#: by at most this much, and never to SEQ_MAX.
+AHEAD_LIMIT = 4096
+
+
+class Damaged:
+    """Stands for journal entries ``first..seq`` that hold nothing a replica can
+    apply: a value of the wrong type, a foreign client's entry, or nothing at
+    all (a hole). Every replica skips it, with one warning, and moves on."""
+
+    __slots__ = ("first", "missing", "reason")
+
+    def __init__(self, reason: str, first: int, *, missing: bool = False) -> None:
+        self.reason = reason
+        self.first = first
+        #: Nothing is stored there (a hole, or entries compaction dropped),
+        #: as opposed to something unusable.
+        self.missing = missing
+
+    def __repr__(self) -> str:
+        return f"Damaged({self.reason!r}, first={self.first}, missing={self.missing})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Damaged) and (other.reason, other.first, other.missing) == (
+            self.reason,
+            self.first,
+            self.missing,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: ``(seq, entry)`` pairs in journal order: seq is after+1, after+2, … with no
+#: gaps; a :class:`Damaged` entry at ``seq`` covers ``first..seq``.
+Entries = list[tuple[int, bytes | Damaged]]
+
+
+def checked_seq(value: object) -> int | None:
+    """A sequence number (or counter) read from a store: an int in [0, SEQ_MAX],
+    from an int or the ASCII digits Redis returns; anything else (a float, text,
+    a negative or huge number, a bool) is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, bytes | bytearray | str):
+        s = value.decode("ascii", "replace") if isinstance(value, bytes | bytearray) else value
+        # Only plain digits: int() would also take "+5", " 5", "5_0" and "٥".
+        if not (0 < len(s) <= 16 and s.isascii() and s.isdigit()):
+            return None
+        n = int(s)
+    else:
+        return None
+    return n if 0 <= n <= SEQ_MAX else None
+
+
+def _value(raw: object) -> bytes | str:
+    """An entry's payload as bytes, or why it is not one."""
+    if isinstance(raw, Damaged):  # the store already knows why
+        return raw.reason
+    if isinstance(raw, bytes):
+        data = raw
+    elif isinstance(raw, bytearray | memoryview):
+        data = bytes(raw)
+    else:
+        return f"a {type(raw).__name__} value where a journal entry is bytes"
+    if not data:
+        return "no entry at this sequence number (a hole a foreign entry left)"
+    return data
+
+
+def journal_entries(rows: Iterable[tuple[object, object]], after: int, last: int | None) -> Entries:
+    """The journal entries after ``after`` from a store's raw ``(seq, value)``
+    rows: rows whose seq is not an integer in ``(after, last]`` (or in
+    ``(after, SEQ_MAX]`` when ``last`` is None) are not part of the journal and
+    are dropped; a value that is not a non-empty bytes string becomes
+    :class:`Damaged`; every missing seq between two rows becomes one Damaged
+    entry per run of them. ``last`` is how far the store's counter lets readers
+    read (None: up to SEQ_MAX)."""
+    top = SEQ_MAX if last is None else min(last, SEQ_MAX)
+    kept: dict[int, bytes | str] = {}
+    for raw_seq, raw in rows:
+        if isinstance(raw_seq, bool) or not isinstance(raw_seq, int):
+            continue
+        if after < raw_seq <= top and raw_seq not in kept:
+            kept[raw_seq] = _value(raw)
+    out: Entries = []
+    at = after
+    for seq in sorted(kept):
+        if seq > at + 1:
+            out.append((seq - 1, Damaged(_HOLE, at + 1, missing=True)))
+        v = kept[seq]
+        out.append((seq, Damaged(v, seq) if isinstance(v, str) else v))
+        at = seq
+    # Numbers past the last row are not skipped: a counter a foreign client set
+    # on (or back) must not carry a replica past where the next append lands.
+    return out
+
+
+_HOLE = "no entry at these sequence numbers (a hole)"
+
+
+def checked_checkpoint(seq: object, data: object) -> tuple[int, bytes] | None:
+    """A checkpoint read from a store, or None when either half is malformed."""
+    n = checked_seq(seq)
+    if n is None or not isinstance(data, bytes | bytearray | memoryview) or not data:
+        return None
+    return n, bytes(data)

@@ -13,7 +13,19 @@ keeps them in one slot and the scripts below stay single-slot):
 
 An append is one Lua script: bump ``seq``, ``XADD`` the entry, ``XRANGE`` the
 tail the appender has not applied — one round trip, atomic. Followers block in
-``XREAD BLOCK``. Durability is Redis's: run it with ``appendonly yes`` and
+``XREAD BLOCK`` and read with a script that returns the end of the journal and
+the entries up to it from one moment.
+
+Garbage: any client that can reach the keys can write anything, so every value
+read back is checked (stores/base.py): only ids ``0-<seq>`` up to the counter
+(extended through entries that follow it) are journal entries; an entry without
+an ``e`` field is skipped by every replica; an append lands after a foreign
+``0-<seq>`` entry just ahead of the counter, and removes entries past reach (an
+auto id ``<ms>-<n>``, a huge seq) that would make every ``XADD`` fail; a damaged
+counter or checkpoint is replaced, a key of the wrong type is
+:class:`RegistryFileError`.
+
+Durability is Redis's: run it with ``appendonly yes`` and
 ``appendfsync always`` for "an acknowledged write survives a crash of Redis"
 (see docs/shared.md for what ``everysec`` loses).
 
@@ -37,48 +49,178 @@ fails raises ``StoreUnavailableError``; the follower retries on its own.
 from __future__ import annotations
 
 import threading
+import time
 import urllib.parse
 from typing import Any
 
-from rampart.errors import InvalidArgumentError, StoreUnavailableError
-from rampart.stores.base import Entries
+from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
+from rampart.stores.base import (
+    AHEAD_LIMIT,
+    SEQ_MAX,
+    Damaged,
+    Entries,
+    checked_checkpoint,
+    checked_seq,
+    journal_entries,
+)
 
 __all__ = ["RedisStore"]
 
+#: How often a follower polls while an id past the counter makes XREAD useless.
+_POLL = 0.05
 
-_APPEND = """
-local n = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], '0-' .. n, 'e', ARGV[1])
-local tail = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[2], '+')
-return {n, tail}
+
+# Every script starts with these helpers: nothing under the keys is trusted (a
+# foreign client may have written anything), so a sequence number is digits in
+# [0, SEQ_MAX] and an id is "0-<seq>", and the counter a reader or an appender
+# uses is computed the same way by both (stores/base.py states the rules).
+_LUA = f"""
+local MAX = {SEQ_MAX}
+local AHEAD = {AHEAD_LIMIT}
+local function str(n) return string.format('%.0f', n) end
+local function num(s)
+  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.match(s, '^%d+$') then
+    return nil
+  end
+  local n = tonumber(s)
+  if n > MAX then return nil end
+  return n
+end
+local function idseq(id)
+  local ms, sq = string.match(id, '^(%d+)%-(%d+)$')
+  if ms ~= '0' then return nil end
+  return num(sq)
+end
+local function kind(key) return redis.call('TYPE', key)['ok'] end
+-- The counter (nil when the journal key is not a stream). A damaged counter
+-- (a foreign write) is replaced by the last entry below MAX - AHEAD.
+local function counter(log, seqk)
+  local lt = kind(log)
+  if lt ~= 'stream' and lt ~= 'none' then return nil, lt end
+  if kind(seqk) == 'string' then
+    local c = num(redis.call('GET', seqk))
+    if c then return c, lt end
+  end
+  if lt == 'none' then return 0, lt end
+  local top = redis.call('XREVRANGE', log, '0-' .. str(MAX - AHEAD), '-', 'COUNT', 1)
+  if #top == 0 then return 0, lt end
+  return idseq(top[1][1]) or 0, lt
+end
 """
 
+# Append at counter + 1; when the stream's last id is past that (a foreign
+# XADD), land after it if it is within AHEAD of the counter, else remove the
+# entries past reach (not part of the journal: no reader ever saw them) and
+# reset the stream's last id, so no stray entry stops appends.
+_APPEND = (
+    _LUA
+    + """
+local c, lt = counter(KEYS[1], KEYS[2])
+if not c then return redis.error_reply('RAMPART-DAMAGED the journal key holds a ' .. lt) end
+local n = c + 1
+local ok = redis.pcall('XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1])
+if type(ok) == 'table' and ok.err then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local gs = nil
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then gs = idseq(info[i + 1]) end
+  end
+  local limit = c + AHEAD
+  if gs == nil or gs > limit then
+    while true do
+      local junk = redis.call('XRANGE', KEYS[1], '(0-' .. str(limit), '+', 'COUNT', 256)
+      if #junk == 0 then break end
+      local ids = {}
+      for i, e in ipairs(junk) do ids[i] = e[1] end
+      redis.call('XDEL', KEYS[1], unpack(ids))
+    end
+    gs = c
+    local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+    if #top > 0 then gs = math.max(c, idseq(top[1][1]) or 0) end
+    redis.call('XSETID', KEYS[1], '0-' .. str(gs))
+  end
+  n = math.max(c, gs) + 1
+  if n > MAX then return redis.error_reply('RAMPART-DAMAGED no sequence number left') end
+  redis.call('XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1])
+end
+redis.call('SET', KEYS[2], str(n))
+local tail = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[2], '0-' .. str(n))
+return {n, tail}
+"""
+)
+
+# How far readers read, and the entries after ARGV[1] up to there (at most
+# ARGV[2]), from one moment: {end, key type, entries}; end -1: the journal key is
+# no stream. The end is the counter, or the last entry within AHEAD past it:
+# nothing can be added below a stream's last id, so those are final, and a
+# counter set back by a foreign write must not hide entries replicas applied
+# (an append lands after them anyway).
+_READ = (
+    _LUA
+    + """
+local c, lt = counter(KEYS[1], KEYS[2])
+if not c then return {-1, lt, {}} end
+if lt == 'stream' then
+  local top = redis.call('XREVRANGE', KEYS[1], '0-' .. str(c + AHEAD), '(0-' .. str(c), 'COUNT', 1)
+  if #top > 0 then c = math.max(c, idseq(top[1][1]) or 0) end
+end
+if ARGV[2] == '0' then
+  -- last_seq: the last entry there is, up to the end
+  local top = {}
+  if lt == 'stream' then
+    top = redis.call('XREVRANGE', KEYS[1], '0-' .. str(c), '-', 'COUNT', 1)
+  end
+  c = 0
+  if #top > 0 then c = idseq(top[1][1]) or 0 end
+end
+local after = tonumber(ARGV[1])
+if c <= after or lt == 'none' or ARGV[2] == '0' then return {c, lt, {}} end
+return {c, lt, redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '0-' .. str(c), 'COUNT', ARGV[2])}
+"""
+)
+
+# Keys under a name that no registry holds are a foreign client's: a new
+# registry starts afresh.
 _CREATE = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
 redis.call('SET', KEYS[3], ARGV[1])
 for i = 2, #ARGV do
-  local n = redis.call('INCR', KEYS[2])
-  redis.call('XADD', KEYS[1], '0-' .. n, 'e', ARGV[i])
+  redis.call('XADD', KEYS[1], '0-' .. (i - 1), 'e', ARGV[i])
 end
-if #ARGV == 1 then redis.call('SET', KEYS[2], 0) end
+redis.call('SET', KEYS[2], #ARGV - 1)
 return 1
 """
 
-_CHECKPOINT = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
+# A damaged checkpoint (another key type, a non-number seq, no data) is replaced.
+_CHECKPOINT = (
+    _LUA
+    + """
+local cur = -1
+if kind(KEYS[1]) == 'hash' then
+  local s = num(redis.call('HGET', KEYS[1], 'seq'))
+  local d = redis.call('HGET', KEYS[1], 'data')
+  if s and type(d) == 'string' and #d > 0 then cur = s end
+end
 if tonumber(ARGV[1]) > cur then
+  redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'data', ARGV[2])
   return 1
 end
 return 0
 """
+)
 
-_COMPACT = """
-local ck = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+_COMPACT = (
+    _LUA
+    + """
+local ck = 0
+if kind(KEYS[2]) == 'hash' then ck = num(redis.call('HGET', KEYS[2], 'seq')) or 0 end
 local upto = math.min(tonumber(ARGV[1]), ck)
-if upto <= 0 then return 0 end
-return redis.call('XTRIM', KEYS[1], 'MINID', '0-' .. (upto + 1))
+if upto <= 0 or kind(KEYS[1]) ~= 'stream' then return 0 end
+return redis.call('XTRIM', KEYS[1], 'MINID', '0-' .. str(upto + 1))
 """
+)
 
 
 # A write that changes nothing but is replicated: after it, ``WAIT`` on the same
@@ -122,9 +264,24 @@ def _redacted(url: str) -> str:
     return scheme + sep + netloc + slash + path
 
 
-def _seq(stream_id: bytes | str) -> int:
-    s = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-    return int(s.split("-", 1)[1])
+def _stream_seq(stream_id: object) -> int | None:
+    """The sequence number of a stream id ``0-<seq>``; None for any other id."""
+    if isinstance(stream_id, bytes):
+        stream_id = stream_id.decode("ascii", "replace")
+    if not isinstance(stream_id, str):
+        return None
+    ms, _, seq = stream_id.partition("-")
+    return checked_seq(seq) if ms == "0" else None
+
+
+def _payload(fields: Any) -> object:
+    """An entry's ``e`` field (a script returns ``[field, value, …]``, redis-py a
+    dict); a Damaged marker when it has none."""
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
+    if isinstance(fields, dict) and b"e" in fields:
+        return fields[b"e"]
+    return Damaged("a stream entry without an 'e' field", 0)
 
 
 class RedisStore:
@@ -183,6 +340,7 @@ class RedisStore:
         except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
             raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
         self._append = self._r.register_script(_APPEND)
+        self._read_script = self._r.register_script(_READ)
         self._create = self._r.register_script(_CREATE)
         self._checkpoint = self._r.register_script(_CHECKPOINT)
         self._compact = self._r.register_script(_COMPACT)
@@ -324,6 +482,10 @@ class RedisStore:
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
             raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
         except self._redis.ResponseError as e:
+            text = str(e)
+            if "WRONGTYPE" in text or "RAMPART-DAMAGED" in text:
+                # A foreign client put another type of value under one of our keys.
+                raise RegistryFileError(f"Redis store {self._where}: damaged: {text}") from None
             # LOADING / READONLY / BUSY / MISCONF / CLUSTERDOWN / MOVED: the server
             # is there but cannot serve (a failover in progress).
             raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
@@ -332,12 +494,17 @@ class RedisStore:
             raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
 
     def meta(self, name: str) -> bytes | None:
-        v = self._call(self._r.get, self.keys(name)["meta"])
+        try:
+            v = self._call(self._r.get, self.keys(name)["meta"])
+        except RegistryFileError as e:
+            raise RegistryFileError(
+                f"Redis store {self._where}: registry {name!r} has a damaged metadata record ({e})"
+            ) from None
         return None if v is None else bytes(v)
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         k = self.keys(name)
-        keys, args = [k["log"], k["seq"], k["meta"]], [meta, *entries]
+        keys, args = [k["log"], k["seq"], k["meta"], k["ckpt"]], [meta, *entries]
         if self.replicas:
             done = self._call(self._replicated, name, self._create, keys, args)
         else:
@@ -351,65 +518,105 @@ class RedisStore:
             n, tail = self._call(self._replicated, name, self._append, keys, args)
         else:
             n, tail = self._call(self._append, keys=keys, args=args)
-        return int(n), [(_seq(i), bytes(f[b"e"])) for i, f in self._fields(tail)]
+        return int(n), self._entries(tail, after, int(n))
 
     @staticmethod
-    def _fields(raw: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        # A script returns a stream entry as [id, [field, value, ...]].
-        out = []
-        for item in raw:
-            sid, flat = item[0], item[1]
-            if isinstance(flat, dict):
-                out.append((sid, flat))
-            else:
-                out.append((sid, dict(zip(flat[::2], flat[1::2]))))
-        return out
+    def _entries(raw: Any, after: int, last: int | None) -> Entries:
+        # A stream entry arrives as [id, [field, value, ...]] (or a dict).
+        rows = []
+        for item in raw if isinstance(raw, list) else []:
+            if isinstance(item, list | tuple) and len(item) == 2:
+                rows.append((_stream_seq(item[0]), _payload(item[1])))
+        return journal_entries(rows, after, last)
+
+    def _read(self, name: str, after: int, limit: int) -> tuple[int, list[Any]]:
+        k = self.keys(name)
+        c, kind, rows = self._call(
+            self._read_script, keys=[k["log"], k["seq"]], args=[after, limit]
+        )
+        if int(c) < 0:
+            what = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
+            raise RegistryFileError(
+                f"Redis store {self._where}: registry {name!r}: its journal key {k['log']} "
+                f"holds a {what}, not a stream"
+            )
+        return int(c), rows
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        rows = self._call(self._r.xrange, self.keys(name)["log"], f"(0-{after}", "+", count=limit)
-        return self._fence(name, [(_seq(i), bytes(f.get(b"e", b""))) for i, f in rows])
+        last, rows = self._read(name, after, limit)
+        # With ``wait``: handed out only once enough Redis replicas hold them.
+        return self._fence(name, self._entries(rows, after, None if len(rows) >= limit else last))
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
     ) -> Entries:
         # XREAD BLOCK cannot be interrupted: a closing replica waits at most `timeout`.
         log = self.keys(name)["log"]
-        ms = max(1, int(timeout * 1000))
-        # The socket must outlive the server-side block.
-        got = self._call(self._r.xread, {log: f"0-{after}"}, count=10_000, block=ms)
-        if not got:
-            return []
-        _, rows = got[0]
-        return self._fence(name, [(_seq(i), bytes(f.get(b"e", b""))) for i, f in rows])
+        deadline = time.monotonic() + timeout
+        woke = False
+        while True:
+            entries = self.read(name, after)
+            if entries:
+                return entries
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return []
+            if woke:
+                # XREAD woke at once but nothing is in the journal yet: an id past
+                # the counter (a foreign XADD, until the next append moves past or
+                # removes it) would wake every XREAD at once, so poll instead.
+                time.sleep(min(left, _POLL))
+                woke = False
+                continue
+            # The socket timeout (5 s) outlives the server-side block (<= timeout).
+            got = self._call(
+                self._r.xread, {log: f"0-{after}"}, count=1, block=max(1, int(left * 1000))
+            )
+            woke = bool(got)
 
     def first_seq(self, name: str) -> int:
-        rows = self._call(self._r.xrange, self.keys(name)["log"], "-", "+", count=1)
-        return _seq(rows[0][0]) if rows else 0
+        rows = self._call(self._r.xrange, self.keys(name)["log"], "0-1", f"0-{SEQ_MAX}", count=1)
+        return (_stream_seq(rows[0][0]) or 0) if rows else 0
 
     def last_seq(self, name: str) -> int:
-        v = self._call(self._r.get, self.keys(name)["seq"])
-        return int(v or 0)
+        # The last entry there is: what sync() waits for (a checkpoint's seq is
+        # not: a foreign one could name an entry that never comes).
+        return self._read(name, SEQ_MAX, 0)[0]
 
     def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
         self._call(self._checkpoint, keys=[self.keys(name)["ckpt"]], args=[seq, data])
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
-        got = self._call(self._r.hmget, self.keys(name)["ckpt"], ["seq", "data"])
-        if got[0] is None or got[1] is None:
+        try:
+            got = self._call(self._r.hmget, self.keys(name)["ckpt"], ["seq", "data"])
+        except RegistryFileError as e:
+            raise RegistryFileError(
+                f"Redis store {self._where}: registry {name!r} has a damaged checkpoint ({e})"
+            ) from None
+        if got[0] is None and got[1] is None:
             return None
-        return int(got[0]), bytes(got[1])
+        ck = checked_checkpoint(got[0], got[1])
+        if ck is None:
+            raise RegistryFileError(
+                f"Redis store {self._where}: registry {name!r} has a damaged checkpoint"
+            )
+        return ck
 
     def compact(self, name: str, upto: int) -> int:
         k = self.keys(name)
         return int(self._call(self._compact, keys=[k["log"], k["ckpt"]], args=[upto]))
 
     def names(self) -> list[str]:
+        from rampart.stores import valid_name
+
         out = []
         for key in self._call(
             lambda: list(self._r.scan_iter(match="rampart:{*}:meta", count=1000))
         ):
-            s = key.decode() if isinstance(key, bytes) else key
-            out.append(s[len("rampart:{") : -len("}:meta")])
+            s = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+            name = s[len("rampart:{") : -len("}:meta")]
+            if valid_name(name):  # a foreign key under our prefix is no registry
+                out.append(name)
         return sorted(out)
 
     def close(self) -> None:

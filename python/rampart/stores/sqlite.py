@@ -15,6 +15,13 @@ fsync: still safe against any process crash (the WAL is in the OS page cache),
 but the last commits before a power cut or kernel panic can be lost. It roughly
 halves append latency on a real disk.
 
+Garbage: the file is shared with any client that can open it, so every value
+read back is checked (stores/base.py): a journal row counts only with an
+INTEGER ``seq`` in ``(0, last_seq]``; an entry that is not a BLOB is skipped by
+every replica; an append lands after any row a foreign client put ahead of
+``last_seq`` (within ``AHEAD_LIMIT``) and fills the sequence numbers it skips
+with empty entries, so nothing can be slipped in below ``last_seq`` later.
+
 Change notification: a follower polls ``PRAGMA data_version`` (a read of shared
 memory, a few µs) every ``poll_interval`` seconds and reads only when another
 connection committed.
@@ -31,8 +38,15 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from rampart.errors import InvalidArgumentError, StoreUnavailableError
-from rampart.stores.base import Entries
+from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
+from rampart.stores.base import (
+    AHEAD_LIMIT,
+    SEQ_MAX,
+    Entries,
+    checked_checkpoint,
+    checked_seq,
+    journal_entries,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -92,18 +106,28 @@ def _path_of(url: str) -> tuple[Path, dict[str, str]]:
     return Path(urllib.parse.unquote(raw)), query
 
 
+def _checked(row: Any) -> tuple[int, bytes] | None:
+    # SQLite keeps the types it was given: a seq stored as TEXT is damage.
+    if row is None or not isinstance(row[0], int):
+        return None
+    return checked_checkpoint(row[0], row[1])
+
+
 class SQLiteStore:
     """Journals in one SQLite file (see the module doc for the trade-offs).
 
     ``SQLiteStore("sqlite:///var/lib/agents.db")``; options in the URL query:
     ``synchronous`` (``full``, default, or ``normal``), ``timeout`` (seconds to
     wait for the writer lock, default 10), ``poll`` (follower poll interval in
-    seconds, default 0.002).
+    seconds, default 0.002). ``create=False``: never create the file or the
+    tables (a missing file is StoreUnavailableError; a file without rampart's
+    tables holds no registries) — for commands that only read.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.path, query = _path_of(url)
         self.url = url
+        self.create_missing = create
         sync = query.pop("synchronous", "full").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA"):
             raise InvalidArgumentError(f"{url!r}: synchronous must be full, normal or extra")
@@ -117,6 +141,7 @@ class SQLiteStore:
             raise InvalidArgumentError(f"{url!r}: unknown options {sorted(query)}")
         self._local = threading.local()
         self._schema_ready = False
+        self._has_schema = True
         self._gate = threading.Lock()
         _STORES.add(self)
 
@@ -134,13 +159,27 @@ class SQLiteStore:
             raise StoreUnavailableError(f"cannot open SQLite store {self.path}: {e}") from None
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=True
-        )
+        if self.create_missing:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=True
+            )
+        else:
+            # mode=rw: open an existing file, never create one.
+            uri = self.path.resolve().as_uri() + "?mode=rw"
+            conn = sqlite3.connect(
+                uri, timeout=self.timeout, isolation_level=None, check_same_thread=True, uri=True
+            )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         if not self._schema_ready:
-            conn.executescript(_SCHEMA)
+            if self.create_missing:
+                conn.executescript(_SCHEMA)
+            else:
+                found = conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
+                    "('rampart_registries', 'rampart_journal', 'rampart_checkpoints')"
+                ).fetchone()
+                self._has_schema = found[0] == 3
             self._schema_ready = True
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
@@ -158,16 +197,77 @@ class SQLiteStore:
                 except sqlite3.Error:
                     pass
             raise StoreUnavailableError(f"SQLite store {self.path}: {e}") from None
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _counter(self, c: sqlite3.Connection, name: str) -> int | None:
+        """The registry's last sequence number as every reader and appender
+        sees it (None: no such registry). A damaged ``last_seq`` (not an integer
+        in range: a foreign write) is replaced by the largest journal seq below
+        SEQ_MAX - AHEAD_LIMIT, the same in every process."""
+        row = c.execute("SELECT last_seq FROM rampart_registries WHERE name=?", (name,)).fetchone()
+        if row is None:
+            return None
+        n = checked_seq(row[0])
+        if n is None:
+            top = c.execute(
+                "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq BETWEEN 1 AND ?",
+                (name, SEQ_MAX - AHEAD_LIMIT),
+            ).fetchone()[0]
+            n = int(top or 0)
+        return n
+
+    def _visible(self, c: sqlite3.Connection, name: str) -> int | None:
+        """How far every reader reads: the counter, extended through rows that
+        follow it without a gap (a counter set back by a foreign write must not
+        hide entries replicas have applied; an append fills every gap below its
+        entry, so rows run on without one up to the real end). A row past a gap
+        is not read until an append seals the gap."""
+        last = self._counter(c, name)
+        if last is None:
+            return None
+        for _ in range(64):
+            run = c.execute(
+                "SELECT seq FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq>? AND seq<=? ORDER BY seq",
+                (name, last, last + AHEAD_LIMIT),
+            ).fetchall()
+            start = last
+            for (seq,) in run:
+                if seq != last + 1:
+                    return last
+                last = seq
+            if last < start + AHEAD_LIMIT:
+                return last
+        return last
+
+    def _rows(self, c: sqlite3.Connection, name: str, after: int, upto: int, limit: int) -> Any:
+        return c.execute(
+            "SELECT seq, entry FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+            "AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
+            (name, after, upto, limit),
+        ).fetchall()
 
     # ---- the Store protocol ---------------------------------------------------------
 
     def meta(self, name: str) -> bytes | None:
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT meta FROM rampart_registries WHERE name=?", (name,)
-            ).fetchone()
-        )
-        return None if row is None else bytes(row[0])
+        def go(c: sqlite3.Connection) -> Any:
+            if not self._has_schema:
+                return None
+            return c.execute("SELECT meta FROM rampart_registries WHERE name=?", (name,)).fetchone()
+
+        row = self._run(go)
+        if row is None:
+            return None
+        if not isinstance(row[0], bytes) or not row[0]:
+            raise RegistryFileError(
+                f"store {self.url}: registry {name!r} has a damaged metadata record "
+                f"(a {type(row[0]).__name__}, not a BLOB)"
+            )
+        return bytes(row[0])
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         def go(c: sqlite3.Connection) -> bool:
@@ -175,6 +275,10 @@ class SQLiteStore:
             if c.execute("SELECT 1 FROM rampart_registries WHERE name=?", (name,)).fetchone():
                 c.execute("ROLLBACK")
                 return False
+            # Rows under a name no registry holds are a foreign client's: a new
+            # registry starts its journal afresh.
+            c.execute("DELETE FROM rampart_journal WHERE name=?", (name,))
+            c.execute("DELETE FROM rampart_checkpoints WHERE name=?", (name,))
             c.execute(
                 "INSERT INTO rampart_registries(name, meta, last_seq) VALUES (?, ?, ?)",
                 (name, meta, len(entries)),
@@ -191,38 +295,85 @@ class SQLiteStore:
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         def go(c: sqlite3.Connection) -> tuple[int, Entries]:
             c.execute("BEGIN IMMEDIATE")
-            row = c.execute(
-                "UPDATE rampart_registries SET last_seq = last_seq + 1 WHERE name=? "
-                "RETURNING last_seq",
-                (name,),
-            ).fetchone()
-            if row is None:
+            last = self._counter(c, name)
+            if last is None:
                 c.execute("ROLLBACK")
                 raise InvalidArgumentError(f"store {self.url} holds no registry {name!r}")
-            seq = int(row[0])
+            # Land after whatever a foreign client put just ahead of the counter
+            # (a row there would otherwise collide with this append forever).
+            ahead = c.execute(
+                "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq>? AND seq<=?",
+                (name, last, last + AHEAD_LIMIT),
+            ).fetchone()[0]
+            seq = max(last, int(ahead or 0)) + 1
+            # A run of rows reaching past the window (a counter set back by a
+            # foreign write): jump a window at a time, boundedly.
+            for _ in range(64):
+                if (
+                    seq > SEQ_MAX
+                    or not c.execute(
+                        "SELECT 1 FROM rampart_journal WHERE name=? AND seq=?", (name, seq)
+                    ).fetchone()
+                ):
+                    break
+                top = c.execute(
+                    "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND "
+                    "typeof(seq)='integer' AND seq BETWEEN ? AND ?",
+                    (name, seq, seq + AHEAD_LIMIT),
+                ).fetchone()[0]
+                seq = int(top) + 1
+            else:
+                seq = SEQ_MAX + 1
+            if seq > SEQ_MAX:
+                c.execute("ROLLBACK")
+                raise RegistryFileError(
+                    f"store {self.url}: registry {name!r}: no free sequence number after "
+                    f"{last} (the journal's counter is far behind its entries: damaged)"
+                )
+            end = c.execute(
+                "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq BETWEEN 1 AND ?",
+                (name, last),
+            ).fetchone()[0]
+            end = max(int(end or 0), last - AHEAD_LIMIT)
+            if seq > end + 1:
+                # Seal the numbers skipped over with empty entries (every replica
+                # skips them), so that no row can be slipped in below the counter.
+                c.execute(
+                    "WITH RECURSIVE s(x) AS (SELECT ? UNION ALL SELECT x+1 FROM s WHERE x<?) "
+                    "INSERT OR IGNORE INTO rampart_journal(name, seq, entry) "
+                    "SELECT ?, x, X'' FROM s",
+                    (end + 1, seq - 1, name),
+                )
+            c.execute(
+                "UPDATE rampart_registries SET last_seq=? WHERE name=?",
+                (seq, name),
+            )
             c.execute(
                 "INSERT INTO rampart_journal(name, seq, entry) VALUES (?, ?, ?)",
                 (name, seq, entry),
             )
-            tail = c.execute(
-                "SELECT seq, entry FROM rampart_journal WHERE name=? AND seq>? ORDER BY seq",
-                (name, after),
-            ).fetchall()
+            tail = self._rows(c, name, after, seq, -1)
             c.execute("COMMIT")
-            return seq, [(int(s), bytes(e)) for s, e in tail]
+            return seq, journal_entries(tail, after, seq)
 
         result: tuple[int, Entries] = self._run(go)
         return result
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT seq, entry FROM rampart_journal WHERE name=? AND seq>? "
-                "ORDER BY seq LIMIT ?",
-                (name, after, limit),
-            ).fetchall()
-        )
-        return [(int(s), bytes(e)) for s, e in rows]
+        def go(c: sqlite3.Connection) -> tuple[int | None, Any]:
+            # One read transaction: the counter and the rows from one snapshot.
+            c.execute("BEGIN")
+            last = self._visible(c, name)
+            rows = [] if last is None else self._rows(c, name, after, last, limit)
+            c.execute("COMMIT")
+            return last, rows
+
+        last, rows = self._run(go)
+        if last is None:
+            return []
+        return journal_entries(rows, after, None if len(rows) >= limit else last)
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
@@ -249,25 +400,41 @@ class SQLiteStore:
     def first_seq(self, name: str) -> int:
         row = self._run(
             lambda c: c.execute(
-                "SELECT MIN(seq) FROM rampart_journal WHERE name=?", (name,)
+                "SELECT MIN(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq BETWEEN 1 AND ?",
+                (name, SEQ_MAX),
             ).fetchone()
         )
         return int(row[0] or 0)
 
     def last_seq(self, name: str) -> int:
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT last_seq FROM rampart_registries WHERE name=?", (name,)
+        def go(c: sqlite3.Connection) -> int:
+            if not self._has_schema:
+                return 0
+            c.execute("BEGIN")
+            upto = self._visible(c, name)
+            row = c.execute(
+                "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+                "AND seq BETWEEN 1 AND ?",
+                (name, upto or 0),
             ).fetchone()
-        )
-        return 0 if row is None else int(row[0])
+            c.execute("COMMIT")
+            # The last entry there is: what sync() waits for (a checkpoint's seq
+            # is not: a foreign one could name an entry that never comes).
+            return int(row[0] or 0)
+
+        return int(self._run(go))
 
     def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+        # A damaged checkpoint row (a seq that is not an integer, data that is
+        # not a BLOB) is replaced: SQLite orders an INTEGER below any TEXT.
         self._run(
             lambda c: c.execute(
                 "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET seq=excluded.seq, data=excluded.data "
-                "WHERE excluded.seq > rampart_checkpoints.seq",
+                "WHERE excluded.seq > rampart_checkpoints.seq "
+                "OR typeof(rampart_checkpoints.seq) != 'integer' "
+                "OR typeof(rampart_checkpoints.data) != 'blob'",
                 (name, seq, data),
             )
         )
@@ -278,23 +445,37 @@ class SQLiteStore:
                 "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
             ).fetchone()
         )
-        return None if row is None else (int(row[0]), bytes(row[1]))
+        if row is None:
+            return None
+        ck = _checked(row)
+        if ck is None:
+            raise RegistryFileError(
+                f"store {self.url}: registry {name!r} has a damaged checkpoint row"
+            )
+        return ck
 
     def compact(self, name: str, upto: int) -> int:
         def go(c: sqlite3.Connection) -> int:
-            ckpt = c.execute("SELECT seq FROM rampart_checkpoints WHERE name=?", (name,)).fetchone()
+            row = c.execute(
+                "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
+            ).fetchone()
+            ck = _checked(row)
             # Never drop what no checkpoint covers: a new replica could not rebuild it.
-            limit = min(upto, int(ckpt[0]) if ckpt else 0)
+            limit = min(upto, ck[0] if ck else 0)
             cur = c.execute("DELETE FROM rampart_journal WHERE name=? AND seq<=?", (name, limit))
             return int(cur.rowcount)
 
         return int(self._run(go))
 
     def names(self) -> list[str]:
-        rows = self._run(
-            lambda c: c.execute("SELECT name FROM rampart_registries ORDER BY name").fetchall()
-        )
-        return [str(r[0]) for r in rows]
+        from rampart.stores import valid_name
+
+        def go(c: sqlite3.Connection) -> Any:
+            if not self._has_schema:
+                return []
+            return c.execute("SELECT name FROM rampart_registries ORDER BY name").fetchall()
+
+        return [r[0] for r in self._run(go) if valid_name(r[0])]
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
