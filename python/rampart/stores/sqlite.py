@@ -205,19 +205,22 @@ class SQLiteStore:
     def _counter(self, c: sqlite3.Connection, name: str) -> int | None:
         """The registry's last sequence number as every reader and appender
         sees it (None: no such registry). A damaged ``last_seq`` (not an integer
-        in range: a foreign write) is replaced by the largest journal seq below
-        SEQ_MAX - AHEAD_LIMIT, the same in every process."""
+        in range: a foreign write) is replaced by the end of the rows that run
+        on without a gap from the oldest one, the same in every process."""
         row = c.execute("SELECT last_seq FROM rampart_registries WHERE name=?", (name,)).fetchone()
         if row is None:
             return None
-        n = checked_seq(row[0])
+        n = row[0] if isinstance(row[0], int) else None
+        n = checked_seq(n)
         if n is None:
-            top = c.execute(
-                "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
+            # Only rows that run on without a gap from the oldest one kept: a
+            # row past a gap may be a foreign one that no append sealed yet.
+            first = c.execute(
+                "SELECT MIN(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
                 "AND seq BETWEEN 1 AND ?",
                 (name, SEQ_MAX - AHEAD_LIMIT),
             ).fetchone()[0]
-            n = int(top or 0)
+            n = 0 if first is None else self._run_end(c, name, int(first) - 1)
         return n
 
     def _visible(self, c: sqlite3.Connection, name: str) -> int | None:
@@ -227,8 +230,11 @@ class SQLiteStore:
         entry, so rows run on without one up to the real end). A row past a gap
         is not read until an append seals the gap."""
         last = self._counter(c, name)
-        if last is None:
-            return None
+        return None if last is None else self._run_end(c, name, last)
+
+    def _run_end(self, c: sqlite3.Connection, name: str, last: int) -> int:
+        """``last`` extended through the rows that follow it without a gap
+        (boundedly: 64 windows of AHEAD_LIMIT)."""
         for _ in range(64):
             run = c.execute(
                 "SELECT seq FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
