@@ -152,6 +152,8 @@ class Replica:
                 if seq == own:
                     error = e
             except Exception as e:
+                # Anything else the core raises on foreign bytes: the same bytes
+                # fail the same way in every replica, so skipping keeps them equal.
                 self._skip(seq, seq, f"{type(e).__name__}: {e}")
                 if seq == own:
                     error = RegistryFileError(f"shared registry {self.name!r}: entry {seq}: {e}")
