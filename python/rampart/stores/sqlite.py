@@ -202,25 +202,31 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _counter(self, c: sqlite3.Connection, name: str) -> int | None:
-        """The registry's last sequence number as every reader and appender
-        sees it (None: no such registry). A damaged ``last_seq`` (not an integer
-        in range: a foreign write) is replaced by the end of the rows that run
-        on without a gap from the oldest one, the same in every process."""
+    def _counter(self, c: sqlite3.Connection, name: str, *, appending: bool = False) -> int | None:
+        """The registry's last sequence number (None: no such registry). A
+        damaged ``last_seq`` (not an integer in range: a foreign write) is 0 for
+        readers — they read only rows that run on from entry 1 without a gap,
+        never a row a foreign client put past one — and, for an appender, the
+        largest row or checkpoint there is, so the append lands past anything
+        a reader may have passed (and repairs the counter)."""
         row = c.execute("SELECT last_seq FROM rampart_registries WHERE name=?", (name,)).fetchone()
         if row is None:
             return None
-        n = row[0] if isinstance(row[0], int) else None
-        n = checked_seq(n)
+        n = checked_seq(row[0] if isinstance(row[0], int) else None)
         if n is None:
-            # Only rows that run on without a gap from the oldest one kept: a
-            # row past a gap may be a foreign one that no append sealed yet.
-            first = c.execute(
-                "SELECT MIN(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
-                "AND seq BETWEEN 1 AND ?",
-                (name, SEQ_MAX - AHEAD_LIMIT),
-            ).fetchone()[0]
-            n = 0 if first is None else self._run_end(c, name, int(first) - 1)
+            n = 0
+            if appending:
+                top = c.execute(
+                    "SELECT MAX(seq) FROM rampart_journal WHERE name=? AND "
+                    "typeof(seq)='integer' AND seq BETWEEN 1 AND ?",
+                    (name, SEQ_MAX - AHEAD_LIMIT),
+                ).fetchone()[0]
+                ck = _checked(
+                    c.execute(
+                        "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
+                    ).fetchone()
+                )
+                n = max(int(top or 0), ck[0] if ck else 0)
         return n
 
     def _visible(self, c: sqlite3.Connection, name: str) -> int | None:
@@ -301,7 +307,7 @@ class SQLiteStore:
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         def go(c: sqlite3.Connection) -> tuple[int, Entries]:
             c.execute("BEGIN IMMEDIATE")
-            last = self._counter(c, name)
+            last = self._counter(c, name, appending=True)
             if last is None:
                 c.execute("ROLLBACK")
                 raise InvalidArgumentError(f"store {self.url} holds no registry {name!r}")
@@ -343,6 +349,10 @@ class SQLiteStore:
                 (name, last),
             ).fetchone()[0]
             end = max(int(end or 0), last - AHEAD_LIMIT)
+            # Where readers can have got to: the rows that run on from the
+            # counter (or, when it is damaged, from entry 1) without a gap.
+            end = min(end, self._run_end(c, name, self._counter(c, name) or 0))
+            end = max(end, seq - 1 - 64 * AHEAD_LIMIT)
             if seq > end + 1:
                 # Seal the numbers skipped over with empty entries (every replica
                 # skips them), so that no row can be slipped in below the counter.
