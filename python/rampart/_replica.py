@@ -30,6 +30,8 @@ Choices SPEC §7 leaves open (docs/shared.md explains them):
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -37,7 +39,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rampart import _core, _files
@@ -64,6 +67,23 @@ _WAIT = 0.25
 _BACKOFF_MAX = 2.0
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
+
+#: Set by ``awrite`` around a write method of a shared registry: the replica's
+#: ``submit`` then hands the encoded entry back (``_Deferred``) instead of
+#: appending it, and the coroutine appends it with the store's async client.
+_DEFER: contextvars.ContextVar[Replica | None] = contextvars.ContextVar(
+    "rampart_defer", default=None
+)
+
+
+class _Deferred(BaseException):
+    """Carries a write method's encoded entry out of the core, unapplied (a
+    BaseException: no ``except Exception`` on the way may swallow it)."""
+
+    def __init__(self, entry: bytes, writes_text: bool) -> None:
+        super().__init__()
+        self.entry = entry
+        self.writes_text = writes_text
 
 
 class ReplicaHost(Protocol):
@@ -100,6 +120,14 @@ class Replica:
         self._checkpoint_due: int | None = None
         self._warned: set[int] = set()
         self._thread: threading.Thread | None = None
+        # Async writes append without the lock (the event loop must not wait for
+        # another thread's round trip), so another thread may apply their entry
+        # first: while any is in flight, _apply keeps every outcome past the
+        # oldest one's starting position (_floors), for its writer to collect.
+        self._olock = threading.Lock()
+        self._floors: Counter[int] = Counter()
+        self._outcomes: dict[int, tuple[Any, BaseException | None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         _LIVE.add(self)
 
     # ---- applying entries -----------------------------------------------------------
@@ -139,27 +167,28 @@ class Replica:
                 self._counted.remove(data)
                 self.position = seq
                 continue
+            out: Any = None
+            err: BaseException | None = None
             try:
                 out = core.apply_entry(data, self.origin)
             except RegistryFileError as e:
                 # A garbage entry (a foreign client, a newer rampart): every replica
                 # decodes the same bytes, fails the same way and skips it.
                 self._skip(seq, seq, str(e))
-                if seq == own:
-                    error = e
+                err = e
             except RampartError as e:
                 # A refused operation (permission, gone block): refused everywhere.
-                if seq == own:
-                    error = e
+                err = e
             except Exception as e:
                 # Anything else the core raises on foreign bytes: the same bytes
                 # fail the same way in every replica, so skipping keeps them equal.
                 self._skip(seq, seq, f"{type(e).__name__}: {e}")
-                if seq == own:
-                    error = RegistryFileError(f"shared registry {self.name!r}: entry {seq}: {e}")
-            else:
-                if seq == own:
-                    result = out
+                err = RegistryFileError(f"shared registry {self.name!r}: entry {seq}: {e}")
+            if seq == own:
+                result, error = out, err
+            if self._floors:
+                with self._olock:
+                    self._outcomes[seq] = (out, err)
             self.position = seq
         return result, error
 
@@ -229,6 +258,8 @@ class Replica:
         """Append one mutation (encoded by the core's write method, which calls
         this) and apply the journal up to it; return its outcome (or raise its
         error), as the local call would."""
+        if _DEFER.get() is self:
+            raise _Deferred(entry, writes_text)
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
         with self._lock:
@@ -326,6 +357,135 @@ class Replica:
         self.store.put_checkpoint(self.name, at, data)
         return at
 
+    # ---- asyncio: the same operations, without blocking the event loop --------------
+
+    async def _aappend(self, entry: bytes) -> tuple[int, Entries]:
+        append = getattr(self.store, "aappend", None)
+        if append is not None:
+            result: tuple[int, Entries] = await append(self.name, entry, self.position)
+            return result
+        # A store object without an async client: its blocking call on the loop's
+        # default executor (a bounded pool), never on the loop itself.
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.store.append, self.name, entry, self.position)
+
+    async def _alock(self) -> None:
+        """Take the replica's lock from a coroutine: it is only ever held while
+        entries are applied (or a thread's blocking append), so poll, yielding."""
+        delay = 0.0
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(0.001, delay * 2 or 0.0001)
+
+    async def _aapply(self, entries: Entries) -> None:
+        await self._alock()
+        try:
+            self._apply(entries)
+        finally:
+            self._lock.release()
+
+    async def asubmit(self, entry: bytes, writes_text: bool) -> Any:
+        """:meth:`submit` for coroutines. The append and apply run in a task of
+        their own that a cancelled caller does not stop: the write either never
+        started or lands everywhere (this replica included) before that task
+        ends; the caller that was cancelled just does not get the outcome."""
+        if self._closed:
+            raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
+        task = asyncio.ensure_future(self._asubmit(entry, writes_text))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return await asyncio.shield(task)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a cancelled caller's error is not an orphan
+
+    async def _asubmit(self, entry: bytes, writes_text: bool) -> Any:
+        with self._olock:
+            floor = self.position  # our entry lands after it: keep outcomes past it
+            self._floors[floor] += 1
+        try:
+            seq, tail = await self._aappend(entry)
+            await self._aapply(tail)
+            with self._olock:
+                result, error = self._outcomes.pop(seq, (None, None))
+        finally:
+            with self._olock:
+                self._floors[floor] -= 1
+                if not self._floors[floor]:
+                    del self._floors[floor]
+                low = min(self._floors) if self._floors else None
+                for k in list(self._outcomes):
+                    if low is not None and k > low:
+                        break
+                    del self._outcomes[k]
+        if seq % CHECKPOINT_EVERY == 0:
+            self._checkpoint_due = seq
+        if writes_text:
+            self._wrote = True
+        if error is not None:
+            raise error
+        return result
+
+    async def aflush(self) -> None:
+        """:meth:`flush` for coroutines."""
+        reg = self._reg()
+        if reg is None:
+            return
+        self.publish(reg._core.access_entry(self.origin))
+        with self._outbox_lock:
+            pending, self._outbox = self._outbox, []
+        for k, entry in enumerate(pending):
+            try:
+                _, tail = await self._aappend(entry)
+            except BaseException:
+                with self._outbox_lock:  # keep the rest for the next flush
+                    self._outbox[:0] = pending[k:]
+                raise
+            await self._aapply(tail)
+
+    async def sync_async(self, timeout: float = 10.0) -> None:
+        """:meth:`sync` for coroutines."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self.aflush()
+        last = getattr(self.store, "alast_seq", None)
+        read = getattr(self.store, "aread", None)
+        if last is not None:
+            target = await last(self.name)
+        else:
+            target = await loop.run_in_executor(None, self.store.last_seq, self.name)
+        while self.position < target:
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"shared registry {self.name!r}: at entry {self.position} of {target} "
+                    f"after {timeout} s"
+                )
+            if read is not None:
+                entries = await read(self.name, self.position)
+            else:
+                read_now = self.store.read
+                entries = await loop.run_in_executor(None, read_now, self.name, self.position)
+            if entries:
+                await self._aapply(entries)
+
+    async def aclose(self) -> None:
+        """:meth:`close` for coroutines: flush with the async client, stop the
+        follower on the loop's default executor, close the async client."""
+        if self._closed:
+            return
+        try:
+            await self.aflush()
+        except StoreUnavailableError as e:
+            log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
+        if self._tasks:  # writes whose callers were cancelled finish first
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+        aclose = getattr(self.store, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
     # ---- the follower -----------------------------------------------------------------
 
     def start(self) -> None:
@@ -379,6 +539,29 @@ class Replica:
         self.origin = os.urandom(16)
         if not self._closed:
             self.start()
+
+
+async def awrite(
+    reg: BlockRegistry, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
+) -> Any:
+    """Run the write method ``call`` of a shared registry with its journal entry
+    deferred, then append and apply that entry asynchronously; ``post`` turns
+    the core's outcome into what the method returns (it is skipped when the
+    method returned without writing)."""
+    rep = reg._replica
+    if rep is None:
+        return call()
+    token = _DEFER.set(rep)
+    try:
+        out = call()
+    except _Deferred as d:
+        entry, writes_text = d.entry, d.writes_text
+    else:
+        return out  # refused or nothing to write: no entry was made
+    finally:
+        _DEFER.reset(token)
+    result = await rep.asubmit(entry, writes_text)
+    return result if post is None else post(result)
 
 
 def _follow(rep: Replica) -> None:

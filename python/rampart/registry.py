@@ -1297,6 +1297,268 @@ class BlockRegistry:
         atomic_write(p, text.encode("utf-8"))
         return len(blocks)
 
+    # =====================================================================================
+    # ---- asyncio twins (issue 18) ----------------------------------------------------------
+    # Each ``a``-method means what its sync twin means (same arguments, result and
+    # typed errors) and never blocks the event loop. What never waits (reads,
+    # compile without a new task, writes to a local registry) just calls the twin;
+    # a shared registry's write is encoded by the core as usual and appended with
+    # the store's async client (``_replica.awrite``); a new task or new blocks go
+    # to the model without blocking (``_aio``). See docs/shared.md, "asyncio and
+    # servers".
+    # =====================================================================================
+
+    @classmethod
+    async def aopen(
+        cls,
+        store: Any,
+        name: str,
+        embedding_model: EmbeddingModel | str | None = None,
+        tokeniser: Any = None,
+        *,
+        label: str | None = None,
+        seeds: Iterable[PathLike | BlockSource] | None = None,
+        **kwargs: Any,
+    ) -> BlockRegistry:
+        """:meth:`open` for coroutines. Opening reads a checkpoint, replays the
+        journal tail and may embed seeds (CPU work and store I/O once per
+        registry): it runs on the loop's default executor."""
+        import asyncio
+        import functools
+
+        from rampart._replica import open_shared
+
+        call = functools.partial(
+            open_shared, cls, store, name, embedding_model, tokeniser, label, seeds, kwargs
+        )
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    async def aclose(self) -> None:
+        """:meth:`close` for coroutines (flushes with the store's async client)."""
+        if self._replica is not None:
+            await self._replica.aclose()
+
+    async def sync_async(self, timeout: float = 10.0) -> None:
+        """:meth:`sync` for coroutines (``a`` + ``sync`` is the keyword ``async``,
+        hence this name): publish this replica's access counts and vectors, then
+        apply every entry appended before the call."""
+        if self._replica is not None:
+            await self._replica.sync_async(timeout)
+
+    async def aembed_pending(self) -> int:
+        """:meth:`embed_pending` for coroutines: the model runs off the loop, and
+        one coroutine per registry embeds at a time (the others then find none)."""
+        from rampart import _aio
+
+        return await _aio.aembed_pending(self)
+
+    async def _awrite(
+        self, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
+    ) -> Any:
+        if self._replica is None:
+            return call()  # a local write never waits
+        from rampart._replica import awrite
+
+        return await awrite(self, call, post)
+
+    async def awrite_block(
+        self, content: str, semantic_name: str, *args: Any, **kwargs: Any
+    ) -> str:
+        """:meth:`write_block` for coroutines."""
+        out: str = await self._awrite(
+            lambda: self.write_block(content, semantic_name, *args, **kwargs)
+        )
+        return out
+
+    async def awrite_agent_block(
+        self, content: str, trajectory_id: str, *args: Any, **kwargs: Any
+    ) -> str:
+        """:meth:`write_agent_block` for coroutines."""
+        out: str = await self._awrite(
+            lambda: self.write_agent_block(content, trajectory_id, *args, **kwargs)
+        )
+        return out
+
+    async def aadd_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
+        """:meth:`add_from_seed` for coroutines."""
+        out: str = await self._awrite(
+            lambda: self.add_from_seed(seed_registry, name), lambda ids: ids[0]
+        )
+        return out
+
+    async def aupdate_block_content(
+        self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
+    ) -> None:
+        """:meth:`update_block_content` for coroutines."""
+        await self._awrite(lambda: self.update_block_content(runtime_id, content, by=by))
+
+    async def aupdate_priority(self, runtime_id: str, priority: float) -> None:
+        """:meth:`update_priority` for coroutines."""
+        await self._awrite(lambda: self.update_priority(runtime_id, priority))
+
+    async def aset_gated(self, runtime_id: str, flag: bool) -> None:
+        """:meth:`set_gated` for coroutines."""
+        await self._awrite(lambda: self.set_gated(runtime_id, flag))
+
+    async def aset_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
+        """:meth:`set_wrap` for coroutines."""
+        await self._awrite(lambda: self.set_wrap(runtime_id, prefix, suffix))
+
+    async def apromote(self, runtime_id: str, **directive: Any) -> int:
+        """:meth:`promote` for coroutines (one keyword directive, as there)."""
+        out: int = await self._awrite(lambda: self.promote(runtime_id, **directive))
+        return out
+
+    async def ademote(self, runtime_id: str, steps: int = 1) -> int:
+        """:meth:`demote` for coroutines."""
+        out: int = await self._awrite(lambda: self.demote(runtime_id, steps))
+        return out
+
+    async def apromote_to_front(self, runtime_id: str) -> int:
+        """:meth:`promote_to_front` for coroutines."""
+        out: int = await self._awrite(lambda: self.promote_to_front(runtime_id))
+        return out
+
+    async def ademote_to_back(self, runtime_id: str) -> int:
+        """:meth:`demote_to_back` for coroutines."""
+        out: int = await self._awrite(lambda: self.demote_to_back(runtime_id))
+        return out
+
+    async def areorder(self, id_list: Sequence[str]) -> None:
+        """:meth:`reorder` for coroutines."""
+        await self._awrite(lambda: self.reorder(id_list), lambda _: None)
+
+    async def apromote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
+        """:meth:`promote_group` for coroutines."""
+        out: int = await self._awrite(lambda: self.promote_group(id_list, to_position=to_position))
+        return out
+
+    async def aevict(
+        self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
+    ) -> InstructionBlock:
+        """:meth:`evict` for coroutines."""
+        out: InstructionBlock = await self._awrite(
+            lambda: self.evict(runtime_id, force=force, by=by), InstructionBlock
+        )
+        return out
+
+    async def aevict_by_policy(
+        self, n: int | None = None, *, threshold: float | None = None
+    ) -> list[str]:
+        """:meth:`evict_by_policy` for coroutines."""
+        out: list[str] = await self._awrite(lambda: self.evict_by_policy(n, threshold=threshold))
+        return out
+
+    async def arollback_trajectory(
+        self, trajectory_id: str, *, by: BlockRegistry | None = None
+    ) -> int:
+        """:meth:`rollback_trajectory` for coroutines."""
+        out: int = await self._awrite(lambda: self.rollback_trajectory(trajectory_id, by=by))
+        return out
+
+    async def arestore(self, snapshot: Snapshot) -> None:
+        """:meth:`restore` for coroutines."""
+        await self._awrite(lambda: self.restore(snapshot), lambda _: None)
+
+    async def aload_tools(self, tools: ToolsInput, **kwargs: Any) -> list[str]:
+        """:meth:`load_tools` for coroutines (a path is read on the loop: pass
+        parsed definitions from async code that must not touch the disk)."""
+        out: list[str] = await self._awrite(lambda: self.load_tools(tools, **kwargs))
+        return out
+
+    async def acompile(
+        self,
+        max_tokens: int | None = None,
+        task_text: str | None = None,
+        relevance_threshold: float | None = None,
+        top_k: int | None = None,
+        separator: str | None = None,
+        *,
+        task_embedding: Any = None,
+        gate: GateFn | None = None,
+        tools_in_prompt: bool = True,
+    ) -> CompileResult:
+        """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
+        (a new task's vector, blocks written since the last gate): both are
+        awaited off the loop; everything else is the sync compile."""
+        if (relevance_threshold is None and top_k is None) or gate is not None:
+            return self.compile(
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding=task_embedding,
+                gate=gate,
+                tools_in_prompt=tools_in_prompt,
+            )
+        from rampart import _aio
+
+        budget = self.default_max_tokens if max_tokens is None else max_tokens
+        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
+            budget = _check_budget(budget)
+        sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
+        if task_text is None and task_embedding is None:
+            raise InvalidArgumentError(
+                "relevance_threshold/top_k need a task: pass task_text or task_embedding"
+            )
+        if task_text is not None:
+            _text(task_text, "task_text")
+        if top_k is not None:
+            top_k = _int(top_k, "top_k", minimum=0)
+        if relevance_threshold is not None:
+            relevance_threshold = _number(relevance_threshold, "relevance_threshold")
+        q = await _aio.aquery(self, task_text, task_embedding)
+        n = self._sep_tokens(sep)
+        tools = bool(tools_in_prompt)
+        prompt, sel = await _aio.with_vectors(
+            self,
+            lambda: self._core.compile(
+                budget,
+                sep,
+                n,
+                q,
+                threshold=relevance_threshold,
+                top_k=top_k,
+                dry_run=False,
+                tools_in_prompt=tools,
+            ),
+        )
+        return CompileResult(prompt or "", sel, sep)
+
+    async def afind_relevant(
+        self,
+        task_text: str | None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        *,
+        task_embedding: Any = None,
+    ) -> list[tuple[InstructionBlock, float]]:
+        """:meth:`find_relevant` for coroutines."""
+        from rampart import _aio
+
+        if task_embedding is None:
+            _text(task_text, "task_text")
+        if top_k is not None:
+            top_k = _int(top_k, "top_k", minimum=0)
+        if threshold is not None:
+            threshold = _number(threshold, "threshold")
+        q = await _aio.aquery(self, task_text, task_embedding)
+        ranked = await _aio.with_vectors(self, lambda: self._core.rank(q, top_k, threshold))
+        return [(InstructionBlock(b), s) for b, s in ranked]
+
+    async def ascore_block(
+        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
+    ) -> float:
+        """:meth:`score_block` for coroutines."""
+        from rampart import _aio
+
+        if task_text is None and task_embedding is None:
+            raise InvalidArgumentError("score_block needs task_text or task_embedding")
+        q = await _aio.aquery(self, task_text, task_embedding)
+        self._core.get(runtime_id)
+        return float(await _aio.with_vectors(self, lambda: self._core.score(runtime_id, q)))
+
 
 def _unpickle(
     data: bytes, tokeniser: Any, model: str | None, default_max_tokens: int | None

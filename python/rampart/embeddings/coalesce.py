@@ -5,11 +5,18 @@ moment. Run one by one, each call streams the model's 42 MB of weights for a
 dozen tokens; run together, one pass serves them all. :class:`Coalescer` does this
 without a timer: the first caller runs at once (an idle server pays nothing), and
 every call that arrives while a run is in progress joins the next batch.
+
+Coroutines join the same rounds (:meth:`Coalescer.asubmit`): a coroutine never
+runs a round on the event loop's thread; a round that has no thread caller to
+lead it goes to one of the coalescer's own worker threads (at most one per
+concurrent round), and each coroutine's future is resolved from there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -21,9 +28,9 @@ R = TypeVar("R")
 
 
 class _Request(Generic[T, R]):
-    __slots__ = ("batch", "done", "error", "item", "result")
+    __slots__ = ("batch", "done", "error", "future", "item", "result")
 
-    def __init__(self, item: T) -> None:
+    def __init__(self, item: T, future: asyncio.Future[None] | None = None) -> None:
         self.item = item
         self.result: R | None = None
         self.error: BaseException | None = None
@@ -31,6 +38,25 @@ class _Request(Generic[T, R]):
         # requests, its own first.
         self.batch: list[_Request[T, R]] | None = None
         self.done = threading.Event()
+        # A coroutine's request: resolved on its loop when its round is over; such
+        # a request never leads (its loop must not run the model).
+        self.future = future
+
+    def finish(self) -> None:
+        """Tell the caller its result is ready (from the thread that ran the round)."""
+        fut = self.future
+        if fut is None:
+            self.done.set()
+            return
+        try:
+            fut.get_loop().call_soon_threadsafe(_resolve, fut)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():  # a cancelled caller's future stays cancelled
+        fut.set_result(None)
 
 
 class Coalescer(Generic[T, R]):
@@ -54,6 +80,10 @@ class Coalescer(Generic[T, R]):
         self._lock = threading.Lock()
         self._pending: list[_Request[T, R]] = []
         self._leaders = 0  # rounds running or handed over
+        # Rounds of coroutines' requests, for the worker threads to lead.
+        self._rounds: queue.SimpleQueue[list[_Request[T, R]]] = queue.SimpleQueue()
+        self._workers = 0
+        self._idle = 0
 
     def submit(self, item: T) -> R:
         """``run([..., item, ...])``'s result for ``item``, computed in one round with
@@ -77,7 +107,45 @@ class Coalescer(Generic[T, R]):
             self._lead(req.batch)
         return self._outcome(req)
 
-    def _lead(self, batch: list[_Request[T, R]]) -> None:
+    async def asubmit(self, item: T) -> R:
+        """:meth:`submit` for coroutines: the item joins the next round (or starts
+        one on a worker thread) and the caller awaits its result without blocking
+        its event loop. A cancelled caller leaves the round; its result is dropped."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        req: _Request[T, R] = _Request(item, fut)
+        with self._lock:
+            if self._leaders < self._max_leaders:
+                self._leaders += 1
+                self._dispatch([req])
+            else:
+                self._pending.append(req)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            with self._lock:
+                if req in self._pending:
+                    self._pending.remove(req)
+            raise
+        return self._outcome(req)
+
+    def _dispatch(self, batch: list[_Request[T, R]]) -> None:
+        """Hand a round to a worker thread (caller holds the lock): an idle one,
+        or a new one while fewer than ``leaders`` exist."""
+        self._rounds.put(batch)
+        if self._idle > 0:
+            self._idle -= 1  # it takes this round
+        else:
+            self._workers += 1
+            threading.Thread(target=self._work, name="rampart-coalescer", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self._lead(self._rounds.get(), first=0)
+
+    def _lead(self, batch: list[_Request[T, R]], first: int = 1) -> None:
+        """Run one round and hand each result to its caller (``first``: 0 on a
+        worker thread, 1 when ``batch[0]`` is the calling leader, which needs no
+        signal)."""
         try:
             results = self._run([r.item for r in batch])
             if len(results) != len(batch):
@@ -88,17 +156,26 @@ class Coalescer(Generic[T, R]):
             for r in batch:
                 r.error = exc
         finally:
+            if first == 0:
+                with self._lock:
+                    self._idle += 1  # before the hand-over, which may give it the next round
             self._hand_over()
-            for r in batch[1:]:
-                r.done.set()
+            for r in batch[first:]:
+                r.finish()
 
     def _hand_over(self) -> None:
-        """Form the next round for the oldest waiting caller, or give up the place."""
+        """Form the next round for the oldest waiting caller (a worker thread, when
+        that caller is a coroutine), or give up the place."""
         with self._lock:
             if self._pending:
-                nxt = self._pending[0]
-                nxt.batch = self._pending[: self._limit]
+                nxt: _Request[T, R] | None = self._pending[0]
+                batch = self._pending[: self._limit]
                 del self._pending[: self._limit]
+                if batch[0].future is not None:
+                    self._dispatch(batch)
+                    nxt = None
+                else:
+                    batch[0].batch = batch
             else:
                 nxt = None
                 self._leaders -= 1

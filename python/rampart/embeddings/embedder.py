@@ -360,6 +360,35 @@ class OnnxEmbedder:
         self._check_fork()
         return self._coalescer.submit(ids)
 
+    async def aencode(self, text: str) -> np.ndarray:
+        """:meth:`encode` for coroutines: the text joins the coalescer's next round,
+        which runs on a thread (a caller's or the coalescer's own), never on the
+        event loop; the loop only tokenises (microseconds)."""
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be str, not {type(text).__name__}")
+        ids = self._truncate(self._tok.encode(text).ids)
+        self._check_fork()
+        return await self._coalescer.asubmit(ids)
+
+    async def aencode_batch_report(self, texts: Iterable[str]) -> tuple[np.ndarray, list[bool]]:
+        """:meth:`encode_batch_report` for coroutines: each text joins the
+        coalescer's rounds (:meth:`aencode`), so a batch from one coroutine and
+        the queries of others share model passes. The vector cache is not
+        consulted (its reads and writes are disk I/O)."""
+        import asyncio
+
+        items = _check_texts(texts)
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        if not items:
+            return out, []
+        self._check_fork()
+        full = self._ids(items)
+        ids = [self._truncate(x) for x in full]
+        rows = await asyncio.gather(*(self._coalescer.asubmit(x) for x in ids))
+        for i, row in enumerate(rows):
+            out[i] = row
+        return out, [len(x) > self.max_length for x in full]
+
     def _encode_ids(self, items: list[list[int]]) -> list[np.ndarray]:
         """One coalesced round of :meth:`encode` calls: token ids → one vector each."""
         if len(items) == 1:

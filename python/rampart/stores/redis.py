@@ -48,9 +48,12 @@ fails raises ``StoreUnavailableError``; the follower retries on its own.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import time
 import urllib.parse
+import weakref
 from typing import Any
 
 from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
@@ -345,6 +348,14 @@ class RedisStore:
         self._checkpoint = self._r.register_script(_CHECKPOINT)
         self._compact = self._r.register_script(_COMPACT)
         self._fence_script = self._r.register_script(_FENCE)
+        # The asyncio twins (below): one redis.asyncio client per event loop, for a
+        # single node without ``wait``; anything else runs the sync call above
+        # on the loop's default executor (its failover, WAIT and fencing logic).
+        self._kwargs = {k: v for k, v in kwargs.items() if k != "retry"}
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._apid = os.getpid()
 
     def _sentinel_client(
         self, netloc: str, path: str, query: list[tuple[str, str]], kwargs: dict[str, Any]
@@ -621,6 +632,88 @@ class RedisStore:
 
     def close(self) -> None:
         self._r.close()
+
+    # ---- asyncio (redis.asyncio, one client per event loop) ---------------------------
+
+    def _direct(self) -> bool:
+        """Whether the async client serves this store: one node (``redis://``,
+        ``rediss://``, ``unix://``) without ``wait``. Sentinel, Cluster and ``wait``
+        keep their one implementation, the sync one, run off the loop."""
+        return not self.cluster and not self.replicas and not self.url.startswith("redis+")
+
+    def _aclient(self) -> tuple[Any, Any]:
+        """This loop's async client and its append script."""
+        if self._apid != os.getpid():
+            self._aclients = weakref.WeakKeyDictionary()
+            self._apid = os.getpid()
+        loop = asyncio.get_running_loop()
+        got = self._aclients.get(loop)
+        if got is None:
+            from redis import asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            base, _, q = self.url.partition("?")
+            theirs = [
+                (k, v)
+                for k, v in urllib.parse.parse_qsl(q, keep_blank_values=True)
+                if k not in _OPTIONS
+            ]
+            url = base + ("?" + urllib.parse.urlencode(theirs) if theirs else "")
+            # No silent retries, as for the sync client (see the module doc).
+            kwargs = {"retry": Retry(NoBackoff(), 0), **self._kwargs}
+            client = aioredis.Redis.from_url(url, **kwargs)
+            got = self._aclients[loop] = (client, client.register_script(_APPEND))
+        return got
+
+    async def _acall(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
+            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+        except self._redis.ResponseError as e:
+            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+
+    @staticmethod
+    async def _off_loop(fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        """:meth:`append` on this event loop (the same script, one round trip)."""
+        if not self._direct():
+            result: tuple[int, Entries] = await self._off_loop(self.append, name, entry, after)
+            return result
+        k = self.keys(name)
+        _, script = self._aclient()
+        n, tail = await self._acall(script(keys=[k["log"], k["seq"]], args=[entry, after]))
+        return int(n), [(_seq(i), bytes(f[b"e"])) for i, f in self._fields(tail)]
+
+    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        if not self._direct():
+            entries: Entries = await self._off_loop(self.read, name, after, limit)
+            return entries
+        client, _ = self._aclient()
+        rows = await self._acall(
+            client.xrange(self.keys(name)["log"], f"(0-{after}", "+", count=limit)
+        )
+        return [(_seq(i), bytes(f.get(b"e", b""))) for i, f in rows]
+
+    async def alast_seq(self, name: str) -> int:
+        if not self._direct():
+            return int(await self._off_loop(self.last_seq, name))
+        client, _ = self._aclient()
+        v = await self._acall(client.get(self.keys(name)["seq"]))
+        return int(v or 0)
+
+    async def aclose(self) -> None:
+        """Close this loop's async client (other loops' clients close with their loop)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        got = self._aclients.pop(loop, None)
+        if got is not None:
+            await got[0].aclose()
 
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r})"

@@ -22,6 +22,11 @@ every replica; an append lands after any row a foreign client put ahead of
 ``last_seq`` (within ``AHEAD_LIMIT``) and fills the sequence numbers it skips
 with empty entries, so nothing can be slipped in below ``last_seq`` later.
 
+Coroutines (the registry's ``a``-methods) reach the file through one writer
+thread per store and process: it runs their calls (the same methods as below)
+in order, resolving each coroutine's future on its loop. The event loop never
+waits on SQLite's lock or an fsync, and no thread is started per call.
+
 Change notification: a follower polls ``PRAGMA data_version`` (a read of shared
 memory, a few µs) every ``poll_interval`` seconds and reads only when another
 connection committed.
@@ -29,7 +34,9 @@ connection committed.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
 import sqlite3
 import threading
 import time
@@ -143,6 +150,7 @@ class SQLiteStore:
         self._schema_ready = False
         self._has_schema = True
         self._gate = threading.Lock()
+        self._writer: _Writer | None = None
         _STORES.add(self)
 
     # ---- connections: one per thread and process ------------------------------------
@@ -501,3 +509,83 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
+
+    # ---- asyncio: one writer thread per store -----------------------------------------
+
+    def _awriter(self) -> _Writer:
+        w = self._writer
+        if w is None or w.pid != os.getpid():  # a forked child starts its own
+            w = self._writer = _Writer(self)
+        return w
+
+    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        """:meth:`append` for coroutines, on the store's writer thread."""
+        result: tuple[int, Entries] = await self._awriter().call(self.append, (name, entry, after))
+        return result
+
+    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        result: Entries = await self._awriter().call(self.read, (name, after, limit))
+        return result
+
+    async def alast_seq(self, name: str) -> int:
+        return int(await self._awriter().call(self.last_seq, (name,)))
+
+    async def aclose(self) -> None:
+        """Stop the writer thread (it closes its connection); a later call starts
+        a new one."""
+        w, self._writer = self._writer, None
+        if w is not None and w.pid == os.getpid():
+            await w.call(None, ())
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.done():  # the caller was cancelled: its result is dropped
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
+class _Writer:
+    """The thread that runs a store's calls for coroutines, in arrival order."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.pid = os.getpid()
+        self._store = weakref.ref(store)
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="rampart-sqlite-writer", daemon=True).start()
+
+    async def call(self, fn: Any, args: tuple[Any, ...]) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((fn, args, loop, fut))
+        return await fut
+
+    @staticmethod
+    def _reply(job: Any, result: Any, error: BaseException | None) -> None:
+        _, _, loop, fut = job
+        try:
+            loop.call_soon_threadsafe(_settle, fut, result, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            pass
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            store = self._store()  # not kept between jobs: the store may go away
+            if store is None or job[0] is None:
+                conn = getattr(store._local, "conn", None) if store is not None else None
+                if conn is not None:  # this thread's connection, not the others'
+                    conn.close()
+                    store._local.conn = None  # type: ignore[union-attr]
+                if job[0] is None:
+                    self._reply(job, None, None)
+                return
+            del store
+            try:
+                result = job[0](*job[1])
+            except BaseException as e:  # handed to the caller
+                self._reply(job, None, e)
+            else:
+                self._reply(job, result, None)
