@@ -428,6 +428,14 @@ class Replica:
             raise error
         return result
 
+    async def _ainflight(self) -> None:
+        """Wait for this replica's writes in flight on this loop (their callers
+        may have been cancelled; the writes go on)."""
+        loop = asyncio.get_running_loop()
+        mine = [t for t in self._tasks if t.get_loop() is loop]
+        if mine:
+            await asyncio.gather(*mine, return_exceptions=True)
+
     async def aflush(self) -> None:
         """:meth:`flush` for coroutines."""
         reg = self._reg()
@@ -449,6 +457,7 @@ class Replica:
         """:meth:`sync` for coroutines."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        await self._ainflight()
         await self.aflush()
         last = getattr(self.store, "alast_seq", None)
         read = getattr(self.store, "aread", None)
@@ -479,8 +488,7 @@ class Replica:
             await self.aflush()
         except StoreUnavailableError as e:
             log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
-        if self._tasks:  # writes whose callers were cancelled finish first
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._ainflight()  # writes whose callers were cancelled finish first
         await asyncio.get_running_loop().run_in_executor(None, self.close)
         aclose = getattr(self.store, "aclose", None)
         if aclose is not None:

@@ -1324,14 +1324,17 @@ class BlockRegistry:
         journal tail and may embed seeds (CPU work and store I/O once per
         registry): it runs on the loop's default executor."""
         import asyncio
-        import functools
 
         from rampart._replica import open_shared
 
-        call = functools.partial(
-            open_shared, cls, store, name, embedding_model, tokeniser, label, seeds, kwargs
-        )
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+        def opened() -> BlockRegistry:
+            reg = open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
+            prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
+            if prepare is not None:
+                prepare()  # e.g. the async client's import, here rather than on the loop
+            return reg
+
+        return await asyncio.get_running_loop().run_in_executor(None, opened)
 
     async def aclose(self) -> None:
         """:meth:`close` for coroutines (flushes with the store's async client)."""

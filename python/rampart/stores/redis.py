@@ -635,6 +635,11 @@ class RedisStore:
 
     # ---- asyncio (redis.asyncio, one client per event loop) ---------------------------
 
+    def aprepare(self) -> None:
+        """Import redis.asyncio (~0.1 s, once per process) off the event loop:
+        ``BlockRegistry.aopen`` calls this on its executor thread."""
+        from redis import asyncio  # noqa: F401
+
     def _direct(self) -> bool:
         """Whether the async client serves this store: one node (``redis://``,
         ``rediss://``, ``unix://``) without ``wait``. Sentinel, Cluster and ``wait``

@@ -1,0 +1,448 @@
+"""The asyncio twins (``a``-methods) against real stores: a SQLite file and a real
+redis-server. Same outcomes and typed errors as the sync methods, concurrent
+coroutines, cancellation mid-write, and no blocking call on the event loop's
+thread. The last is checked without timing: every blocking entry point (the
+store's sync methods, the model's runs) records the thread that ran it, and the
+loop's thread must be none of them; on top, every test runs in asyncio's debug
+mode, which logs each step that holds the loop past ``SLOW`` — a second, far
+above what a busy shared machine adds, but below the store outage the
+cancellation test stages, so a store call made on the loop there is caught."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rampart
+from conftest import SEEDS, needs_model
+from rampart.embeddings.coalesce import Coalescer
+from rampart.errors import (
+    BlockNotFoundError,
+    BlockPermissionError,
+    EvictionError,
+    InvalidArgumentError,
+    RampartError,
+    StoreUnavailableError,
+)
+from redis_server import RedisServer, skip_without_redis
+from test_shared import state
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_tests",
+            "description": "Run the project's test suite.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """(url, server or None)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}", None
+        return
+    skip_without_redis()
+    d = tmp_path / "redis"
+    d.mkdir()
+    server = RedisServer(d)
+    server.start()
+    yield server.url, server
+    server.stop()
+
+
+class Watch:
+    """Records the threads that ran blocking calls; the loop's thread must be none."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, set[int]] = {}
+
+    def wrap(self, obj: Any, name: str) -> None:
+        fn = getattr(obj, name)
+
+        def spy(*a: Any, **kw: Any) -> Any:
+            self.threads.setdefault(name, set()).add(threading.get_ident())
+            return fn(*a, **kw)
+
+        setattr(obj, name, spy)
+
+    def store(self, reg: rampart.BlockRegistry) -> None:
+        st = reg._replica.store  # type: ignore[union-attr]
+        for name in ("append", "read", "last_seq", "wait", "meta", "checkpoint"):
+            self.wrap(st, name)
+
+    def on(self, ident: int) -> list[str]:
+        return sorted(n for n, ts in self.threads.items() if ident in ts)
+
+
+SLOW = 1.0  # seconds: asyncio's slow-callback threshold in these tests
+HOLD = 1.5  # seconds the cancellation test keeps the store from appending
+
+
+def run(coro_fn: Callable[[], Awaitable[Any]], caplog: pytest.LogCaptureFixture) -> Any:
+    """Run in debug mode: asyncio logs every step that holds the loop longer than
+    ``slow_callback_duration``; none may appear."""
+
+    async def main() -> Any:
+        asyncio.get_running_loop().slow_callback_duration = SLOW
+        return await coro_fn()
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        out = asyncio.run(main(), debug=True)
+    slow = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not slow, slow
+    return out
+
+
+# ---- the same semantics as the sync methods -----------------------------------------------
+
+
+def test_twins_give_the_sync_outcomes_and_errors(
+    store: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _ = store
+
+    async def go() -> None:
+        a = await rampart.BlockRegistry.aopen(url, "agent", seeds=[SEEDS], label=None)
+        b = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        watch = Watch()
+        watch.store(a)
+        loop_thread = threading.get_ident()
+        try:
+            assert a.shared and len(a) == len(b)
+            rid = await a.awrite_agent_block("Run `make lint` first.", "run-1")
+            assert isinstance(rid, str) and rid in a
+            assert await a.apromote(rid, to_front=True) == 0
+            assert await a.ademote(rid, 2) == 2
+            assert await a.apromote_to_front(rid) == 0
+            last = await a.ademote_to_back(rid)
+            assert last == len(a) - 1
+            seed = a.runtime_ids()[0]
+            before = state(a)
+            with pytest.raises(EvictionError):
+                await b.aevict(seed)
+            with pytest.raises(BlockPermissionError):
+                await b.aevict(seed, force=True, by=rampart.BlockRegistry())
+            with pytest.raises(BlockNotFoundError):
+                await a.aupdate_priority("00000000-0000-4000-8000-000000000000", 0.5)
+            with pytest.raises(InvalidArgumentError):  # checked before anything is encoded
+                await a.aupdate_priority(rid, 2.0)
+            await a.sync_async()
+            assert state(a) == before
+            gone = await b.aevict(seed, force=True)
+            assert isinstance(gone, rampart.InstructionBlock) and gone.runtime_id == seed
+            await a.aupdate_block_content(rid, "Run `make lint` before committing.")
+            await a.aset_wrap(rid, "<critical>", "</critical>")
+            await a.aupdate_priority(rid, 0.9)
+            await a.aset_gated(rid, False)
+            ids = a.runtime_ids()[:3]
+            assert await a.areorder(list(reversed(ids))) is None
+            assert await a.apromote_group(ids, to_position=2) == 2
+            snap = a.snapshot()
+            tools = await a.aload_tools(TOOLS)
+            assert [x.semantic_name for x in map(a.get_by_id, tools)] == ["run_tests"]
+            n1 = await a.awrite_agent_block("temporary note", "run-2")
+            assert await a.arollback_trajectory("run-2") == 1 and n1 not in a
+            assert await a.arestore(snap) is None
+            assert "run_tests" not in {x.semantic_name for x in a.list_blocks()}
+            note = a.get_by_name("agent_note_run-1")[0]  # the restore gave it a new id
+            assert note.wrap_prefix == "<critical>"
+            assert await a.aevict_by_policy(1) == [note.runtime_id]  # the only evictable one
+            result = await a.acompile(max_tokens=300)
+            assert result.total_tokens <= 300
+            await a.sync_async()
+            await b.sync_async()
+            await a.sync_async()
+            assert state(a) == state(b)
+            assert b.get_by_name("agent_note_run-1") == []
+            assert watch.on(loop_thread) == []  # no blocking store call on the loop
+        finally:
+            await a.aclose()
+            await b.aclose()
+        with pytest.raises(RampartError, match="closed"):
+            await a.awrite_block("after close", "late")
+        assert len(a) > 0  # readable after close
+
+    run(go, caplog)
+
+
+def test_local_registry_twins_are_the_sync_methods(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> None:
+        reg = rampart.BlockRegistry.from_files([SEEDS])
+        rid = await reg.awrite_block("note", "n", priority=0.8, tags=["x"])
+        assert reg.get_by_id(rid).tags == ("x",)
+        assert await reg.apromote(rid, before=reg.runtime_ids()[0]) == 0
+        gone = await reg.aevict(rid)
+        assert gone.runtime_id == rid
+        with pytest.raises(EvictionError):
+            await reg.aevict(reg.runtime_ids()[0])
+        await reg.sync_async()  # nothing to do locally
+        await reg.aclose()
+        out = await reg.acompile(max_tokens=100)
+        assert out.prompt == reg.compile(max_tokens=100).prompt
+        reg.release()
+
+    run(go, caplog)
+
+
+# ---- concurrency, cancellation, outages ------------------------------------------------------
+
+
+def test_many_coroutines_write_at_once(
+    store: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _ = store
+
+    async def go() -> None:
+        a = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        b = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        try:
+
+            async def writer(k: int) -> list[str]:
+                return [await a.awrite_block(f"note {k}.{i}", f"w{k}") for i in range(5)]
+
+            got = await asyncio.gather(*(writer(k) for k in range(40)))
+            ids = [i for ids in got for i in ids]
+            assert len(set(ids)) == 200 and all(i in a for i in ids)
+            for k, mine in enumerate(got):  # each coroutine's writes in its own order
+                assert [a.get_by_id(i).content for i in mine] == [f"note {k}.{i}" for i in range(5)]
+            await b.sync_async()
+            assert state(a) == state(b)
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    run(go, caplog)
+
+
+def _hold_the_store(url: str, server: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(hold, release): make the store's next append wait server-side."""
+    if server is None:
+        path = url[len("sqlite:///") :]
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+        def hold() -> None:
+            conn.execute("BEGIN IMMEDIATE")  # SQLite's one writer lock
+
+        def release() -> None:
+            conn.execute("COMMIT")
+            conn.close()
+
+        return hold, release
+    import redis
+
+    r = redis.Redis.from_url(url)
+
+    def rhold() -> None:
+        r.execute_command("CLIENT", "PAUSE", "10000", "WRITE")
+
+    def rrelease() -> None:
+        r.execute_command("CLIENT", "UNPAUSE")
+        r.close()
+
+    return rhold, rrelease
+
+
+def test_cancelled_writes_land_everywhere_or_nowhere(
+    store: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, server = store
+
+    async def go() -> None:
+        a = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        b = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        try:
+            # Cancelled before it ran: nothing was encoded or appended.
+            early = asyncio.ensure_future(a.awrite_block("never", "early"))
+            early.cancel()
+            # Cancelled while its append waits in the store: the append and the
+            # apply go on without the caller, so it lands in every replica.
+            hold, release = _hold_the_store(url, server)
+            hold()
+            try:
+                mid = asyncio.ensure_future(a.awrite_block("in flight", "mid"))
+                # Let it reach the store and wait there. Were the append made on
+                # the loop's thread, this step would hold the loop for HOLD > SLOW.
+                for _ in range(int(HOLD / 0.05)):
+                    await asyncio.sleep(0.05)
+                assert not mid.done()
+                mid.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await mid
+            finally:
+                release()
+            with pytest.raises(asyncio.CancelledError):
+                await early
+            await a.sync_async()  # waits for the write whose caller left
+            await b.sync_async()
+            assert [x.content for x in a.get_by_name("mid")] == ["in flight"]
+            assert a.get_by_name("early") == []
+            assert state(a) == state(b)
+            c = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+            assert state(c) == state(a)
+            await c.aclose()
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    run(go, caplog)
+
+
+def test_redis_down_raises_store_unavailable_and_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    skip_without_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+
+        async def go() -> None:
+            a = await rampart.BlockRegistry.aopen(server.url, "agent", label=None)
+            rid = await a.awrite_block("kept", "k")
+            before = state(a)
+            server.stop()
+            with pytest.raises(StoreUnavailableError):
+                await a.awrite_block("lost", "l")
+            with pytest.raises(StoreUnavailableError):
+                await a.aevict(rid)
+            assert state(a) == before
+            assert (await a.acompile(max_tokens=50)).included == ["k"]  # compile still works
+            server.start()
+            await a.awrite_block("after", "after")
+            await a.sync_async()
+            assert [x.semantic_name for x in a.list_blocks()] == ["k", "after"]
+            await a.aclose()
+
+        # The follower logs its retries while Redis is down: only asyncio's log counts.
+        run(go, caplog)
+    finally:
+        server.stop()
+
+
+# ---- the model, off the loop -------------------------------------------------------------------
+
+
+class ThreadModel:
+    """An embedding model with no async method: a hash of words, recording the
+    threads it ran on (the loop's default executor, never the loop)."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def encode(self, text: str) -> list[float]:
+        self.threads.add(threading.get_ident())
+        v = [0.0] * 16
+        for w in text.lower().split():
+            v[hash(w) % 16] += 1.0
+        return v if any(v) else [1.0] + [0.0] * 15
+
+
+def test_gated_compile_with_a_plain_model_runs_it_off_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = ThreadModel()
+
+    async def go() -> None:
+        reg = rampart.BlockRegistry.from_files([SEEDS], model)
+        model.threads.clear()  # from_files embedded the seeds here, before any loop work
+        await reg.awrite_block("always run the linter before committing", "lint")
+        got = await asyncio.gather(
+            *(reg.acompile(task_text=f"task {k} linter", top_k=3) for k in range(10))
+        )
+        ranked = await reg.afind_relevant("linter committing", top_k=2)
+        assert model.threads and threading.get_ident() not in model.threads
+        assert ranked[0][0].semantic_name == "lint"
+        for k, res in enumerate(got):  # the sync method's selection (run here, on purpose)
+            assert res.included == reg.compile(task_text=f"task {k} linter", top_k=3).included
+        reg.release()
+
+    run(go, caplog)
+
+
+@needs_model
+def test_gated_compiles_share_the_coalescer_and_never_run_the_model_on_the_loop(
+    store: tuple[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _ = store
+    emb = rampart.default_embedder()
+    watch = Watch()
+    for name in ("_run", "encode", "encode_batch_report"):
+        watch.wrap(emb, name)
+    try:
+
+        async def go() -> None:
+            a = await rampart.BlockRegistry.aopen(url, "agent", "default", label=None)
+            watch.store(a)
+            ident = threading.get_ident()
+            try:
+
+                async def worker(k: int) -> list[str]:
+                    await a.awrite_agent_block(f"lesson {k}: check the {k}th fixture", f"r{k}")
+                    res = await a.acompile(task_text=f"fix fixture number {k}", top_k=4)
+                    return res.included
+
+                got = await asyncio.gather(*(worker(k) for k in range(12)))
+                for k, included in enumerate(got):
+                    assert len(included) == 4
+                # The same selection as the sync method gives for the same state.
+                res = await a.acompile(task_text="fix fixture number 3", top_k=4)
+                assert res.included == a.compile(task_text="fix fixture number 3", top_k=4).included
+                assert await a.aembed_pending() == 0
+                assert watch.on(ident) == []
+            finally:
+                await a.aclose()
+
+        run(go, caplog)
+    finally:
+        for name in ("_run", "encode", "encode_batch_report"):
+            emb.__dict__.pop(name, None)
+
+
+# ---- the coalescer ------------------------------------------------------------------------------
+
+
+def test_coalescer_serves_threads_and_coroutines_in_shared_rounds() -> None:
+    rounds: list[list[int]] = []
+    ran_on: set[int] = set()
+    gate = threading.Event()
+
+    def work(items: list[int]) -> list[int]:
+        ran_on.add(threading.get_ident())
+        rounds.append(list(items))
+        gate.wait(5)
+        return [x * 10 for x in items]
+
+    co: Coalescer[int, int] = Coalescer(work, limit=64)
+
+    async def main() -> tuple[list[int], int]:
+        loop_ident = threading.get_ident()
+        first = asyncio.ensure_future(co.asubmit(0))  # leads on a worker thread, held
+        await asyncio.sleep(0.05)
+        threads = [threading.Thread(target=lambda k=k: co.submit(100 + k)) for k in range(3)]
+        for t in threads:
+            t.start()
+        later = [asyncio.ensure_future(co.asubmit(k)) for k in range(1, 9)]
+        gone = asyncio.ensure_future(co.asubmit(99))
+        await asyncio.sleep(0.05)
+        gone.cancel()  # withdrawn before its round: never run
+        gate.set()
+        out = [await first] + list(await asyncio.gather(*later))
+        for t in threads:
+            t.join(5)
+        return out, loop_ident
+
+    out, loop_ident = asyncio.run(main())
+    assert out == [k * 10 for k in range(9)]
+    assert loop_ident not in ran_on
+    assert rounds[0] == [0] and len(rounds) == 2  # everyone who waited shared one round
+    assert sorted(rounds[1]) == sorted([*range(1, 9), 100, 101, 102])
+    assert 99 not in rounds[1]
