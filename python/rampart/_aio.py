@@ -99,6 +99,10 @@ async def aembed_pending(reg: BlockRegistry) -> int:
     if not core.unembedded():  # one comparison while nothing changed
         return 0
     async with _embed_lock(reg):
+        # A thread (the follower embedding what was just written) may be embedding
+        # these very blocks: wait for it rather than run the model twice.
+        while reg._embed_lock.locked():
+            await asyncio.sleep(0.001)
         pending = core.unembedded()
         if not pending:
             return 0
