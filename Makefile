@@ -136,6 +136,7 @@ test: export RAMPART_REQUIRE_SDKS = 1
 test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
+test: export RAMPART_REQUIRE_SERVER = 1
 # The three hypothesis fuzzers (seed parser, registry files, tool schemas) run
 # this many seconds each: together over a minute.
 test: export RAMPART_FUZZ_SECONDS = 20

@@ -101,3 +101,113 @@ def test_quickstart_example_shows_promotion_gate_and_budget() -> None:
     left = next(line for line in lines if line.startswith("left out by the gate: "))
     assert left != "left out by the gate: 0, by the budget: 0"
     assert "exceeds the" in proc.stdout or "budget walk stopped" in proc.stdout
+
+
+# ---- examples/fastapi_agents.py: uvicorn workers sharing one registry ---------------------
+
+
+def _serve(url: str, port: int) -> subprocess.Popen[str]:
+    import os
+
+    env = {**os.environ, "RAMPART_STORE": url, "RAMPART_REGISTRY": "agents"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "python"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "fastapi_agents.py"), "--port", str(port),
+         "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+
+
+def _workers_share_writes(url: str) -> None:
+    """Start uvicorn with two workers, write through one, read through the other."""
+    import signal
+    import time
+
+    from conftest import import_or_skip
+    from redis_server import free_port
+
+    httpx = import_or_skip("httpx", "server")
+    import_or_skip("fastapi", "server")
+    import_or_skip("uvicorn", "server")
+    port = free_port()
+    proc = _serve(url, port)
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method: str, path: str, **kw: object) -> httpx.Response:
+        # A new connection each time: the kernel hands it to either worker.
+        with httpx.Client(base_url=base, timeout=10) as c:
+            return c.request(method, path, **kw)  # type: ignore[arg-type]
+
+    try:
+        pids: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(pids) < 2:  # both workers up and serving
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"saw only workers {pids}"
+            try:
+                r = call("GET", "/health")
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            assert r.status_code == 200
+            pids.add(r.json()["worker"])
+        seeded = call("GET", "/health").json()["blocks"]
+        assert seeded > 0  # created once from seeds/, whichever worker came first
+
+        written: dict[int, str] = {}  # worker -> a block it wrote
+        for k in range(200):
+            if len(written) == 2:
+                break
+            r = call("POST", "/blocks", json={"content": f"lesson {k}", "trajectory_id": "run-1"})
+            assert r.status_code == 201, r.text
+            written.setdefault(r.json()["worker"], r.json()["runtime_id"])
+        assert len(written) == 2, written
+        # Every worker reads every worker's writes.
+        seen: set[tuple[int, int]] = set()
+        for _ in range(200):
+            if len(seen) == 4:
+                break
+            for writer, rid in written.items():
+                r = call("GET", f"/blocks/{rid}", params={"sync": "true"})
+                assert r.status_code == 200, r.text
+                seen.add((writer, r.json()["worker"]))
+        assert seen == {(a, b) for a in pids for b in pids}
+        # A compile in either worker holds both writes; errors keep their types.
+        for _ in range(10):
+            body = call("POST", "/compile", json={"max_tokens": 100000}).json()
+            assert {"agent_note_run-1"} <= set(body["included"])
+        r = call("GET", "/blocks/00000000-0000-4000-8000-000000000000")
+        assert r.status_code == 404 and r.json()["error"] == "BlockNotFoundError"
+        first_seed = call("GET", "/blocks").json()["blocks"][0]["runtime_id"]
+        r = call("DELETE", f"/blocks/{first_seed}")
+        assert r.status_code == 409 and r.json()["error"] == "EvictionError"
+        rid = next(iter(written.values()))
+        assert call("DELETE", f"/blocks/{rid}").status_code == 200
+        r = call("GET", f"/blocks/{rid}", params={"sync": "true"})
+        assert r.status_code == 404
+    finally:
+        proc.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown: lifespan closes
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+
+
+def test_fastapi_workers_share_a_registry_on_sqlite(tmp_path: Path) -> None:
+    _workers_share_writes(f"sqlite:///{tmp_path / 'agents.db'}")
+
+
+def test_fastapi_workers_share_a_registry_on_redis(tmp_path: Path) -> None:
+    from redis_server import RedisServer, skip_without_redis
+
+    skip_without_redis()
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        _workers_share_writes(server.url)
+    finally:
+        server.stop()
