@@ -36,11 +36,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import rampart
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-
-import rampart
 
 SEEDS = Path(__file__).resolve().parent.parent / "seeds"
 STORE = os.environ.get("RAMPART_STORE") or f"sqlite:///{tempfile.gettempdir()}/rampart-agents.db"

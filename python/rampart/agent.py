@@ -71,6 +71,7 @@ __all__ = [
     "Run",
     "Step",
     "ToolResult",
+    "asearch_tools",
     "search_tools",
     "tool_schema",
 ]
@@ -528,9 +529,14 @@ def _mcp_output(result: Any) -> tuple[str, bool]:
 
 # ---- the agent -----------------------------------------------------------------------------
 
-# What the loop asks its driver to do: call the model, or run one tool call.
+# What the loop asks its driver to do: call the model, run one tool call, compile
+# the context for the task, or run a registry step (memory tools, learning) that
+# may write to a shared registry or run the embedding model. ``run`` does each in
+# place; ``arun`` awaits the registry's asyncio twin (compile) or runs the step
+# on a worker thread, so the event loop never waits on the store or the model.
 _Chat = tuple[str, list[dict[str, Any]], list[dict[str, Any]], int]
-_Action = _Chat | tuple[str, ToolCall]
+_Step = tuple[str, Callable[..., Any], tuple[Any, ...]]
+_Action = _Chat | tuple[str, ToolCall] | tuple[str, str] | _Step
 
 
 def _clip(text: str, limit: int) -> str:
@@ -559,19 +565,10 @@ def _clean_rule(text: str, limit: int) -> str:
     return line
 
 
-def search_tools(
-    registry: BlockRegistry,
-    query: str,
-    *,
-    k: int = TOOL_SEARCH_K,
-    allowed: Iterable[str] | None = None,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
-    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
-    query, or a word of it, case-insensitive) when there are any, since the model then
-    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
-    (its embedding model; without one, nothing). ``allowed`` limits the search to
-    these tool names (the tools a caller can run)."""
+def _tools_named(
+    registry: BlockRegistry, query: str, allowed: Iterable[str] | None
+) -> tuple[str, dict[str, ToolSchema], list[tuple[ToolSchema, str, float | None]]]:
+    """search_tools' first half: (the clipped query, the tools searched, those it names)."""
     query = query.strip()[:1000]
     keep = None if allowed is None else set(allowed)
     schemas: dict[str, ToolSchema] = {}
@@ -585,9 +582,16 @@ def search_tools(
         name = lower.get(w.lower().strip("."))
         if name and all(f[0].name != name for f in found):
             found.append((schemas[name], "name", None))
-    if found or not query or registry.embedding_model is None:
-        return found
-    for block, score in registry.find_relevant(query):
+    return query, schemas, found
+
+
+def _tools_ranked(
+    ranked: Iterable[tuple[InstructionBlock, float]],
+    schemas: dict[str, ToolSchema],
+    found: list[tuple[ToolSchema, str, float | None]],
+    k: int,
+) -> list[tuple[ToolSchema, str, float | None]]:
+    for block, score in ranked:
         schema = block.tool_schema
         if schema is not None and schema.name in schemas:
             if all(f[0].name != schema.name for f in found):
@@ -595,6 +599,39 @@ def search_tools(
             if len(found) >= k:
                 break
     return found
+
+
+def search_tools(
+    registry: BlockRegistry,
+    query: str,
+    *,
+    k: int = TOOL_SEARCH_K,
+    allowed: Iterable[str] | None = None,
+) -> list[tuple[ToolSchema, str, float | None]]:
+    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
+    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
+    query, or a word of it, case-insensitive) when there are any, since the model then
+    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
+    (its embedding model; without one, nothing). ``allowed`` limits the search to
+    these tool names (the tools a caller can run)."""
+    query, schemas, found = _tools_named(registry, query, allowed)
+    if found or not query or registry.embedding_model is None:
+        return found
+    return _tools_ranked(registry.find_relevant(query), schemas, found, k)
+
+
+async def asearch_tools(
+    registry: BlockRegistry,
+    query: str,
+    *,
+    k: int = TOOL_SEARCH_K,
+    allowed: Iterable[str] | None = None,
+) -> list[tuple[ToolSchema, str, float | None]]:
+    """:func:`search_tools` for coroutines (the query is embedded off the loop)."""
+    query, schemas, found = _tools_named(registry, query, allowed)
+    if found or not query or registry.embedding_model is None:
+        return found
+    return _tools_ranked(await registry.afind_relevant(query), schemas, found, k)
 
 
 class Agent:
@@ -795,6 +832,11 @@ class Agent:
                 if action[0] == "chat":
                     _, messages, tools, limit = action  # type: ignore[misc]
                     action = loop.send(self._chat(messages, tools, limit, seed))
+                elif action[0] == "compile":
+                    action = loop.send(self._compile(action[1]))  # type: ignore[arg-type]
+                elif action[0] == "step":
+                    _, fn, args = action  # type: ignore[misc]
+                    action = loop.send(fn(*args))
                 else:
                     action = loop.send(self._call_sync(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:
@@ -812,6 +854,11 @@ class Agent:
                     _, messages, tools, limit = action  # type: ignore[misc]
                     reply = await asyncio.to_thread(self._chat, messages, tools, limit, seed)
                     action = loop.send(reply)
+                elif action[0] == "compile":
+                    action = loop.send(await self._acompile(action[1]))  # type: ignore[arg-type]
+                elif action[0] == "step":
+                    _, fn, args = action  # type: ignore[misc]
+                    action = loop.send(await asyncio.to_thread(fn, *args))
                 else:
                     action = loop.send(await self._call_async(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:
@@ -832,6 +879,13 @@ class Agent:
         if self.top_k is None:
             return self.registry.compile(self.max_tokens, tools_in_prompt=False)
         return self.registry.compile(
+            self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
+        )
+
+    async def _acompile(self, task: str) -> CompileResult:
+        if self.top_k is None:
+            return await self.registry.acompile(self.max_tokens, tools_in_prompt=False)
+        return await self.registry.acompile(
             self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
         )
 
@@ -888,7 +942,7 @@ class Agent:
             # What the model has read before it makes this step's calls: results of
             # this step's own calls reach it only on the next step.
             tainted = run.tainted
-            result = self._compile(task)
+            result = yield ("compile", task)
             tools = self._offered(result, run.found_tools)
             messages: list[dict[str, Any]] = []
             if result.prompt:
@@ -917,9 +971,9 @@ class Agent:
                         True,
                     )
                 elif call.name in _MEMORY_NAMES:
-                    output, is_error = self._memory(call, run, tainted)
+                    output, is_error = yield ("step", self._memory, (call, run, tainted))
                 elif call.name == TOOL_SEARCH and self.tool_search:
-                    output, is_error = self._find_tools(call, run)
+                    output, is_error = yield ("step", self._find_tools, (call, run))
                 else:
                     output, is_error = yield ("tool", call)
                     # Its output (an error message too) may carry a stranger's text.
@@ -1140,7 +1194,11 @@ class Agent:
         self._count(run, reply)
         rule = _clean_rule(reply.text, self.max_rule_chars)
         if rule:
-            kept = self._learn(rule, run, "diagnosis", _clip(reply.text, 2000), run.tainted)
+            kept = yield (
+                "step",
+                self._learn,
+                (rule, run, "diagnosis", _clip(reply.text, 2000), run.tainted),
+            )
             if isinstance(kept, Lesson):
                 run.lesson = kept
 

@@ -14,6 +14,11 @@
   left out, by exact name first, then by relevance, with their input schemas (the
   way back when the gate misses).
 
+The tools are coroutines on the registry's asyncio twins (``acompile``,
+``afind_relevant``, ``awrite_block``, ``aevict``): a shared registry's write waits
+on the store and a new task's embedding on the model without holding up the
+server's other requests.
+
 A registry error (a non-evictable block, an unknown name) comes back to the client
 as a tool error in the tools' own terms (their argument names, not Python's), not as
 a crash of the server; the server logs each failed call as one line on stderr. With
@@ -156,7 +161,7 @@ def _resolve(registry: BlockRegistry, name_or_id: str) -> str:
 def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
     """An ``MCPServer`` exposing ``registry`` through the six tools (not started)."""
     from rampart import __version__
-    from rampart.agent import TOOL_SEARCH_K, search_tools
+    from rampart.agent import TOOL_SEARCH_K, asearch_tools
 
     server = _require_mcp()(server_name, instructions=INSTRUCTIONS, version=__version__)
 
@@ -167,7 +172,7 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
             raise ToolError(f"RampartError: {_NO_MODEL}")
 
     @server.tool()
-    def compile_context(
+    async def compile_context(
         task: str = "", max_tokens: int | None = None, top_k: int | None = None
     ) -> dict[str, Any]:
         """Compile the registry's instruction blocks into one context for a task.
@@ -179,7 +184,9 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
         if top_k is not None:
             needs_model()
         with _tool_errors():
-            result = registry.compile(max_tokens=max_tokens, task_text=task or None, top_k=top_k)
+            result = await registry.acompile(
+                max_tokens=max_tokens, task_text=task or None, top_k=top_k
+            )
         return {
             "context": result.prompt,
             "included": result.included,
@@ -188,12 +195,12 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
         }
 
     @server.tool()
-    def find_blocks(task: str, top_k: int = 5) -> list[dict[str, Any]]:
+    async def find_blocks(task: str, top_k: int = 5) -> list[dict[str, Any]]:
         """The stored instruction blocks most relevant to a task, best first, with
         their relevance score (cosine similarity, higher is closer)."""
         needs_model()
         with _tool_errors():
-            ranked = registry.find_relevant(task, top_k=top_k)
+            ranked = await registry.afind_relevant(task, top_k=top_k)
         return [
             {
                 "runtime_id": b.runtime_id,
@@ -223,24 +230,24 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
         ]
 
     @server.tool()
-    def write_block(content: str, name: str, priority: float = 0.5) -> dict[str, Any]:
+    async def write_block(content: str, name: str, priority: float = 0.5) -> dict[str, Any]:
         """Store a new instruction block (for example a lesson learned: one short,
         actionable rule). name: a short identifier; priority: 0 to 1, higher is
         kept longer when blocks are evicted. Returns the new block's runtime id."""
         with _tool_errors():
-            runtime_id = registry.write_block(content, name, "agent", priority)
+            runtime_id = await registry.awrite_block(content, name, "agent", priority)
         return {"runtime_id": runtime_id, "name": name, "blocks": len(registry)}
 
     @server.tool()
-    def evict_block(name_or_id: str) -> dict[str, Any]:
+    async def evict_block(name_or_id: str) -> dict[str, Any]:
         """Remove a stored instruction block, given its runtime id or its name
         (a name must belong to exactly one block)."""
         with _tool_errors():
-            block = registry.evict(_resolve(registry, name_or_id))
+            block = await registry.aevict(_resolve(registry, name_or_id))
         return {"evicted": block.runtime_id, "name": block.semantic_name, "blocks": len(registry)}
 
     @server.tool()
-    def find_tools(query: str, top_k: int = TOOL_SEARCH_K) -> list[dict[str, Any]]:
+    async def find_tools(query: str, top_k: int = TOOL_SEARCH_K) -> list[dict[str, Any]]:
         """Find a tool that a gated compile_context left out. query: the tool's exact
         name, or what it should do. Returns the tools named in the query, or else the
         top_k most relevant tool blocks, each with its description and input schema."""
@@ -249,7 +256,7 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
 
             raise ToolError(f"InvalidArgumentError: top_k must be in 1..100, got {top_k!r}")
         with _tool_errors():
-            found = search_tools(registry, query, k=top_k)
+            found = await asearch_tools(registry, query, k=top_k)
         if not found and query.strip() and registry.embedding_model is None:
             needs_model()  # no tool has that name, and a description cannot be searched
         return [
