@@ -446,3 +446,49 @@ def test_coalescer_serves_threads_and_coroutines_in_shared_rounds() -> None:
     assert rounds[0] == [0] and len(rounds) == 2  # everyone who waited shared one round
     assert sorted(rounds[1]) == sorted([*range(1, 9), 100, 101, 102])
     assert 99 not in rounds[1]
+
+
+@needs_model
+def test_aencode_gives_the_sync_vectors() -> None:
+    import numpy as np
+
+    emb = rampart.default_embedder()
+    texts = ["run the linter", "a much longer text about fixtures " * 80, "x"]
+
+    async def main() -> tuple[list[Any], Any]:
+        one = await asyncio.gather(*(emb.aencode(t) for t in texts))
+        return list(one), await emb.aencode_batch_report(texts)
+
+    one, (batch, truncated) = asyncio.run(main())
+    want, want_truncated = emb.encode_batch_report(texts)
+    for v, w in zip(one, want):
+        np.testing.assert_allclose(v, w, atol=1e-5)
+    np.testing.assert_allclose(batch, want, atol=1e-5)
+    assert truncated == want_truncated == [False, True, False]
+
+
+# ---- the SQLite writer thread -------------------------------------------------------------------
+
+
+def test_sqlite_appends_queued_together_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    from rampart.stores import SQLiteStore
+
+    st = SQLiteStore(f"sqlite:///{tmp_path / 's.db'}")
+    assert st.create("r", b"{}", [])
+
+    async def main() -> list[Any]:
+        jobs = [st.aappend("r", f"e{k}".encode(), 0) for k in range(30)]
+        jobs.insert(7, st.aappend("missing", b"x", 0))
+        out = await asyncio.gather(*jobs, return_exceptions=True)
+        await st.aclose()
+        return out
+
+    out = asyncio.run(main())
+    bad = out.pop(7)
+    assert isinstance(bad, InvalidArgumentError) and "missing" in str(bad)
+    seqs = [o[0] for o in out]
+    assert sorted(seqs) == list(range(1, 31))  # dense, each once
+    for seq, tail in out:  # each reply: every entry after 0 up to at least its own
+        assert [s for s, _ in tail][:seq] == list(range(1, seq + 1))
+    assert [e for _, e in st.read("r", 0)] == [f"e{k}".encode() for k in range(30)]
+    st.close()
