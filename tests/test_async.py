@@ -492,3 +492,46 @@ def test_sqlite_appends_queued_together_commit_together_and_fail_alone(tmp_path:
         assert [s for s, _ in tail][:seq] == list(range(1, seq + 1))
     assert [e for _, e in st.read("r", 0)] == [f"e{k}".encode() for k in range(30)]
     st.close()
+
+
+# ---- users of the twins: the agent ----------------------------------------------------------------
+
+
+def test_agent_arun_on_a_shared_registry_keeps_store_calls_off_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rampart.agent import Agent, _mcp_session_class
+    from rampart.llm import OpenAIBackend
+
+    from tests import fake_openai as fake
+
+    _mcp_session_class()  # Agent() imports the MCP SDK (seconds, once): not the twins' doing
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    turns: list[Any] = [
+        ("", [("remember", {"rule": "Tag releases as vYYYY.MM."})]),
+        ("Tagged.", []),
+    ]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        backend = OpenAIBackend(server.base_url, "fake-model", timeout=10)
+
+        async def go() -> Any:
+            reg = await rampart.BlockRegistry.aopen(url, "agent", seeds=[SEEDS], label=None)
+            watch = Watch()
+            watch.store(reg)
+            try:
+                agent = Agent(reg, backend, memory_tools=True, learn=False)
+                out = await agent.arun("Tag the release.")
+                assert watch.on(threading.get_ident()) == []
+                return out
+            finally:
+                await reg.aclose()
+
+        try:
+            run_ = run(go, caplog)
+        finally:
+            backend.close()
+    assert run_.answer == "Tagged." and run_.memory_writes
+    other = rampart.BlockRegistry.open(url, "agent", label=None)
+    assert [b.content for b in other.find_by_tag("lesson")] == ["Tag releases as vYYYY.MM."]
+    other.close()

@@ -1325,9 +1325,9 @@ class BlockRegistry:
         registry): it runs on the loop's default executor."""
         import asyncio
 
-        from rampart._replica import open_shared
-
         def opened() -> BlockRegistry:
+            from rampart._replica import open_shared  # its first import, off the loop too
+
             reg = open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
             prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
             if prepare is not None:
