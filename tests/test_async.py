@@ -494,7 +494,7 @@ def test_sqlite_appends_queued_together_commit_together_and_fail_alone(tmp_path:
     st.close()
 
 
-# ---- users of the twins: the agent ----------------------------------------------------------------
+# ---- users of the twins: the agent -----------------------------------------------------------
 
 
 def test_agent_arun_on_a_shared_registry_keeps_store_calls_off_the_loop(
