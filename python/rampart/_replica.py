@@ -539,6 +539,10 @@ class Replica:
         # access entries when they arrive (their counts are in its copy already).
         self._lock = threading.RLock()
         self._outbox_lock = threading.Lock()
+        self._olock = threading.Lock()
+        self._floors.clear()  # the parent's async writes are the parent's
+        self._outcomes.clear()
+        self._tasks = set()
         self._stop = threading.Event()
         self._counted = self._counted + [e for kind, e in self._outbox if kind == "access"]
         self._outbox = []
