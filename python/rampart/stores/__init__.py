@@ -142,6 +142,12 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections (the store object can be reopened by using it)."""
 
+    # Optional, for the registry's asyncio twins: ``async def aappend(name, entry,
+    # after)``, ``aread(name, after, limit)``, ``alast_seq(name)`` and ``aclose()``,
+    # the same as their sync namesakes but awaited on the caller's event loop
+    # (Redis: redis.asyncio; SQLite: a writer thread). A store without them has
+    # its sync methods run on the loop's default executor.
+
 
 def open_store(url: str | Store, *, create: bool = True) -> Store:
     """A store from its URL (or the store object itself). ``create=False``: a
