@@ -537,3 +537,37 @@ def test_agent_arun_on_a_shared_registry_keeps_store_calls_off_the_loop(
     other = rampart.BlockRegistry.open(url, "agent", label=None)
     assert [b.content for b in other.find_by_tag("lesson")] == ["Tag releases as vYYYY.MM."]
     other.close()
+
+
+def test_tool_example_gating_gives_the_sync_selection(caplog: pytest.LogCaptureFixture) -> None:
+    model = ThreadModel()
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": desc,
+                "parameters": {"type": "object", "properties": {}},
+            },
+            "examples": examples,
+        }
+        for name, desc, examples in [
+            ("run_tests", "Run the test suite.", ["are the tests green", "check the build"]),
+            ("tag_release", "Tag a release.", ["cut version two", "publish the release"]),
+        ]
+    ]
+
+    async def go() -> None:
+        reg = rampart.BlockRegistry(model)
+        await reg.aload_tools(tools)
+        model.threads.clear()
+        got = await reg.acompile(task_text="publish the release now", top_k=1)
+        ranked = await reg.afind_relevant("are the tests green")
+        assert await reg.aadd_tool_example("run_tests", "is main broken") is not None
+        assert threading.get_ident() not in model.threads
+        assert got.included == ["tag_release"]
+        assert got.included == reg.compile(task_text="publish the release now", top_k=1).included
+        assert ranked[0][0].semantic_name == "run_tests"
+        reg.release()
+
+    run(go, caplog)

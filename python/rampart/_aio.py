@@ -116,6 +116,11 @@ async def aembed_pending(reg: BlockRegistry) -> int:
         return n
 
 
+async def off_loop(call: Any) -> Any:
+    """``call()`` on the loop's default executor (a bounded pool)."""
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
 async def with_vectors(reg: BlockRegistry, run: Any) -> Any:
     """``BlockRegistry._with_vectors`` for coroutines: embed, then run the cosine
     call until it finds every block with a vector."""

@@ -997,7 +997,8 @@ class Agent:
                 and r.call.name not in _MEMORY_NAMES
                 and r.call.name != TOOL_SEARCH
             ]
-            self.after_success(task, list(dict.fromkeys(called)), run)
+            # It may write tool examples (the store, the model): a registry step.
+            yield ("step", self.after_success, (task, list(dict.fromkeys(called)), run))
         run.latency_s = time.perf_counter() - t_run
         return run
 

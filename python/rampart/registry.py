@@ -1469,6 +1469,30 @@ class BlockRegistry:
         out: list[str] = await self._awrite(lambda: self.load_tools(tools, **kwargs))
         return out
 
+    async def aadd_tool_example(
+        self, tool: str, request: str, *, trajectory_id: str | None = None
+    ) -> str | None:
+        """:meth:`add_tool_example` for coroutines (it embeds the request and
+        writes: the sync call on the loop's default executor)."""
+        from rampart import _aio
+
+        out: str | None = await _aio.off_loop(
+            lambda: self.add_tool_example(tool, request, trajectory_id=trajectory_id)
+        )
+        return out
+
+    def _may_gate_by_examples(self, task_text: str | None, task_embedding: Any) -> bool:
+        """Whether a gated call may go to the tool-example gate (not known to be
+        absent): it runs the model and numpy, so the a-methods run the sync call
+        off the loop. One attribute read for registries without examples."""
+        if task_text is None or task_embedding is not None:
+            return False
+        if self._tool_examples is None:  # looked up once, as toolgate.default_gate does
+            from rampart import toolgate
+
+            self._tool_examples = toolgate.has_examples(self)
+        return bool(self._tool_examples)
+
     async def acompile(
         self,
         max_tokens: int | None = None,
@@ -1497,6 +1521,20 @@ class BlockRegistry:
             )
         from rampart import _aio
 
+        if self._may_gate_by_examples(task_text, task_embedding):
+            # Tool examples (rampart.toolgate) gate in numpy with the model: the
+            # sync compile, on the loop's default executor.
+            res: CompileResult = await _aio.off_loop(
+                lambda: self.compile(
+                    max_tokens,
+                    task_text,
+                    relevance_threshold,
+                    top_k,
+                    separator,
+                    tools_in_prompt=tools_in_prompt,
+                )
+            )
+            return res
         budget = self.default_max_tokens if max_tokens is None else max_tokens
         if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
             budget = _check_budget(budget)
@@ -1546,6 +1584,11 @@ class BlockRegistry:
             top_k = _int(top_k, "top_k", minimum=0)
         if threshold is not None:
             threshold = _number(threshold, "threshold")
+        if self._may_gate_by_examples(task_text, task_embedding):
+            out: list[tuple[InstructionBlock, float]] = await _aio.off_loop(
+                lambda: self.find_relevant(task_text, top_k, threshold)
+            )
+            return out
         q = await _aio.aquery(self, task_text, task_embedding)
         ranked = await _aio.with_vectors(self, lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
