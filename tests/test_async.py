@@ -31,7 +31,7 @@ from rampart.errors import (
     StoreUnavailableError,
 )
 from redis_server import RedisServer, skip_without_redis
-from test_shared import state
+from test_shared import start_server, state
 
 TOOLS = [
     {
@@ -45,19 +45,15 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     """(url, server or None)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}", None
         return
-    skip_without_redis()
-    d = tmp_path / "redis"
-    d.mkdir()
-    server = RedisServer(d)
-    server.start()
+    server, stop = start_server(request.param, tmp_path)
     yield server.url, server
-    server.stop()
+    stop()
 
 
 class Watch:
@@ -238,6 +234,20 @@ def _hold_the_store(url: str, server: Any) -> tuple[Callable[[], None], Callable
             conn.close()
 
         return hold, release
+    if url.startswith("postgresql:"):
+        import psycopg
+
+        pg = psycopg.connect(url, autocommit=True)
+
+        def phold() -> None:  # appends lock their registry's row first
+            pg.execute("BEGIN")
+            pg.execute("SELECT 1 FROM rampart_registries FOR UPDATE")
+
+        def prelease() -> None:
+            pg.execute("COMMIT")
+            pg.close()
+
+        return phold, prelease
     import redis
 
     r = redis.Redis.from_url(url)

@@ -211,3 +211,15 @@ def test_fastapi_workers_share_a_registry_on_redis(tmp_path: Path) -> None:
         _workers_share_writes(server.url)
     finally:
         server.stop()
+
+
+def test_fastapi_workers_share_a_registry_on_postgres() -> None:
+    from postgres_server import PostgresServer, skip_without_postgres
+
+    skip_without_postgres()
+    server = PostgresServer()
+    try:
+        server.start()
+        _workers_share_writes(server.url)
+    finally:
+        server.close()
