@@ -8,8 +8,7 @@ worker writes is in every worker's replica within milliseconds;
 ``?sync=true`` makes a read wait until it has everything written before it.
 
 The store is chosen by URL alone: ``redis://host:6379/0`` (workers on many
-hosts), ``postgresql://…`` where this rampart has the Postgres store, or
-``sqlite:///abs/path.db`` (workers on one host).
+hosts), ``postgresql://…``, or ``sqlite:///abs/path.db`` (workers on one host).
 
 Run::
 
