@@ -403,8 +403,8 @@ def test_gated_compiles_share_the_coalescer_and_never_run_the_model_on_the_loop(
                     return res.included
 
                 got = await asyncio.gather(*(worker(k) for k in range(12)))
-                for k, included in enumerate(got):
-                    assert len(included) == 4
+                for included in got:  # up to 4: the notes that had landed by then
+                    assert 1 <= len(included) <= 4
                 # The same selection as the sync method gives for the same state.
                 res = await a.acompile(task_text="fix fixture number 3", top_k=4)
                 assert res.included == a.compile(task_text="fix fixture number 3", top_k=4).included
@@ -446,6 +446,8 @@ def test_coalescer_serves_threads_and_coroutines_in_shared_rounds() -> None:
         gone = asyncio.ensure_future(co.asubmit(99))
         await asyncio.sleep(0.05)
         gone.cancel()  # withdrawn before its round: never run
+        with pytest.raises(asyncio.CancelledError):
+            await gone  # (the withdrawal runs in the cancelled task itself)
         gate.set()
         out = [await first] + list(await asyncio.gather(*later))
         for t in threads:
