@@ -484,7 +484,9 @@ def test_aencode_gives_the_sync_vectors() -> None:
 # ---- the SQLite writer thread -------------------------------------------------------------------
 
 
-def test_sqlite_appends_queued_together_commit_together_and_fail_alone(tmp_path: Path) -> None:
+def test_sqlite_appends_through_the_writer_thread_stay_dense_and_fail_alone(
+    tmp_path: Path,
+) -> None:
     from rampart.stores import SQLiteStore
 
     st = SQLiteStore(f"sqlite:///{tmp_path / 's.db'}")

@@ -48,6 +48,7 @@ from rampart.errors import (
     InvalidArgumentError,
     RampartError,
     RegistryFileError,
+    StoreUnavailableError,
 )
 from rampart.stores import Damaged, Entries, Store, check_name, open_store
 
@@ -437,21 +438,10 @@ class Replica:
             await asyncio.gather(*mine, return_exceptions=True)
 
     async def aflush(self) -> None:
-        """:meth:`flush` for coroutines."""
-        reg = self._reg()
-        if reg is None:
-            return
-        self.publish(reg._core.access_entry(self.origin))
-        with self._outbox_lock:
-            pending, self._outbox = self._outbox, []
-        for k, entry in enumerate(pending):
-            try:
-                _, tail = await self._aappend(entry)
-            except BaseException:
-                with self._outbox_lock:  # keep the rest for the next flush
-                    self._outbox[:0] = pending[k:]
-                raise
-            await self._aapply(tail)
+        """:meth:`flush` for coroutines (``sync_async``, ``aclose``; not a write
+        path): the sync flush, which holds the replica's lock from queueing to
+        appending so no entry goes twice, on the loop's default executor."""
+        await asyncio.get_running_loop().run_in_executor(None, self.flush)
 
     async def sync_async(self, timeout: float = 10.0) -> None:
         """:meth:`sync` for coroutines."""

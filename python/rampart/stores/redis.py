@@ -691,24 +691,16 @@ class RedisStore:
         k = self.keys(name)
         _, script = self._aclient()
         n, tail = await self._acall(script(keys=[k["log"], k["seq"]], args=[entry, after]))
-        return int(n), [(_seq(i), bytes(f[b"e"])) for i, f in self._fields(tail)]
+        return int(n), self._entries(tail, after, int(n))
 
     async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        if not self._direct():
-            entries: Entries = await self._off_loop(self.read, name, after, limit)
-            return entries
-        client, _ = self._aclient()
-        rows = await self._acall(
-            client.xrange(self.keys(name)["log"], f"(0-{after}", "+", count=limit)
-        )
-        return [(_seq(i), bytes(f.get(b"e", b""))) for i, f in rows]
+        """:meth:`read` for coroutines (``sync_async``'s catch-up, not the write
+        path): the sync call, with its checks of every value, off the loop."""
+        entries: Entries = await self._off_loop(self.read, name, after, limit)
+        return entries
 
     async def alast_seq(self, name: str) -> int:
-        if not self._direct():
-            return int(await self._off_loop(self.last_seq, name))
-        client, _ = self._aclient()
-        v = await self._acall(client.get(self.keys(name)["seq"]))
-        return int(v or 0)
+        return int(await self._off_loop(self.last_seq, name))
 
     async def aclose(self) -> None:
         """Close this loop's async client (other loops' clients close with their loop)."""
