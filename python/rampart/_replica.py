@@ -470,8 +470,8 @@ class Replica:
                 await self._aapply(entries)
 
     async def aclose(self) -> None:
-        """:meth:`close` for coroutines: flush with the async client, stop the
-        follower on the loop's default executor, close the async client."""
+        """:meth:`close` for coroutines: flush and stop the follower on the
+        loop's default executor, then close this loop's async client."""
         if self._closed:
             return
         try:

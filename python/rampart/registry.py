@@ -1337,7 +1337,7 @@ class BlockRegistry:
         return await asyncio.get_running_loop().run_in_executor(None, opened)
 
     async def aclose(self) -> None:
-        """:meth:`close` for coroutines (flushes with the store's async client)."""
+        """:meth:`close` for coroutines (the flush and the follower's stop run off the loop)."""
         if self._replica is not None:
             await self._replica.aclose()
 
