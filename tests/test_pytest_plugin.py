@@ -20,7 +20,7 @@ PLUGIN = ("-p", "rampart.pytest_plugin")
 # The user's test: a registry built from blocks.json (which the tests below edit,
 # as a teammate would edit a seed file), compiled for a task with a gate, snapshotted
 # with its request bodies.
-USER_TEST = '''
+USER_TEST = """
 import json
 from pathlib import Path
 
@@ -56,7 +56,7 @@ def test_prompt(rampart_golden):
             "anthropic": lambda r: anthropic_messages(r, model="claude-x"),
         },
     )
-'''
+"""
 
 BLOCKS: dict[str, Any] = {
     "blocks": [
