@@ -23,10 +23,8 @@ See docs/pytest-plugin.md.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import platform
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -254,6 +252,8 @@ def _texts(prompt: str, spans: Sequence[Mapping[str, Any]]) -> list[tuple[str, s
 
 
 def _text_diff(old: str, new: str, label: str) -> list[str]:
+    import difflib  # only when a check fails: the plugin loads in every pytest run
+
     lines = list(
         difflib.unified_diff(
             old.splitlines(),
@@ -377,6 +377,8 @@ def _explain_body(key: str, old: Any, new: Any, golden: Mapping[str, Any]) -> li
     elif isinstance(before, str) and isinstance(after, str):
         blame = _string_blame(golden, before, _first_diff(before, after))
     lines = [f"  body {key!r}: {path or '(top level)'}: {what}" + (f", {blame}" if blame else "")]
+    import difflib
+
     diff = list(
         difflib.unified_diff(
             _dumps(old).splitlines(),
@@ -510,6 +512,8 @@ def rampart_golden(request: pytest.FixtureRequest) -> RampartGolden:
 
 
 def _machine() -> dict[str, Any]:
+    import platform
+
     return {
         "system": platform.system(),
         "machine": platform.machine(),
