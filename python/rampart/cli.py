@@ -462,6 +462,7 @@ def _cmd_probe_gating(args: argparse.Namespace) -> int:
             # --threshold alone gates by score only; otherwise top 8 unless --top-k says
             top_k=args.top_k if args.top_k is not None or args.threshold is not None else 8,
             threshold=args.threshold,
+            layout=args.layout,
             **({"task": args.task} if args.task else {}),
             **_probe_common(args),
         )
@@ -549,6 +550,13 @@ def _add_probe_parser(sub: Any) -> None:
     g.add_argument("--placement", default="after")
     g.add_argument("--top-k", type=int, default=None, help="gate: keep the k most relevant (8)")
     g.add_argument("--threshold", type=float, default=None, help="gate: minimum cosine score")
+    g.add_argument(
+        "--layout",
+        choices=["today", "cache-aware"],
+        default="today",
+        help="today: full / gated / promoted; cache-aware: the house rules as an ungated "
+        "head, interleaved vs in front of the gated blocks (docs/probes.md)",
+    )
     g.set_defaults(func=_cmd_probe_gating)
 
     c = psub.add_parser("schema", parents=[common], help="tool schema present vs evicted")

@@ -7,6 +7,10 @@
 - :func:`gating`: the same task with the full registry, with the relevance gate
   (top-k or threshold), and with the critical block promoted to the front: prompt
   tokens and success rate.
+  ``layout="cache-aware"`` runs the ``gating-layout`` experiment instead: the house
+  rules ungated (``gated=False``), placed where the registry has them
+  (``interleaved``) or in front of every gated block (``cache-aware``, the layout a
+  prompt cache can serve): success and the cacheable prefix, side by side.
 - :func:`schema`: a tool's schema block present vs evicted: how often the model
   calls that tool.
 - :func:`report`: ``summary.csv`` and PNG plots from a results folder.
@@ -38,7 +42,9 @@ from rampart.probe.backends import (
 from rampart.probe.experiments import (
     DEFAULT_TEMPERATURE,
     EXPERIMENTS,
+    HEAD_TAGS,
     IDENTIFIER,
+    LAYOUTS,
     NEEDLE_TASK,
     PLACEMENTS,
     SCHEMA_TASK,
@@ -48,6 +54,7 @@ from rampart.probe.experiments import (
     SchemaBench,
     TrialSpec,
     gating_plan,
+    layout_plan,
     parse_positions,
     schema_plan,
     sweep_plan,
@@ -59,7 +66,9 @@ from rampart.probe.runner import ProbeError, RunStats, TrialStore, check_config,
 __all__ = [
     "DEFAULT_TEMPERATURE",
     "EXPERIMENTS",
+    "HEAD_TAGS",
     "IDENTIFIER",
+    "LAYOUTS",
     "NEEDLE_TASK",
     "PLACEMENTS",
     "SCHEMA_TASK",
@@ -219,6 +228,7 @@ def gating(
     placement: str = "after",
     top_k: int | None = 8,
     threshold: float | None = None,
+    layout: str = "today",
     trials: int = 3,
     temperature: float = DEFAULT_TEMPERATURE,
     seed: int = 0,
@@ -230,12 +240,24 @@ def gating(
     progress: TextIO | None = sys.stderr,
     plots: bool = True,
 ) -> ProbeResult:
-    """Gated vs full vs promoted registry (needs the embedding model, the ``embed`` extra)."""
+    """Gated vs full vs promoted registry (needs the embedding model, the ``embed`` extra).
+
+    ``layout="cache-aware"``: the ``gating-layout`` experiment instead. The house rules
+    (fillers marked ``gated: false`` in their seeds, else those tagged one of
+    :data:`HEAD_TAGS`) become an ungated head; the gate picks ``top_k`` of the other
+    blocks. ``interleaved``: the head where the registry has it, among the gated
+    blocks (today's layout); ``cache-aware``: the same blocks, the head moved in front
+    of every gated one (what a prompt cache serves). Same included blocks, only their
+    order differs; records carry ``stable_prefix_tokens`` and ``target_index``.
+    """
     _check_common(trials, temperature, max_tokens)
     _check_placements([placement])
+    if layout not in LAYOUTS:
+        raise InvalidArgumentError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if top_k is None and threshold is None:
         raise InvalidArgumentError("gating needs top_k or threshold")
-    bench = NeedleBench(n_blocks, seeds, embed=True, task=task)
+    cache_aware = layout == "cache-aware"
+    bench = NeedleBench(n_blocks, seeds, embed=True, task=task, head=cache_aware)
     pos = parse_positions(positions, n_blocks)
     config = {
         "n_blocks": n_blocks,
@@ -245,12 +267,14 @@ def gating(
         "threshold": threshold,
         "embedding_model": getattr(bench.reg.embedding_model, "model_id", None),
     }
+    if cache_aware:
+        config["head"] = len(bench.head)
     return _run(
-        "gating",
+        "gating-layout" if cache_aware else "gating",
         backend,
         out,
         config,
-        gating_plan(pos, placement, trials),
+        layout_plan(pos, placement, trials) if cache_aware else gating_plan(pos, placement, trials),
         lambda spec: bench.prompt(spec, top_k=top_k, threshold=threshold),
         temperature=temperature,
         seed=seed,

@@ -31,6 +31,17 @@ TOOLS = DATA / "tools.json"
 
 EXPERIMENTS = ("sweep", "gating", "schema")
 PLACEMENTS = ("after", "before", "both")
+#: ``rampart probe gating --layout``: ``today`` (full / gated / promoted, every block
+#: gated) or ``cache-aware`` (the ``gating-layout`` experiment: the same ungated head
+#: interleaved where the registry has it, against moved in front of every gated block).
+LAYOUTS = ("today", "cache-aware")
+LAYOUT_CONDITIONS = ("interleaved", "cache-aware")
+#: The cache-aware layout's head, in a filler set whose seeds mark no block
+#: ``gated: false`` (the built-in one): house rules that hold whatever the task is
+#: (commit style, Python version, money, secrets…). Topic blocks (testing, database,
+#: api, billing, integrations) and the cache blocks stay gated: they are what a task
+#: needs or not.
+HEAD_TAGS = ("rules", "style", "git", "safety")
 
 IDENTIFIER = "zorblax_refresh_v7"
 # Calibrated on SmolLM2-135M (docs/probes.md): asked "which function must be called"
@@ -84,6 +95,10 @@ class Prompt:
     blocks: int
     target_included: bool
     target: str
+    # What a prompt cache could serve across tasks (CompileResult.stable_prefix_tokens),
+    # and where the target block landed in the compiled prompt (None: not included).
+    stable_prefix_tokens: int | None = None
+    target_index: int | None = None
 
 
 def compose(context: str, task: str, placement: str) -> str:
@@ -159,6 +174,7 @@ class NeedleBench(_Bench):
         *,
         embed: bool = False,
         task: str = NEEDLE_TASK,
+        head: bool = False,
     ) -> None:
         needle = SeedRegistry.from_files([NEEDLE])
         needle_names = needle.list_names()
@@ -181,6 +197,23 @@ class NeedleBench(_Bench):
         self.critical = ids[-1]
         self.neighbours = [ids[order.index(n)] for n in neighbour_names]
         self.base = ids  # the pristine order; `reorder` restores it and keeps the ids
+        # The ungated head of the cache-aware layout (empty unless ``head``): fillers
+        # the seeds mark ``gated: false``, or, when none is marked, the house rules
+        # (HEAD_TAGS). Seeds that mark blocks are already ungated by from_seed.
+        self.head: list[str] = []
+        if head:
+            # (qualified seed names, as `order` holds them, with their blocks)
+            blocks = [(n, self.fillers.get(n)) for n in self.filler_names]
+            marked = [n for n, b in blocks if not b.gated]
+            names = marked or [n for n, b in blocks if set(b.tags) & set(HEAD_TAGS)]
+            if not names:
+                raise InvalidArgumentError(
+                    "the cache-aware layout needs an ungated head: mark blocks of the "
+                    f"filler set `gated: false`, or tag them one of {', '.join(HEAD_TAGS)}"
+                )
+            self.head = [ids[order.index(n)] for n in names]
+            for rid in self.head:
+                self.reg.set_gated(rid, False)
 
     @property
     def max_group(self) -> int:
@@ -218,7 +251,13 @@ class NeedleBench(_Bench):
             self.reg.promote(self.critical, to_front=True)
         else:
             self.arrange(spec.position, spec.group)
-        gated = spec.condition == "gated"
+        if spec.condition == "cache-aware":
+            # The head moves in front of every gated block, keeping its own order; the
+            # gated blocks keep theirs (the critical block stays where `arrange` put it
+            # relative to them). Nothing else differs from "interleaved".
+            head = set(self.head)
+            self.reg.reorder([rid for rid in self.reg.runtime_ids() if rid in head])
+        gated = spec.condition in ("gated", *LAYOUT_CONDITIONS)
         result = self.reg.compile(
             separator=SEPARATOR,
             task_text=self.task if gated else None,
@@ -282,13 +321,16 @@ def _prompt(
     target_id: str,
     target: str,
 ) -> Prompt:
+    ids = result.included_ids
     return Prompt(
         messages=({"role": "system", "content": system}, {"role": "user", "content": user}),
         tools=tools,
         context_tokens=result.total_tokens,
         blocks=len(result),
-        target_included=target_id in result.included_ids,
+        target_included=target_id in ids,
         target=target,
+        stable_prefix_tokens=result.stable_prefix_tokens,
+        target_index=ids.index(target_id) if target_id in ids else None,
     )
 
 
@@ -319,6 +361,15 @@ def gating_plan(positions: Sequence[int], placement: str, trials: int) -> Iterat
         for position in positions:
             for t in range(trials):
                 yield TrialSpec("gating", condition, placement, position, 0, t)
+
+
+def layout_plan(positions: Sequence[int], placement: str, trials: int) -> Iterator[TrialSpec]:
+    """The ``gating-layout`` experiment: the gated registry with its ungated head
+    interleaved (today's layout) and in front (cache-aware), at each position."""
+    for condition in LAYOUT_CONDITIONS:
+        for position in positions:
+            for t in range(trials):
+                yield TrialSpec("gating-layout", condition, placement, position, 0, t)
 
 
 def schema_plan(position: int, placement: str, trials: int) -> Iterator[TrialSpec]:

@@ -36,6 +36,7 @@ COLUMNS = (
     "mean_context_tokens",
     "median_latency_s",
     "median_harness_ms",
+    "mean_stable_prefix_tokens",
 )
 
 
@@ -75,6 +76,10 @@ def _row(
         "mean_context_tokens": _mean([r["context_tokens"] for r in recs if "context_tokens" in r]),
         "median_latency_s": _median([r["latency_s"] for r in answered], 3),
         "median_harness_ms": _median([r["harness_ms"] for r in recs if "harness_ms" in r], 4),
+        # The cacheable part of the context across tasks (records before it: absent).
+        "mean_stable_prefix_tokens": _mean(
+            [r["stable_prefix_tokens"] for r in recs if r.get("stable_prefix_tokens") is not None]
+        ),
     }
 
 
@@ -224,7 +229,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The ``all`` rows as an aligned text table, for the terminal."""
     lines = [
         f"{'experiment':<10} {'condition':<18} {'trials':>6} {'hits':>5} {'success':>8} "
-        f"{'failed':>6} {'ctx tok':>8} {'latency':>8}"
+        f"{'failed':>6} {'ctx tok':>8} {'stable':>7} {'latency':>8}"
     ]
     for r in rows:
         if r["position"] != "all":
@@ -232,8 +237,10 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         rate = "-" if r["success_rate"] is None else f"{100 * r['success_rate']:.1f}%"
         tok = "-" if r["mean_context_tokens"] is None else f"{r['mean_context_tokens']:.0f}"
         lat = "-" if r["median_latency_s"] is None else f"{r['median_latency_s']:.2f}s"
+        st = r.get("mean_stable_prefix_tokens")
+        stable = "-" if st is None else f"{st:.0f}"
         lines.append(
             f"{r['experiment']:<10} {r['condition']:<18} {r['trials']:>6} {r['hits']:>5} "
-            f"{rate:>8} {r['failed']:>6} {tok:>8} {lat:>8}"
+            f"{rate:>8} {r['failed']:>6} {tok:>8} {stable:>7} {lat:>8}"
         )
     return "\n".join(lines)

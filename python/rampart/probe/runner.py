@@ -278,6 +278,8 @@ def run_trials(
             "context_tokens": prompt.context_tokens,
             "blocks": prompt.blocks,
             "target_included": prompt.target_included,
+            "target_index": prompt.target_index,
+            "stable_prefix_tokens": prompt.stable_prefix_tokens,
             "latency_s": round(model_s, 6),
             "attempts": attempts,
             "error": error,
