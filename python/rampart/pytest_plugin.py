@@ -64,6 +64,7 @@ _SESSION = pytest.StashKey[_Session]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--rampart-update`` and the ``rampart_dir`` / ``rampart_latency_ratio`` ini options."""
     group = parser.getgroup("rampart", "rampart golden prompts and compile latency")
     group.addoption(
         "--rampart-update",
@@ -85,6 +86,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``rampart_latency`` marker and this session's state."""
     config.addinivalue_line(
         "markers",
         "rampart_latency(ratio): the slowdown against the saved baseline that "
@@ -96,6 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
+    """List the golden files and baselines ``--rampart-update`` wrote."""
     st = config.stash.get(_SESSION, None)
     if st is None or not (st.written or st.latency):
         return

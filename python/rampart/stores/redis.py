@@ -700,6 +700,7 @@ class RedisStore:
         return entries
 
     async def alast_seq(self, name: str) -> int:
+        """The journal's last sequence number, for coroutines (off the loop)."""
         return int(await self._off_loop(self.last_seq, name))
 
     async def aclose(self) -> None:

@@ -524,10 +524,12 @@ class SQLiteStore:
         return result
 
     async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        """:meth:`read` for coroutines, on the store's writer thread."""
         result: Entries = await self._awriter().call(self.read, (name, after, limit))
         return result
 
     async def alast_seq(self, name: str) -> int:
+        """:meth:`last_seq` for coroutines, on the store's writer thread."""
         return int(await self._awriter().call(self.last_seq, (name,)))
 
     async def aclose(self) -> None:
