@@ -8,11 +8,21 @@ to connect creates them (under an advisory lock, so racing processes create them
 once), with one function, ``rampart_append_v1``.
 
 Append: one statement, ``SELECT … FROM rampart_append_v1(name, entry, after)``,
-run in its own transaction. The function bumps the registry row's ``last_seq``
-(the row lock orders appenders of one registry and leaves other registries
-alone; seq = last + 1, so sequence numbers are dense), inserts the entry, reads
-the tail the appender has not applied (a new snapshot, so it sees every entry
-committed before it took the lock) and queues a ``NOTIFY``. One round trip.
+run in its own transaction. The function locks the registry row (the lock
+orders appenders of one registry and leaves other registries alone), picks the
+entry's seq by the SQLite store's rules (``last_seq + 1``, or past entries a
+foreign client put ahead of it, sealing the numbers skipped with empty entries),
+sets ``last_seq``, inserts the entry, reads the tail the appender has not
+applied (a new snapshot, so it sees every entry committed before it took the
+lock) and queues a ``NOTIFY``. One round trip.
+
+Garbage: the database is shared with any client that can write to the tables,
+so every value read back is checked (stores/base.py, docs/shared.md "Garbage in
+the store"), by the same rules as the SQLite store: the columns are typed and
+``NOT NULL``, so the damage a foreign client can do is a number out of range (a
+``seq`` or ``last_seq`` outside ``[0, 2**53 - 1]``), empty or garbage bytes,
+holes, rows ahead of the counter, rows under other names. How far readers read
+is ``rampart_visible_v2(name)``, evaluated in the reading statement's snapshot.
 
 Durability: ``synchronous_commit``. By default the store makes sure it is at
 least ``on`` for its sessions (a commit returns once the WAL is flushed on the
@@ -44,14 +54,22 @@ import urllib.parse
 import weakref
 from typing import Any
 
-from rampart.errors import InvalidArgumentError, StoreUnavailableError
-from rampart.stores.base import Entries
+from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
+from rampart.stores.base import (
+    AHEAD_LIMIT,
+    SEQ_MAX,
+    Entries,
+    checked_checkpoint,
+    journal_entries,
+)
 
 __all__ = ["PostgresStore"]
 
-# Bumped when the function's signature or meaning changes: old and new rampart
-# versions can then share a database while it is upgraded.
-_APPEND_FN = "rampart_append_v1"
+# Bumped when a function's signature or meaning changes: old and new rampart
+# versions can then share a database while it is upgraded. v2: the garbage rules
+# of docs/shared.md ("Garbage in the store"), the same as the SQLite store's.
+_APPEND_FN = "rampart_append_v2"
+_VISIBLE_FN = "rampart_visible_v2"
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS rampart_registries(
@@ -61,23 +79,129 @@ CREATE TABLE IF NOT EXISTS rampart_journal(
     PRIMARY KEY(name, seq));
 CREATE TABLE IF NOT EXISTS rampart_checkpoints(
     name TEXT PRIMARY KEY, seq BIGINT NOT NULL, data BYTEA NOT NULL);
+
+-- The registry's counter (NULL: no such registry). A damaged one (outside
+-- [0, SEQ_MAX]: a foreign write) is 0 for readers and, for an appender, the
+-- largest entry or valid checkpoint there is (stores/sqlite.py, _counter).
+CREATE OR REPLACE FUNCTION rampart_counter_v2(p_name TEXT, p_appending BOOLEAN)
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    raw BIGINT;
+    top BIGINT;
+    ck BIGINT;
+BEGIN
+    SELECT r.last_seq INTO raw FROM rampart_registries r WHERE r.name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF raw BETWEEN 0 AND {SEQ_MAX} THEN
+        RETURN raw;
+    END IF;
+    IF NOT p_appending THEN
+        RETURN 0;
+    END IF;
+    SELECT max(j.seq) INTO top FROM rampart_journal j
+        WHERE j.name = p_name AND j.seq BETWEEN 1 AND {SEQ_MAX - AHEAD_LIMIT};
+    SELECT c.seq INTO ck FROM rampart_checkpoints c
+        WHERE c.name = p_name AND c.seq BETWEEN 0 AND {SEQ_MAX} AND length(c.data) > 0;
+    RETURN GREATEST(COALESCE(top, 0), COALESCE(ck, 0));
+END
+$fn$;
+
+-- p_last extended through the entries that follow it without a gap (64
+-- windows of AHEAD_LIMIT at most): in a window, the entries of that run are
+-- exactly those whose seq is p_last + their rank.
+CREATE OR REPLACE FUNCTION rampart_run_end_v2(p_name TEXT, p_last BIGINT)
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    at BIGINT := p_last;
+    n BIGINT;
+BEGIN
+    FOR i IN 1..64 LOOP
+        SELECT count(*) INTO n FROM (
+            SELECT j.seq, row_number() OVER (ORDER BY j.seq) AS rank
+            FROM rampart_journal j
+            WHERE j.name = p_name AND j.seq > at AND j.seq <= at + {AHEAD_LIMIT}) t
+            WHERE t.seq = at + t.rank;
+        at := at + n;
+        IF n < {AHEAD_LIMIT} THEN
+            RETURN at;
+        END IF;
+    END LOOP;
+    RETURN at;
+END
+$fn$;
+
+-- How far every reader reads (NULL: no such registry): the counter, extended
+-- through the entries that follow it without a gap. STABLE: a caller's one
+-- statement reads the counter and the entries from one snapshot.
+CREATE OR REPLACE FUNCTION {_VISIBLE_FN}(p_name TEXT)
+RETURNS BIGINT LANGUAGE sql STABLE AS $fn$
+    SELECT rampart_run_end_v2(p_name, last)
+    FROM (SELECT rampart_counter_v2(p_name, false) AS last) c WHERE last IS NOT NULL
+$fn$;
+
+-- An append (stores/sqlite.py, append, statement for statement): own is the
+-- entry's seq, NULL when there is no such registry, -1 when no sequence number
+-- is free (counter then says where it stood).
 CREATE OR REPLACE FUNCTION {_APPEND_FN}(
     p_name TEXT, p_entry BYTEA, p_after BIGINT,
-    OUT own BIGINT, OUT seqs BIGINT[], OUT entries BYTEA[])
+    OUT own BIGINT, OUT counter BIGINT, OUT seqs BIGINT[], OUT entries BYTEA[])
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    ahead BIGINT;
+    top BIGINT;
+    fin BIGINT;
+    free BOOLEAN := false;
 BEGIN
-    -- The registry row's lock orders the appenders of this registry.
-    UPDATE rampart_registries r SET last_seq = r.last_seq + 1
-        WHERE r.name = p_name RETURNING r.last_seq INTO own;
-    IF own IS NULL THEN
+    -- The registry row's lock orders the appenders of this registry; every
+    -- statement below takes a new snapshot, so it sees every entry committed
+    -- before this one took the lock.
+    PERFORM 1 FROM rampart_registries r WHERE r.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
         RETURN;  -- no such registry: the caller says so
     END IF;
+    counter := rampart_counter_v2(p_name, true);
+    -- Land after whatever a foreign client put just ahead of the counter.
+    SELECT max(j.seq) INTO ahead FROM rampart_journal j
+        WHERE j.name = p_name AND j.seq > counter AND j.seq <= counter + {AHEAD_LIMIT};
+    own := GREATEST(counter, COALESCE(ahead, 0)) + 1;
+    -- A run of entries reaching past the window (a counter set back by a
+    -- foreign write): jump a window at a time, boundedly.
+    FOR i IN 1..64 LOOP
+        IF own > {SEQ_MAX} OR NOT EXISTS (
+            SELECT 1 FROM rampart_journal j WHERE j.name = p_name AND j.seq = own
+        ) THEN
+            free := true;
+            EXIT;
+        END IF;
+        SELECT max(j.seq) INTO top FROM rampart_journal j
+            WHERE j.name = p_name AND j.seq BETWEEN own AND own + {AHEAD_LIMIT};
+        own := top + 1;
+    END LOOP;
+    IF NOT free OR own > {SEQ_MAX} THEN
+        own := -1;
+        RETURN;
+    END IF;
+    -- Where readers can have got to: the entries that run on from the counter
+    -- (from entry 1 when it is damaged) without a gap.
+    SELECT max(j.seq) INTO fin FROM rampart_journal j
+        WHERE j.name = p_name AND j.seq BETWEEN 1 AND counter;
+    fin := GREATEST(COALESCE(fin, 0), counter - {AHEAD_LIMIT});
+    fin := LEAST(fin, rampart_run_end_v2(p_name, COALESCE(rampart_counter_v2(p_name, false), 0)));
+    fin := GREATEST(fin, own - 1 - {64 * AHEAD_LIMIT});
+    IF own > fin + 1 THEN
+        -- Seal the numbers skipped over with empty entries (every replica skips
+        -- them), so that no entry can be slipped in below the counter later.
+        INSERT INTO rampart_journal(name, seq, entry)
+            SELECT p_name, x, ''::bytea FROM generate_series(fin + 1, own - 1) AS x
+            ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE rampart_registries r SET last_seq = own WHERE r.name = p_name;
     INSERT INTO rampart_journal(name, seq, entry) VALUES (p_name, own, p_entry);
-    -- A new statement, a new snapshot: every entry committed before this one
-    -- took the row lock is visible, so the tail has no holes.
     SELECT array_agg(j.seq ORDER BY j.seq), array_agg(j.entry ORDER BY j.seq)
         INTO seqs, entries
-        FROM rampart_journal j WHERE j.name = p_name AND j.seq > p_after;
+        FROM rampart_journal j WHERE j.name = p_name AND j.seq > p_after AND j.seq <= own;
     PERFORM pg_notify(
         'rampart_' || left(encode(sha256(convert_to(p_name, 'UTF8')), 'hex'), 24), p_name);
 END
@@ -89,6 +213,7 @@ SELECT to_regclass('rampart_registries') IS NOT NULL
    AND to_regclass('rampart_journal') IS NOT NULL
    AND to_regclass('rampart_checkpoints') IS NOT NULL
    AND to_regprocedure('{_APPEND_FN}(text,bytea,bigint)') IS NOT NULL
+   AND to_regprocedure('{_VISIBLE_FN}(text)') IS NOT NULL
 """
 
 # Any constant: the advisory lock that serialises schema creation across processes.
@@ -382,10 +507,21 @@ class PostgresStore:
 
     # ---- reading rows -----------------------------------------------------------------
 
-    @staticmethod
-    def _entries(rows: Any) -> Entries:
-        """Journal rows ``(seq, entry)`` as the replica takes them."""
-        return [(int(s), bytes(e)) for s, e in rows]
+    def _read_on(self, conn: Any, name: str, after: int, limit: int) -> Entries:
+        """The journal entries after ``after`` (at most ``limit``), as every
+        replica takes them: the counter and the rows from one statement, so one
+        snapshot; only rows up to where readers read (``rampart_visible_v2``)."""
+        rows = conn.execute(
+            f"SELECT v.last, j.seq, j.entry FROM (SELECT {_VISIBLE_FN}(%s) AS last) v "
+            "LEFT JOIN LATERAL (SELECT seq, entry FROM rampart_journal WHERE name = %s "
+            "AND seq > %s AND seq <= v.last ORDER BY seq LIMIT %s) j ON true",
+            (name, name, after, limit),
+        ).fetchall()
+        if not rows or rows[0][0] is None:  # no such registry
+            return []
+        last = min(int(rows[0][0]), SEQ_MAX)
+        got = [(s, e) for _, s, e in rows if s is not None]
+        return journal_entries(got, after, None if len(got) >= limit else last)
 
     # ---- the Store protocol -------------------------------------------------------------
 
@@ -395,7 +531,14 @@ class PostgresStore:
                 "SELECT meta FROM rampart_registries WHERE name = %s", (name,)
             ).fetchone()
         )
-        return None if row is None else bytes(row[0])
+        if row is None:
+            return None
+        if not row[0]:
+            # BYTEA NOT NULL: the only damage a foreign client can do is an empty one.
+            raise RegistryFileError(
+                f"store {self._where}: registry {name!r} has a damaged metadata record (empty)"
+            )
+        return bytes(row[0])
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         def go(c: Any) -> bool:
@@ -409,6 +552,10 @@ class PostgresStore:
                 ).fetchone()
                 if won is None:
                     return False
+                # Rows under a name no registry holds are a foreign client's: a
+                # new registry starts its journal afresh.
+                c.execute("DELETE FROM rampart_journal WHERE name = %s", (name,))
+                c.execute("DELETE FROM rampart_checkpoints WHERE name = %s", (name,))
                 if entries:
                     c.execute(
                         "INSERT INTO rampart_journal(name, seq, entry) "
@@ -425,24 +572,24 @@ class PostgresStore:
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         row = self._run(
             lambda c: c.execute(
-                f"SELECT own, seqs, entries FROM {_APPEND_FN}(%s, %s, %s)", (name, entry, after)
+                f"SELECT own, counter, seqs, entries FROM {_APPEND_FN}(%s, %s, %s)",
+                (name, entry, after),
             ).fetchone(),
             retry=False,  # it may have committed: only the journal can say
         )
         if row is None or row[0] is None:
             raise InvalidArgumentError(f"store {self._where} holds no registry {name!r}")
-        own, seqs, entries = row
-        return int(own), self._entries(zip(seqs or [], entries or []))
+        own, counter, seqs, entries = row
+        if own < 0:
+            raise RegistryFileError(
+                f"store {self._where}: registry {name!r}: no free sequence number after "
+                f"{counter} (the journal's counter is far behind its entries: damaged)"
+            )
+        return int(own), journal_entries(zip(seqs or [], entries or []), after, int(own))
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT seq, entry FROM rampart_journal WHERE name = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (name, after, limit),
-            ).fetchall()
-        )
-        return self._entries(rows)
+        result: Entries = self._run(lambda c: self._read_on(c, name, after, limit))
+        return result
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
@@ -469,15 +616,10 @@ class PostgresStore:
         conn = self._listener
         assert conn is not None
         try:
-            rows = conn.execute(
-                "SELECT seq, entry FROM rampart_journal WHERE name = %s AND seq > %s "
-                "ORDER BY seq LIMIT 10000",
-                (name, after),
-            ).fetchall()
+            return self._read_on(conn, name, after, 10_000)
         except self._psycopg.Error as e:
             self._drop_listener()
             raise StoreUnavailableError(f"PostgreSQL store {self._where}: {e}") from None
-        return self._entries(rows)
 
     def _listen(self, name: str) -> None:
         """Make sure the listener connection is up and listening on ``name``."""
@@ -525,26 +667,35 @@ class PostgresStore:
     def first_seq(self, name: str) -> int:
         row = self._run(
             lambda c: c.execute(
-                "SELECT min(seq) FROM rampart_journal WHERE name = %s", (name,)
+                "SELECT min(seq) FROM rampart_journal WHERE name = %s AND seq BETWEEN 1 AND %s",
+                (name, SEQ_MAX),
             ).fetchone()
         )
         return int(row[0] or 0)
 
     def last_seq(self, name: str) -> int:
+        # The last entry there is up to where readers read: what sync() waits
+        # for (a counter set forward names an entry that may never come).
         row = self._run(
             lambda c: c.execute(
-                "SELECT last_seq FROM rampart_registries WHERE name = %s", (name,)
+                "SELECT max(seq) FROM rampart_journal WHERE name = %s AND seq BETWEEN 1 AND "
+                f"COALESCE({_VISIBLE_FN}(%s), 0)",
+                (name, name),
             ).fetchone()
         )
-        return 0 if row is None else int(row[0])
+        return int(row[0] or 0)
 
     def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+        # A damaged checkpoint row (a seq outside [0, SEQ_MAX], empty data) is
+        # replaced whatever its seq.
         self._run(
             lambda c: c.execute(
                 "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (%s, %s, %s) "
                 "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
-                "WHERE excluded.seq > rampart_checkpoints.seq",
-                (name, seq, data),
+                "WHERE excluded.seq > rampart_checkpoints.seq "
+                "OR rampart_checkpoints.seq NOT BETWEEN 0 AND %s "
+                "OR length(rampart_checkpoints.data) = 0",
+                (name, seq, data, SEQ_MAX),
             )
         )
 
@@ -554,17 +705,26 @@ class PostgresStore:
                 "SELECT seq, data FROM rampart_checkpoints WHERE name = %s", (name,)
             ).fetchone()
         )
-        return None if row is None else (int(row[0]), bytes(row[1]))
+        if row is None:
+            return None
+        ck = checked_checkpoint(row[0], row[1])
+        if ck is None:
+            raise RegistryFileError(
+                f"store {self._where}: registry {name!r} has a damaged checkpoint row"
+            )
+        return ck
 
     def compact(self, name: str, upto: int) -> int:
-        # Never drop what no checkpoint covers: a new replica could not rebuild it.
+        # Never drop what no valid checkpoint covers: a new replica could not
+        # rebuild it (a foreign checkpoint row with a huge seq covers nothing).
         return int(
             self._run(
                 lambda c: (
                     c.execute(
                         "DELETE FROM rampart_journal WHERE name = %s AND seq <= LEAST(%s, "
-                        "COALESCE((SELECT seq FROM rampart_checkpoints WHERE name = %s), 0))",
-                        (name, upto, name),
+                        "COALESCE((SELECT seq FROM rampart_checkpoints WHERE name = %s "
+                        "AND seq BETWEEN 0 AND %s AND length(data) > 0), 0))",
+                        (name, upto, name, SEQ_MAX),
                     ).rowcount
                 )
             )
@@ -574,7 +734,9 @@ class PostgresStore:
         rows = self._run(
             lambda c: c.execute("SELECT name FROM rampart_registries ORDER BY name").fetchall()
         )
-        return [str(r[0]) for r in rows]
+        from rampart.stores import valid_name
+
+        return [str(r[0]) for r in rows if valid_name(r[0])]
 
     def close(self) -> None:
         with self._listen_lock:
