@@ -1,6 +1,9 @@
 """Stores that garbage cannot break (docs/shared.md, "Garbage in the store"): a
 foreign client writes rows, stream entries and keys of the wrong type straight
-into a real SQLite file and a real redis-server while replicas run and write.
+into a real SQLite file, a real redis-server and a real PostgreSQL server
+(tests/postgres_server.py; its columns are typed, so there the garbage is what a
+client can write into them: numbers out of range, empty or garbage bytes, holes,
+rows far ahead, rows of other registries) while replicas run and write.
 Every replica must skip the same entries (convergence: identical ``state``), and
 every open, write and sync must return (liveness: each runs on a thread joined
 with a generous hang guard, never a timed assertion).
@@ -27,6 +30,7 @@ import rampart
 from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_server import PostgresServer, skip_without_postgres
 from rampart.errors import (
     BlockNotFoundError,
     BlockPermissionError,
@@ -136,6 +140,59 @@ class RawRedis:
         self.r.close()
 
 
+class RawPostgres:
+    """A foreign client of the PostgreSQL store: plain SQL on the typed columns."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.db = psycopg.connect(url, autocommit=True)
+
+    def last(self, name: str = "agent") -> int:
+        row = self.db.execute(
+            "SELECT last_seq FROM rampart_registries WHERE name = %s", (name,)
+        ).fetchone()
+        return row[0] if row is not None and 0 <= row[0] <= SEQ_MAX else 0
+
+    def row(self, seq: int, entry: bytes, name: str = "agent") -> None:
+        self.db.execute(
+            "INSERT INTO rampart_journal(name, seq, entry) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (name, seq, entry),
+        )
+
+    def reset(self) -> None:
+        """Every registry gone (the tables stay): a fresh store for one example."""
+        if self.db.execute("SELECT to_regclass('rampart_journal') IS NOT NULL").fetchone()[0]:
+            for table in ("rampart_journal", "rampart_checkpoints", "rampart_registries"):
+                self.db.execute(f"DELETE FROM {table}")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+Raw = RawSQLite | RawRedis | RawPostgres
+
+
+def raw_of(url: str) -> Raw:
+    if url.startswith("sqlite"):
+        return RawSQLite(url)
+    if url.startswith("redis"):
+        return RawRedis(url)
+    return RawPostgres(url)
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PostgresServer]:
+    skip_without_postgres()
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     skip_without_redis()
@@ -147,18 +204,37 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
+def _served(kind: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh store of ``kind``, its server running meanwhile."""
+    if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
-        return
-    skip_without_redis()
-    d = tmp_path / "redis"
-    d.mkdir()
-    server = RedisServer(d)
-    server.start()
-    yield server.url
-    server.stop()
+    elif kind == "postgres":
+        skip_without_postgres()
+        pg = PostgresServer()
+        try:
+            pg.start()
+            yield pg.url
+        finally:
+            pg.close()
+    else:
+        skip_without_redis()
+        d = tmp_path / "redis"
+        d.mkdir()
+        server = RedisServer(d)
+        server.start()
+        yield server.url
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from _served(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The stores whose registry row holds both metadata and counter."""
+    yield from _served(request.param, tmp_path)
 
 
 # ---- the one validation helper ----------------------------------------------------------
@@ -242,6 +318,26 @@ _REDIS_GARBAGE = st.one_of(
         st.just("other"), st.sampled_from(["meta-list", "meta-hash", "log-string"]), st.none()
     ),
 )
+# PostgreSQL's columns are BIGINT and BYTEA NOT NULL: a foreign client cannot
+# store text or a NULL there, only numbers out of range and any bytes.
+_PG_SEQ = st.one_of(
+    st.integers(-3, AHEAD_LIMIT + 10).map(lambda k: ("ahead", k)),
+    st.sampled_from([0, -5, SEQ_MAX, SEQ_MAX + 1, 2**62, 2**63 - 1, -(2**63), AHEAD_LIMIT * 3]).map(
+        lambda n: ("abs", n)
+    ),
+)
+_PG_GARBAGE = st.one_of(
+    st.tuples(st.just("row"), _PG_SEQ, _BYTES),
+    # Rows of a registry that does not exist, or of another one.
+    st.tuples(st.just("other"), _PG_SEQ, _BYTES),
+    # A counter out of range (an in-range rewrite is history rewriting, which
+    # no store can tell from its own: docs/shared.md).
+    st.tuples(
+        st.just("counter"), st.sampled_from([-1, SEQ_MAX + 1, 2**63 - 1, -(2**63)]), st.none()
+    ),
+    st.tuples(st.just("checkpoint"), st.sampled_from([-1, 3, 7, SEQ_MAX + 1, 2**63 - 1]), _BYTES),
+    st.tuples(st.just("registry"), st.sampled_from(["x y", "ok.name", "", "zz"]), _BYTES),
+)
 _OPS = st.sampled_from(["write", "write", "front", "evict", "priority", "compile", "sync"])
 
 
@@ -268,6 +364,28 @@ def _sql_write(raw: RawSQLite, g: tuple[str, Any, Any]) -> None:
     else:
         raw.db.execute(
             "INSERT OR REPLACE INTO rampart_registries(name, meta, last_seq) VALUES (?, ?, 0)",
+            (a, b),
+        )
+
+
+def _pg_garbage(raw: RawPostgres, g: tuple[str, Any, Any]) -> None:
+    kind, a, b = g
+    if kind in ("row", "other"):
+        how, v = a
+        seq = raw.last() + v if how == "ahead" else v
+        raw.row(seq, b, "agent" if kind == "row" else "zz")
+    elif kind == "counter":
+        raw.db.execute("UPDATE rampart_registries SET last_seq = %s WHERE name = 'agent'", (a,))
+    elif kind == "checkpoint":
+        raw.db.execute(
+            "INSERT INTO rampart_checkpoints(name, seq, data) VALUES ('agent', %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data",
+            (a, b),
+        )
+    else:
+        raw.db.execute(
+            "INSERT INTO rampart_registries(name, meta, last_seq) VALUES (%s, %s, 0) "
+            "ON CONFLICT (name) DO UPDATE SET meta = excluded.meta",
             (a, b),
         )
 
@@ -439,6 +557,22 @@ def test_fuzz_redis_garbage(redis_server: RedisServer, caplog: pytest.LogCapture
         raw.close()
 
 
+def test_fuzz_postgres_garbage(
+    postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="rampart.shared")
+    raw = RawPostgres(postgres_server.url)
+
+    def url_of() -> str:
+        raw.reset()
+        return postgres_server.url
+
+    try:
+        _fuzz(url_of, lambda url, g: _pg_garbage(raw, g), _PG_GARBAGE)
+    finally:
+        raw.close()
+
+
 # ---- one regression test per case the hostile review found --------------------------------
 
 
@@ -483,16 +617,14 @@ def test_a_row_ahead_of_the_sequence_stops_no_append(
     caplog.set_level(logging.WARNING, logger="rampart.shared")
     a = opened(store_url)
     b = opened(store_url)
-    raw: RawSQLite | RawRedis = (
-        RawSQLite(store_url) if store_url.startswith("sqlite") else RawRedis(store_url)
-    )
+    raw = raw_of(store_url)
     try:
         bounded(lambda: a.write_block("one", "b1"), "write")
         ahead = raw.last() + 2  # one sequence number past the next append's
-        if isinstance(raw, RawSQLite):
-            raw.row(ahead, b"\x01foreign row")
-        else:
+        if isinstance(raw, RawRedis):
             raw.xadd(f"0-{ahead}", {b"e": b"\x01foreign entry"})
+        else:
+            raw.row(ahead, b"\x01foreign row")
         assert _cpu_while_idle() < 0.5
         ids = [bounded(lambda k=k: a.write_block(f"w{k}", f"w{k}"), "write") for k in range(3)]
         bounded(lambda: b.write_block("from b", "b2"), "write")
@@ -549,6 +681,96 @@ def test_sqlite_values_of_the_wrong_type_are_skipped(
         raw.close()
 
 
+@pytest.mark.parametrize(
+    ("seq_of", "entry", "name"),
+    [
+        (lambda n: n, b"", "agent"),  # a hole a foreign client left
+        (lambda n: n, b"\x01not an entry", "agent"),
+        (lambda n: n, b"RPJ1", "agent"),
+        (lambda n: -n, b"\x01negative seq", "agent"),
+        (lambda n: 0, b"\x01zero seq", "agent"),
+        (lambda n: SEQ_MAX + 1, b"\x01past SEQ_MAX", "agent"),
+        (lambda n: 2**63 - 1, b"\x01BIGINT's largest", "agent"),
+        (lambda n: n, b"\x01another registry's row", "zz"),
+        (lambda n: n + AHEAD_LIMIT * 3, b"\x01far ahead", "agent"),
+    ],
+)
+def test_postgres_values_a_foreign_client_can_write_are_skipped(
+    postgres_server: PostgresServer,
+    caplog: pytest.LogCaptureFixture,
+    seq_of: Callable[[int], int],
+    entry: bytes,
+    name: str,
+) -> None:
+    url = postgres_server.url
+    caplog.set_level(logging.WARNING, logger="rampart.shared")
+    a = opened(url)
+    b = opened(url)
+    raw = RawPostgres(url)
+    try:
+        bounded(lambda: a.write_block("one", "b1"), "write")
+        n = raw.last() + 1
+        raw.row(seq_of(n), entry, name)
+        bounded(lambda: a.write_block("two", "b2"), "write")
+        bounded(lambda: b.write_block("three", "b3"), "write")
+        converged([a, b])
+        assert len(a) == 3
+        rid = bounded(lambda: b.write_block("four", "b4"), "write")
+        bounded(a.sync, "sync()")
+        assert rid in a
+        late = opened(url)
+        try:
+            converged([a, b, late])
+        finally:
+            late.close()
+    finally:
+        a.close()
+        b.close()
+        raw.close()
+
+
+def test_a_damaged_metadata_record_is_a_typed_error(sql_url: str) -> None:
+    store_url = sql_url
+    opened(store_url).close()
+    raw = raw_of(store_url)
+    try:
+        if isinstance(raw, RawSQLite):
+            raw.db.execute("UPDATE rampart_registries SET meta=''")
+        else:
+            assert isinstance(raw, RawPostgres)
+            # BYTEA NOT NULL: empty is the only damage a typed column lets in.
+            raw.db.execute("UPDATE rampart_registries SET meta = ''::bytea")
+        store = open_store(store_url)
+        with pytest.raises(RegistryFileError, match="'agent' has a damaged metadata"):
+            bounded(lambda: store.meta("agent"), "meta()")
+        with pytest.raises(RegistryFileError, match="agent"):
+            opened(store_url)
+        store.close()
+    finally:
+        raw.close()
+
+
+def test_a_deleted_counter_row_fails_writes_typed(sql_url: str) -> None:
+    """The registry row (meta and counter) deleted under running replicas: the
+    registry is gone from the store, so a write is a typed error that changes
+    nothing, never a hang; what replicas applied stays."""
+    store_url = sql_url
+    a = opened(store_url)
+    raw = raw_of(store_url)
+    try:
+        bounded(lambda: a.write_block("one", "b1"), "write")
+        before = state(a)
+        assert isinstance(raw, RawSQLite | RawPostgres)
+        raw.db.execute("DELETE FROM rampart_registries WHERE name = 'agent'")
+        with pytest.raises(RampartError, match="agent"):
+            bounded(lambda: a.write_block("two", "b2"), "write")
+        assert state(a) == before
+        assert "agent" not in open_store(store_url).names()
+    finally:
+        a.close()
+        raw.close()
+
+
 def test_a_damaged_counter_or_checkpoint_is_repaired(store_url: str) -> None:
     a = opened(store_url)
     try:
@@ -557,11 +779,17 @@ def test_a_damaged_counter_or_checkpoint_is_repaired(store_url: str) -> None:
             raw = RawSQLite(store_url)
             raw.db.execute("UPDATE rampart_registries SET last_seq='x'")
             raw.db.execute("INSERT INTO rampart_checkpoints VALUES ('agent', 'x', 3)")
-        else:
+        elif store_url.startswith("redis"):
             rr = RawRedis(store_url)
             rr.r.delete(rr.keys()["seq"])
             rr.r.rpush(rr.keys()["seq"], b"1")
             rr.r.set(rr.keys()["ckpt"], b"not a hash")
+        else:
+            pg = RawPostgres(store_url)
+            pg.db.execute("UPDATE rampart_registries SET last_seq = -7")
+            # A seq past SEQ_MAX: it must not block the next checkpoint either.
+            pg.db.execute("INSERT INTO rampart_checkpoints VALUES ('agent', %s, '\\x03')", (2**62,))
+            pg.close()
         store = open_store(store_url)
         with pytest.raises(RegistryFileError, match="checkpoint"):
             store.checkpoint("agent")
@@ -587,6 +815,10 @@ def test_a_counter_set_back_hides_nothing(store_url: str) -> None:
             bounded(lambda k=k: a.write_block(f"w{k}", f"w{k}"), "write")
         if store_url.startswith("sqlite"):
             RawSQLite(store_url).db.execute("UPDATE rampart_registries SET last_seq=1")
+        elif store_url.startswith("postgres"):
+            pg = RawPostgres(store_url)
+            pg.db.execute("UPDATE rampart_registries SET last_seq = 1")
+            pg.close()
         else:
             rr = RawRedis(store_url)
             rr.r.set(rr.keys()["seq"], 1)
