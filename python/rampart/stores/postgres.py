@@ -5,9 +5,9 @@ Layout, as in the SQLite store and shared by every registry of the database:
 ``rampart_journal`` (name, seq, entry) and ``rampart_checkpoints`` (name, seq,
 data), in the first schema of the connection's ``search_path``. The first store
 to connect creates them (under an advisory lock, so racing processes create them
-once), with one function, ``rampart_append_v1``.
+once), with the functions below (``rampart_append_v2``, ``rampart_visible_v2``).
 
-Append: one statement, ``SELECT … FROM rampart_append_v1(name, entry, after)``,
+Append: one statement, ``SELECT … FROM rampart_append_v2(name, entry, after)``,
 run in its own transaction. The function locks the registry row (the lock
 orders appenders of one registry and leaves other registries alone), picks the
 entry's seq by the SQLite store's rules (``last_seq + 1``, or past entries a
