@@ -762,7 +762,7 @@ def test_a_deleted_counter_row_fails_writes_typed(sql_url: str) -> None:
         before = state(a)
         assert isinstance(raw, RawSQLite | RawPostgres)
         raw.db.execute("DELETE FROM rampart_registries WHERE name = 'agent'")
-        with pytest.raises(RampartError, match="agent"):
+        with pytest.raises(InvalidArgumentError, match="no registry 'agent'"):
             bounded(lambda: a.write_block("two", "b2"), "write")
         assert state(a) == before
         assert "agent" not in open_store(store_url).names()
