@@ -132,13 +132,29 @@ BEGIN
 END
 $fn$;
 
--- How far every reader reads (NULL: no such registry): the counter, extended
--- through the entries that follow it without a gap. STABLE: a caller's one
--- statement reads the counter and the entries from one snapshot.
+-- How far every reader reads (NULL: no such registry): the counter (0 when it
+-- is damaged), extended through the entries that follow it without a gap.
+-- STABLE: a caller's one statement reads the counter and the entries from one
+-- snapshot. The usual case, no entry right after the counter, is one probe.
 CREATE OR REPLACE FUNCTION {_VISIBLE_FN}(p_name TEXT)
-RETURNS BIGINT LANGUAGE sql STABLE AS $fn$
-    SELECT rampart_run_end_v2(p_name, last)
-    FROM (SELECT rampart_counter_v2(p_name, false) AS last) c WHERE last IS NOT NULL
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    at BIGINT;
+BEGIN
+    SELECT r.last_seq INTO at FROM rampart_registries r WHERE r.name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF at NOT BETWEEN 0 AND {SEQ_MAX} THEN
+        at := 0;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM rampart_journal j WHERE j.name = p_name AND j.seq = at + 1
+    ) THEN
+        RETURN at;
+    END IF;
+    RETURN rampart_run_end_v2(p_name, at);
+END
 $fn$;
 
 -- An append (stores/sqlite.py, append, statement for statement): own is the
