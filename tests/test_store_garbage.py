@@ -808,6 +808,27 @@ def test_a_damaged_counter_or_checkpoint_is_repaired(store_url: str) -> None:
         a.close()
 
 
+@pytest.mark.parametrize("seq, data", [(2**62, b"\x03"), (1, b"")])
+def test_a_sqlite_checkpoint_out_of_range_or_empty_is_replaced(
+    sqlite_url_: str, seq: int, data: bytes
+) -> None:
+    """An integer seq past SEQ_MAX, or an empty blob: damaged, so the next
+    checkpoint replaces it (it would otherwise win every comparison forever)."""
+    a = opened(sqlite_url_)
+    try:
+        bounded(lambda: a.write_block("one", "b1"), "write")
+        RawSQLite(sqlite_url_).db.execute(
+            "INSERT INTO rampart_checkpoints VALUES ('agent', ?, ?)", (seq, data)
+        )
+        store = open_store(sqlite_url_)
+        assert bounded(a._replica.checkpoint, "checkpoint") == 1  # type: ignore[union-attr]
+        ck = store.checkpoint("agent")
+        assert ck is not None and ck[0] == 1 and len(ck[1]) > 0
+        store.close()
+    finally:
+        a.close()
+
+
 def test_a_counter_set_back_hides_nothing(store_url: str) -> None:
     a = opened(store_url)
     try:

@@ -450,16 +450,19 @@ class SQLiteStore:
         return int(self._run(go))
 
     def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
-        # A damaged checkpoint row (a seq that is not an integer, data that is
-        # not a BLOB) is replaced: SQLite orders an INTEGER below any TEXT.
+        # A damaged checkpoint row (a seq that is not an integer or out of range,
+        # data that is not a BLOB or empty) is replaced: SQLite orders an INTEGER
+        # below any TEXT, and a foreign seq past SEQ_MAX would otherwise win forever.
         self._run(
             lambda c: c.execute(
                 "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET seq=excluded.seq, data=excluded.data "
                 "WHERE excluded.seq > rampart_checkpoints.seq "
                 "OR typeof(rampart_checkpoints.seq) != 'integer' "
-                "OR typeof(rampart_checkpoints.data) != 'blob'",
-                (name, seq, data),
+                "OR rampart_checkpoints.seq NOT BETWEEN 0 AND ? "
+                "OR typeof(rampart_checkpoints.data) != 'blob' "
+                "OR length(rampart_checkpoints.data) = 0",
+                (name, seq, data, SEQ_MAX),
             )
         )
 
