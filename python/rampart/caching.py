@@ -1,0 +1,651 @@
+"""Prompt caching: price tables, a prefix-cache cost model, and sessions that keep a
+conversation's cache warm.
+
+Providers and local servers reuse the work done on a prompt's longest byte-identical
+prefix (tools first, then the system prompt, then the messages). A gated compile puts
+the task-dependent blocks after the ungated head (``gated=False`` blocks), so the head
+is served from the cache on every task; a :class:`CacheSession` goes further within
+one conversation: when the task changes it may keep the blocks the previous prompt
+already had in place and append the newly relevant ones after them, so the whole
+previous prompt stays a cached prefix. Whether that pays is decided by an explicit
+cost model over a :class:`PriceTable`; :class:`PrefixCacheModel` replays a stream of
+requests under a table (what ``benches/cache_bench.py`` uses to price layouts).
+
+Costs are in *token-equivalents*: one uncached input token costs 1. See
+docs/caching.md for when gating pays under caching and when it does not.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from rampart.block import CompileResult, InstructionBlock
+from rampart.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from rampart.registry import BlockRegistry, GateFn
+
+__all__ = [
+    "PRICES",
+    "CacheSession",
+    "Chunk",
+    "PrefixCacheModel",
+    "PriceTable",
+    "SessionResult",
+    "Usage",
+    "price_table",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable:
+    """How a provider bills (or a server spends) cached and uncached input tokens.
+
+    ``read``: what a token served from the cache costs, per uncached token.
+    ``write``: what a token costs when it is written into the cache (Anthropic's
+    premium; 1.0 where caching is automatic and free). ``ttl_s``: seconds an entry
+    lives after its last use (``None``: until newer prompts push it out).
+    ``min_tokens``: prefixes shorter than this are never cached. ``granularity``:
+    the cached length is a multiple of it (OpenAI caches in 128-token steps).
+    ``explicit``: only prefixes ending at a ``cache_control`` breakpoint are written,
+    and a hit is looked for at most ``lookback`` content blocks before each
+    breakpoint (Anthropic); otherwise every prefix of every request is cached.
+    ``scope``: ``"any"`` (any earlier request's prefix) or ``"last"`` (only the
+    previous request's: llama-cpp-python, one llama.cpp server slot).
+    """
+
+    name: str
+    read: float
+    write: float
+    ttl_s: float | None
+    min_tokens: int
+    granularity: int = 1
+    explicit: bool = False
+    lookback: int = 20
+    scope: str = "any"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("read", "write"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise InvalidArgumentError(f"PriceTable.{field} must be a number >= 0, got {v!r}")
+        if self.ttl_s is not None and not self.ttl_s > 0:
+            raise InvalidArgumentError(f"PriceTable.ttl_s must be > 0 or None, got {self.ttl_s!r}")
+        for field in ("min_tokens", "granularity", "lookback"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (field != "min_tokens"):
+                raise InvalidArgumentError(f"PriceTable.{field} must be a positive int, got {v!r}")
+        if self.scope not in ("any", "last"):
+            raise InvalidArgumentError(
+                f"PriceTable.scope must be 'any' or 'last', got {self.scope!r}"
+            )
+
+    def cost(self, cached: int, written: int, uncached: int) -> float:
+        """Token-equivalents of one request's input: ``cached`` tokens read from the
+        cache, ``written`` into it, ``uncached`` neither."""
+        return self.read * cached + self.write * written + uncached
+
+    def cacheable(self, tokens: int) -> int:
+        """How much of a ``tokens``-long shared prefix the cache actually serves."""
+        if tokens < self.min_tokens:
+            return 0
+        return tokens - tokens % self.granularity
+
+    def ideal(self) -> PriceTable:
+        """This table's floor: every prefix seen before is read at ``read``, nothing
+        expires, there is no minimum and no write premium."""
+        return replace(
+            self,
+            name=f"{self.name} (ideal)",
+            write=1.0,
+            ttl_s=None,
+            min_tokens=0,
+            granularity=1,
+            explicit=False,
+            scope="any",
+        )
+
+
+_ANTHROPIC = (
+    "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching (checked 2026-12): "
+    "5-minute cache writes 1.25x base input, 1-hour writes 2x, cache hits 0.1x; the TTL is "
+    "refreshed on each hit; at most 4 breakpoints, hits looked for up to ~20 content blocks "
+    "before a breakpoint; minimum cacheable prompt 1024 tokens (Claude Sonnet 4.x, Opus 4.1 "
+    "and earlier), 2048 (Haiku 3.x), 4096 (Opus 4.5+, Haiku 4.5)"
+)
+_OPENAI = (
+    "https://platform.openai.com/docs/guides/prompt-caching and https://openai.com/api/pricing "
+    "(checked 2026-12): automatic for prompts of 1024 tokens or more, hits in 128-token "
+    "increments, no write premium; cached input at {pct} of the input price for {models}; "
+    "entries kept 5-10 minutes of inactivity (up to an hour; 24 h with "
+    "prompt_cache_retention='24h')"
+)
+_LOCAL = (
+    "llama-cpp-python (Llama.generate keeps the previous prompt's KV cache and evaluates "
+    "only what follows the longest common token prefix); llama.cpp server: the same per slot "
+    "(cache_prompt, on by default); the cost unit is one prefilled token, a reused one costs "
+    "nothing"
+)
+_VLLM = (
+    "vLLM automatic prefix caching (https://docs.vllm.ai/en/latest/design/prefix_caching.html) "
+    "and SGLang RadixAttention: any earlier prefix, in KV blocks of 16 tokens, until evicted"
+)
+
+#: The built-in price tables by name (``price_table(name)``); cite ``.source``.
+PRICES: dict[str, PriceTable] = {
+    t.name: t
+    for t in (
+        PriceTable("anthropic", 0.1, 1.25, 300.0, 1024, explicit=True, source=_ANTHROPIC),
+        PriceTable("anthropic-1h", 0.1, 2.0, 3600.0, 1024, explicit=True, source=_ANTHROPIC),
+        PriceTable(
+            "openai",
+            0.1,
+            1.0,
+            300.0,
+            1024,
+            granularity=128,
+            source=_OPENAI.format(pct="10 %", models="the GPT-5 family"),
+        ),
+        PriceTable(
+            "openai-gpt-4.1",
+            0.25,
+            1.0,
+            300.0,
+            1024,
+            granularity=128,
+            source=_OPENAI.format(pct="25 %", models="GPT-4.1"),
+        ),
+        PriceTable(
+            "openai-gpt-4o",
+            0.5,
+            1.0,
+            300.0,
+            1024,
+            granularity=128,
+            source=_OPENAI.format(pct="50 %", models="GPT-4o"),
+        ),
+        PriceTable("local", 0.0, 1.0, None, 0, scope="last", source=_LOCAL),
+        PriceTable("local-vllm", 0.0, 1.0, None, 0, granularity=16, source=_VLLM),
+    )
+}
+
+
+def price_table(table: str | PriceTable) -> PriceTable:
+    """A :class:`PriceTable` by name (see :data:`PRICES`), or ``table`` itself."""
+    if isinstance(table, PriceTable):
+        return table
+    try:
+        return PRICES[table]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"unknown price table {table!r}; built in: {', '.join(PRICES)} (or pass a PriceTable)"
+        ) from None
+
+
+# ---- replaying a stream of requests -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One content block of a request as the cache sees it: ``key`` identifies its
+    bytes (the text itself, or a digest), ``tokens`` its length, ``breakpoint``
+    whether it carries a ``cache_control`` marker (explicit caches only)."""
+
+    key: Hashable
+    tokens: int
+    breakpoint: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One request's input as billed: tokens read from the cache, written into it,
+    and neither; ``cost`` in token-equivalents."""
+
+    cached: int
+    written: int
+    uncached: int
+    cost: float
+
+    @property
+    def total(self) -> int:
+        return self.cached + self.written + self.uncached
+
+
+class PrefixCacheModel:
+    """A provider's prefix cache, replayed: feed it requests as :class:`Chunk` lists,
+    in order, and it says what each one costs under ``table``.
+
+    Explicit caches (Anthropic) write an entry at each breakpoint whose prefix is at
+    least ``min_tokens`` long and look for the longest live entry at a chunk
+    boundary up to ``lookback`` chunks before each breakpoint; everything between
+    that hit and the last breakpoint is written, the rest is plain input. Automatic
+    caches (OpenAI, local servers) serve the longest live prefix of any earlier
+    request (``scope="any"``) or of the previous one (``"last"``), rounded down to
+    ``granularity`` and only from ``min_tokens``; the rest is written. Entries live
+    ``ttl_s`` after their last use. Chunk keys are compared, never hashed into fewer
+    bits, so two different prefixes never collide. Not thread-safe: one stream.
+    """
+
+    def __init__(self, table: str | PriceTable) -> None:
+        self.table = price_table(table)
+        # prefix (tuple of keys) -> expiry time (inf when ttl_s is None)
+        self._entries: dict[tuple[Hashable, ...], float] = {}
+
+    def _alive(self, prefix: tuple[Hashable, ...], now: float) -> bool:
+        expiry = self._entries.get(prefix)
+        return expiry is not None and expiry >= now
+
+    def request(self, chunks: Sequence[Chunk], now: float = 0.0) -> Usage:
+        """Bill one request sent at time ``now`` (seconds) and update the cache."""
+        t = self.table
+        keys = tuple(c.key for c in chunks)
+        cum = [0]
+        for c in chunks:
+            if isinstance(c.tokens, bool) or not isinstance(c.tokens, int) or c.tokens < 0:
+                raise InvalidArgumentError(f"Chunk.tokens must be an int >= 0, got {c.tokens!r}")
+            cum.append(cum[-1] + c.tokens)
+        total = cum[-1]
+        expiry = math.inf if t.ttl_s is None else now + t.ttl_s
+        if t.explicit:
+            bps = [i + 1 for i, c in enumerate(chunks) if c.breakpoint]
+            hit = 0
+            for b in bps:
+                for j in range(b, max(b - t.lookback, 0) - 1, -1):
+                    if j > hit and self._alive(keys[:j], now):
+                        hit = j
+                        break
+            if hit:
+                self._entries[keys[:hit]] = expiry  # a hit refreshes the entry
+            cached = cum[hit]
+            writable = [b for b in bps if cum[b] >= t.min_tokens]
+            last = writable[-1] if writable else 0
+            written = max(cum[last] - cached, 0)
+            for b in writable:
+                self._entries[keys[:b]] = expiry
+            usage_cached, usage_written = cached, written
+        else:
+            hit = next((n for n in range(len(keys), 0, -1) if self._alive(keys[:n], now)), 0)
+            usage_cached = t.cacheable(cum[hit])
+            usage_written = total - usage_cached
+            if t.scope == "last":
+                self._entries.clear()
+            for n in range(1, len(keys) + 1):
+                self._entries[keys[:n]] = expiry
+        uncached = total - usage_cached - usage_written
+        return Usage(
+            usage_cached, usage_written, uncached, t.cost(usage_cached, usage_written, uncached)
+        )
+
+
+# ---- sessions --------------------------------------------------------------------------------
+
+
+def _render(b: InstructionBlock) -> str:
+    # What compile renders for a block: prefix + content + suffix, nothing between.
+    return f"{b.wrap_prefix}{b.content}{b.wrap_suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One block of the previous prompt: its id, rendered text and cost."""
+
+    runtime_id: str
+    name: str
+    text: str
+    cost: int
+
+
+class SessionResult:
+    """One :meth:`CacheSession.compile`: the prompt to send and what the cost model
+    predicted for it.
+
+    ``prompt`` is the session's prompt: the fresh compile's (``decision ==
+    "fresh"``) or the previous prompt's blocks with the newly relevant ones appended
+    (``"extend"``). ``compile`` is the fresh compile of this task (its report says
+    why each block is in or out of the *fresh* selection). ``cached_tokens`` /
+    ``uncached_tokens`` / ``cost`` are the predicted first call of this prompt under
+    the session's price table (system prompt only: tools and messages are not the
+    session's to count); ``cost`` is the predicted cost of the session's
+    ``calls_per_task`` calls with it, in token-equivalents, and ``alternative_cost``
+    what the cheapest other choice would have cost by the same model (``None`` when
+    there was none). Adapters take it like a
+    :class:`~rampart.block.CompileResult`.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "alternative_cost",
+        "appended",
+        "cache_points",
+        "cached_tokens",
+        "compile",
+        "cost",
+        "decision",
+        "dropped",
+        "kept",
+        "prices",
+        "prompt",
+        "total_tokens",
+        "uncached_tokens",
+    )
+
+    def __init__(
+        self,
+        *,
+        prompt: str,
+        compile: CompileResult,
+        blocks: list[_Kept],
+        decision: str,
+        kept: list[str],
+        appended: list[str],
+        dropped: list[str],
+        total_tokens: int,
+        cache_points: list[tuple[int, int]],
+        cached_tokens: int,
+        cost: float,
+        alternative_cost: float | None,
+        prices: PriceTable,
+    ) -> None:
+        self.prompt = prompt
+        self.compile = compile
+        self._blocks = blocks
+        self.decision = decision
+        self.kept = kept
+        self.appended = appended
+        self.dropped = dropped
+        self.total_tokens = total_tokens
+        self.cache_points = cache_points
+        self.cached_tokens = cached_tokens
+        self.uncached_tokens = total_tokens - cached_tokens
+        self.cost = cost
+        self.alternative_cost = alternative_cost
+        self.prices = prices
+
+    @property
+    def included(self) -> list[str]:
+        """Names of the blocks in the prompt, in prompt order."""
+        return [b.name for b in self._blocks]
+
+    @property
+    def included_ids(self) -> list[str]:
+        return [b.runtime_id for b in self._blocks]
+
+    @property
+    def stable_prefix_tokens(self) -> int:
+        """Tokens of the task-independent head (as :attr:`CompileResult.stable_prefix_tokens`)."""
+        return self.compile.stable_prefix_tokens
+
+    @property
+    def stable_prefix_chars(self) -> int:
+        return self.compile.stable_prefix_chars
+
+    @property
+    def cache_notes(self) -> list[str]:
+        return self.compile.cache_notes
+
+    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """The tools of the blocks in this prompt (kept ones included), in prompt
+        order, then the fresh compile's tools-only ones (``tools_in_prompt=False``)."""
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        reg_tools = {_tool_name(t): t for t in self.compile.registry_tools(format)}
+        for b in self._blocks:
+            t = reg_tools.get(b.name)
+            if t is not None and b.name not in seen:
+                seen.add(b.name)
+                out.append(t)
+        for t in self.compile.tools(format):
+            name = _tool_name(t)
+            if name not in seen:
+                seen.add(name)
+                out.append(t)
+        return out
+
+    def registry_tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        return self.compile.registry_tools(format)
+
+    def __str__(self) -> str:
+        return self.prompt
+
+    def __repr__(self) -> str:
+        return (
+            f"<SessionResult {self.decision} {len(self._blocks)} blocks, {self.total_tokens} "
+            f"tokens, {self.cached_tokens} predicted cached, cost {self.cost:.1f}>"
+        )
+
+
+def _tool_name(t: dict[str, Any]) -> str:
+    fn = t.get("function")
+    return str(fn["name"] if isinstance(fn, dict) else t["name"])
+
+
+class CacheSession:
+    """One conversation's compiles, laid out to keep its prompt cache warm.
+
+    Made by :meth:`BlockRegistry.session`. Each :meth:`compile` runs the ordinary
+    gated compile for the task (the *fresh* prompt: ungated head, then the relevant
+    gated blocks in registry order) and compares it with the previous prompt of this
+    session. Options: keep the first ``k`` blocks of the previous prompt in place
+    (at least its head, at most every block still unchanged in the registry) and
+    append the fresh prompt's other blocks after them, in compile order; ``k`` equal
+    to the blocks both prompts start with is the fresh prompt itself. Each option is
+    priced for ``calls_per_task`` model calls under ``prices``: the first call reads
+    the kept prefix from the cache (if it is still live: within the table's TTL of
+    the previous compile and at least its minimum length; an explicit cache only at
+    the previous prompt's breakpoints) and writes the rest; each later call reads
+    the whole prompt. The cheapest option that fits the token budget wins; ties go
+    to the shorter keep (the fresh layout). The cost model looks one task ahead
+    only. It never drops a block the fresh compile selected, and never moves the
+    ungated head: a changed head starts a fresh prefix.
+
+    Thread-safe (one lock around a compile); deterministic for the same registry
+    states, tasks and ``clock`` readings; works on shared registries (it only
+    compiles and reads blocks).
+    """
+
+    def __init__(
+        self,
+        registry: BlockRegistry,
+        *,
+        max_tokens: int | None = None,
+        top_k: int | None = None,
+        relevance_threshold: float | None = None,
+        separator: str | None = None,
+        gate: GateFn | None = None,
+        tools_in_prompt: bool = True,
+        prices: str | PriceTable = "anthropic",
+        calls_per_task: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+
+        if not isinstance(registry, BlockRegistry):
+            raise InvalidArgumentError(
+                f"CacheSession needs a BlockRegistry, got {type(registry).__name__}"
+            )
+        if top_k is None and relevance_threshold is None:
+            raise InvalidArgumentError(
+                "a CacheSession needs a gate (top_k and/or relevance_threshold): without one "
+                "every compile is the same prompt and an ordinary compile keeps the cache"
+            )
+        if isinstance(calls_per_task, bool) or not isinstance(calls_per_task, int):
+            raise InvalidArgumentError(
+                f"calls_per_task must be an int >= 1, got {calls_per_task!r}"
+            )
+        if calls_per_task < 1:
+            raise InvalidArgumentError(
+                f"calls_per_task must be an int >= 1, got {calls_per_task!r}"
+            )
+        if not callable(clock):
+            raise InvalidArgumentError(f"clock must be a callable returning seconds, got {clock!r}")
+        self.registry = registry
+        self.max_tokens = max_tokens
+        self.top_k = top_k
+        self.relevance_threshold = relevance_threshold
+        self.separator = DEFAULT_SEPARATOR if separator is None else separator
+        if not isinstance(self.separator, str):
+            raise InvalidArgumentError(f"separator must be a str, got {separator!r}")
+        self.gate = gate
+        self.tools_in_prompt = bool(tools_in_prompt)
+        self.prices = price_table(prices)
+        self.calls_per_task = calls_per_task
+        self._clock = clock
+        self._lock = threading.Lock()
+        # The previous prompt: its blocks, the block counts where its cache
+        # breakpoints were (head, kept prefix, end), its time.
+        self._prev: list[_Kept] = []
+        self._prev_points: list[int] = []
+        self._prev_time: float | None = None
+
+    def reset(self) -> None:
+        """Forget the previous prompt: the next compile starts a fresh prefix."""
+        with self._lock:
+            self._prev, self._prev_points, self._prev_time = [], [], None
+
+    def compile(self, task_text: str | None = None, *, task_embedding: Any = None) -> SessionResult:
+        """The prompt for this task (see the class docstring)."""
+        fresh = self.registry.compile(
+            self.max_tokens,
+            task_text,
+            self.relevance_threshold,
+            self.top_k,
+            self.separator,
+            task_embedding=task_embedding,
+            gate=self.gate,
+            tools_in_prompt=self.tools_in_prompt,
+        )
+        with self._lock:
+            out = self._decide(fresh)
+        return out
+
+    # ---- the cost model -----------------------------------------------------------------
+
+    def _decide(self, fresh: CompileResult) -> SessionResult:
+        sep = self.separator
+        sep_tokens = self.registry.count_tokens(sep) if sep else 0
+        blocks = fresh.included_blocks
+        new = [
+            _Kept(b.runtime_id, b.semantic_name, _render(b), c)
+            for b, c in zip(blocks, _own_costs(fresh.costs, sep_tokens))
+        ]
+        head = _head_count(new, fresh.stable_prefix_chars, len(sep))
+        now = float(self._clock())
+        prev = self._prev
+        warm = self._prev_time is not None and (
+            self.prices.ttl_s is None or now - self._prev_time <= self.prices.ttl_s
+        )
+        # c: the blocks both prompts start with; valid: the previous blocks still
+        # unchanged in the registry, from the front.
+        c = 0
+        while c < min(len(prev), len(new)) and prev[c] == new[c]:
+            c += 1
+        valid = c
+        if c >= head:
+            while valid < len(prev) and self._unchanged(prev[valid]):
+                valid += 1
+        budget = fresh.max_tokens
+        options: list[tuple[float, int, list[_Kept], int]] = []
+        for k in range(c, max(valid, c) + 1):
+            kept_ids = {b.runtime_id for b in prev[:k]}
+            layout = [*prev[:k], *(b for b in new if b.runtime_id not in kept_ids)]
+            total = _tokens(layout, sep_tokens)
+            if budget is not None and total > budget and k != c:
+                continue
+            cached = self._cached(k, prev, sep_tokens) if warm else 0
+            cost = self._price(cached, total)
+            options.append((cost, k, layout, total))
+        best = min(options, key=lambda o: (o[0], o[1]))
+        cost, k, layout, total = best
+        others = [o[0] for o in options if o[1] != k]
+        alternative = min(others) if others else None
+        decision = "extend" if k > c else "fresh"
+        cached = self._cached(k, prev, sep_tokens) if warm else 0
+        if decision == "fresh":
+            prompt = fresh.prompt
+        else:
+            prompt = sep.join(b.text for b in layout)
+        points: list[tuple[int, int]] = []
+        head_chars, head_tokens = fresh.stable_prefix_chars, fresh.stable_prefix_tokens
+        if 0 < head_chars < len(prompt):
+            points.append((head_chars, head_tokens))
+        kept_points = [head] if head else []
+        if decision == "extend":
+            kept_chars = sum(len(b.text) for b in layout[:k]) + len(sep) * (k - 1)
+            kept_tokens = _tokens(layout[:k], sep_tokens)
+            if head_chars < kept_chars < len(prompt):
+                points.append((kept_chars, kept_tokens))
+            kept_points.append(k)
+        kept_points.append(len(layout))
+        fresh_ids = {b.runtime_id for b in new}
+        layout_ids = {b.runtime_id for b in layout}
+        result = SessionResult(
+            prompt=prompt,
+            compile=fresh,
+            blocks=layout,
+            decision=decision,
+            kept=[b.name for b in layout[head:k] if b.runtime_id not in fresh_ids]
+            if decision == "extend"
+            else [],
+            appended=[b.name for b in layout[k:]] if decision == "extend" else [],
+            dropped=[b.name for b in prev if b.runtime_id not in layout_ids],
+            total_tokens=total,
+            cache_points=points,
+            cached_tokens=cached,
+            cost=cost,
+            alternative_cost=alternative,
+            prices=self.prices,
+        )
+        self._prev, self._prev_points, self._prev_time = layout, kept_points, now
+        return result
+
+    def _unchanged(self, kept: _Kept) -> bool:
+        from rampart.errors import BlockNotFoundError
+
+        try:
+            b = self.registry.get_by_id(kept.runtime_id)
+        except BlockNotFoundError:
+            return False
+        return _render(b) == kept.text
+
+    def _cached(self, k: int, prev: list[_Kept], sep_tokens: int) -> int:
+        """Tokens of the previous prompt's first ``k`` blocks the cache would serve."""
+        t = self.prices
+        if t.explicit:  # only at the previous request's breakpoints
+            at = [p for p in self._prev_points if p <= k]
+            k = max(at) if at else 0
+        return t.cacheable(_tokens(prev[:k], sep_tokens))
+
+    def _price(self, cached: int, total: int) -> float:
+        """``calls_per_task`` model calls with this prompt: the first reads
+        ``cached`` tokens and writes the rest, each later one reads what the cache
+        holds of it and pays for the rest."""
+        t = self.prices
+        held = t.cacheable(total)
+        later = t.cost(held, 0, total - held)
+        return t.cost(cached, total - cached, 0) + (self.calls_per_task - 1) * later
+
+
+def _own_costs(costs: list[int], sep_tokens: int) -> list[int]:
+    """Per-block costs without the separator (compile charges it to every block
+    after the first)."""
+    return [c if i == 0 else c - sep_tokens for i, c in enumerate(costs)]
+
+
+def _tokens(blocks: Sequence[_Kept], sep_tokens: int) -> int:
+    return sum(b.cost for b in blocks) + sep_tokens * max(len(blocks) - 1, 0)
+
+
+def _head_count(blocks: list[_Kept], head_chars: int, sep_len: int) -> int:
+    """How many blocks make up the first ``head_chars`` characters of the prompt."""
+    at = 0
+    for i, b in enumerate(blocks):
+        at += len(b.text) + (sep_len if i else 0)
+        if at > head_chars:
+            return i
+    return len(blocks)
