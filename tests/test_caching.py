@@ -26,15 +26,21 @@ from tests.conftest import words
 
 DATA = Path(__file__).resolve().parent / "data"
 SEP = rampart.DEFAULT_SEPARATOR
-TOPICS = ["python tests", "git rebase", "docker build", "sql migration", "css layout", "rust borrow"]
+TOPICS = [
+    "python tests",
+    "git rebase",
+    "docker build",
+    "sql migration",
+    "css layout",
+    "rust borrow",
+]
 
 
 def overlap_gate(task: str, blocks: Sequence[Any]) -> list[float]:
     """A real, deterministic relevance gate: the share of the task's words a block has."""
     want = set(re.findall(r"[a-z]+", task.lower()))
     return [
-        len(want & set(re.findall(r"[a-z]+", b.content.lower()))) / (len(want) or 1)
-        for b in blocks
+        len(want & set(re.findall(r"[a-z]+", b.content.lower()))) / (len(want) or 1) for b in blocks
     ]
 
 
@@ -178,7 +184,7 @@ def test_automatic_and_local_models() -> None:
     vllm.request(chunks(("head", 900, False), ("a", 100, False)), now=0)
     vllm.request(chunks(("other", 50, False)), now=1)
     assert vllm.request(chunks(("head", 900, False), ("c", 1, False)), now=2).cached == 896
-    with pytest.raises(rampart.InvalidArgumentError, match="Chunk.tokens"):
+    with pytest.raises(rampart.InvalidArgumentError, match=r"Chunk\.tokens"):
         local.request([Chunk("x", -1)])
 
 

@@ -484,7 +484,7 @@ def anthropic_messages(
     tool_tokens = _tool_tokens(res, sent)
     points = _cache_points(res)
     cuts = [0, *(c for c, _ in points), len(res.prompt)]
-    system = [
+    system: list[dict[str, Any]] = [
         {"type": "text", "text": res.prompt[a:b]} for a, b in itertools.pairwise(cuts) if b > a
     ]
     # Candidate breakpoints, best first: (where, prefix tokens up to it).
