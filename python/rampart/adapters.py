@@ -250,7 +250,9 @@ def openai_chat(
     ``"allowed"`` the body gets ``tool_choice={"type": "allowed_tools",
     "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function":
     {"name": ...}}, ...]}}`` naming the gated tools (Chat Completions nests the list
-    under ``allowed_tools``), or ``tool_choice="none"`` when the gate kept no tool.
+    under ``allowed_tools``), or ``tool_choice="none"`` when the gate kept no tool;
+    no ``tool_choice`` when it kept them all (it would restrict nothing, and its
+    list costs input tokens on every call).
     ``prompt_cache_key`` is sent as it is: OpenAI routes requests with the same key
     to the same cache, which raises the hit rate of a fleet sharing one prefix.
     OpenAI caches prefixes of 1 024 tokens and more by itself; what rampart adds is a
@@ -269,7 +271,7 @@ def openai_chat(
     sent, gated = _tools(res, "openai", choice, drop_schema_uri)
     if sent:
         body["tools"] = sent
-        if choice == "allowed":
+        if choice == "allowed" and len(gated) < len(sent):
             named = [
                 {"type": "function", "function": {"name": t["function"]["name"]}} for t in gated
             ]
@@ -333,7 +335,7 @@ def openai_responses(
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
     if sent:
         body["tools"] = sent
-        if choice == "allowed":
+        if choice == "allowed" and len(gated) < len(sent):
             named = [{"type": "function", "name": t["name"]} for t in gated]
             body["tool_choice"] = (
                 {"type": "allowed_tools", "mode": "auto", "tools": named} if named else "none"
