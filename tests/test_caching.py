@@ -446,3 +446,54 @@ def test_session_result_goes_through_the_adapters(creg: rampart.BlockRegistry) -
     assert [t["name"] for t in r.tools("anthropic")] == [
         n for n in r.included if n.startswith("git_")
     ]
+
+
+# ---- the same choice in the integrations ------------------------------------------------------
+
+
+def test_mcp_compile_context_tool_choice(creg: rampart.BlockRegistry) -> None:
+    from rampart.mcp_server import tool_choice
+
+    creg.load_tools(DATA / "mcp_time_tools.json")  # gated tools after the lessons
+    r = creg.compile(task_text="convert the time zone", top_k=1, gate=overlap_gate)
+    every = [t["name"] for t in r.registry_tools("mcp")]
+    kept = [t["name"] for t in r.tools("mcp")]
+    assert len(kept) < len(every)
+    assert [t["name"] for t in tool_choice(r, "gated")["tools"]] == kept
+    assert [t["name"] for t in tool_choice(r, "all")["tools"]] == every
+    allowed = tool_choice(r, "allowed")
+    assert [t["name"] for t in allowed["tools"]] == every and allowed["allowed_tools"] == kept
+    assert "inputSchema" in allowed["tools"][0]
+    with pytest.raises(rampart.InvalidArgumentError, match="tools must be one of"):
+        tool_choice(r, "some")
+
+
+def test_openai_agents_tools_all_keeps_every_tool_enabled() -> None:
+    from tests.conftest import import_or_skip
+    from tests.test_gate import HashingEmbedder
+
+    agents = import_or_skip("agents", "agents")
+    import anyio
+    from rampart.integrations.openai_agents import RampartInstructions
+
+    def weather(city: str) -> str:
+        """Current weather conditions and temperature forecast for a city."""
+        return city
+
+    def email(to: str) -> str:
+        """Send an email message to a recipient address."""
+        return to
+
+    tools = [agents.function_tool(f) for f in (weather, email)]
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Report temperatures in degrees Celsius.", "units", gated=False)
+    ctx = agents.RunContextWrapper(context="weather forecast for a city")
+
+    async def enabled(instr: RampartInstructions) -> list[bool]:
+        return [bool(await t.is_enabled(ctx, None)) for t in instr.gate(tools)]
+
+    assert anyio.run(enabled, RampartInstructions(reg, top_k=1)) == [True, False]
+    assert anyio.run(enabled, RampartInstructions(reg, top_k=1, tools="all")) == [True, True]
+    with pytest.raises(rampart.InvalidArgumentError, match="allowed_tools"):
+        RampartInstructions(reg, top_k=1, tools="allowed")
+    reg.release()
