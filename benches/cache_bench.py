@@ -64,7 +64,8 @@ TOP_K = 8
 CALLS = 5
 GAP_S = 15.0  # seconds between model calls
 HEAD_SKILLS = ("webapp-testing", "web-artifacts-builder", "brand-guidelines", "internal-comms")
-ROWS = ("ungated", "today's gate", "cache-aware", "session")
+ROWS = ("ungated", "today's gate", "cache-aware", "session", "tool gate")
+TOOL_K = 5  # the "tool gate" layout: tools gated too, top_k = TOOL_K + TOP_K
 
 TASKS = [
     "Rebase the feature branch onto main and resolve the merge conflicts in the parser",
@@ -87,6 +88,14 @@ TASKS = [
     "Create a Slack GIF that celebrates the team's launch",
     "Build an MCP server that exposes the ticket tracker's search",
     "Apply the company's brand colours and fonts to the dashboard theme",
+]
+
+# The session's case: one conversation switching between four related tasks, five
+# rounds (each round words them a little differently).
+INTERLEAVED = [
+    f"{TASKS[i]} ({word})"
+    for word in ("first pass", "follow-up", "again", "one more check", "final")
+    for i in range(4)
 ]
 
 AREAS = {
@@ -161,7 +170,9 @@ def tool_lists() -> list[list[dict[str, Any]]]:
     return out
 
 
-def build(tokeniser: Any, embedder: Any, *, head_gated: bool) -> rampart.BlockRegistry:
+def build(
+    tokeniser: Any, embedder: Any, *, head_gated: bool, tools_gated: bool | None = None
+) -> rampart.BlockRegistry:
     head = [SEEDS / f for f in ("core_rules.md", "safety.md", "style.md", "tools.md")]
     reg = rampart.BlockRegistry.from_files(
         head, embedding_model=embedder, tokeniser=tokeniser, default_max_tokens=BUDGET
@@ -175,7 +186,7 @@ def build(tokeniser: Any, embedder: Any, *, head_gated: bool) -> rampart.BlockRe
         for name, text in skill_sections(DATA / "skills" / skill / "SKILL.md"):
             reg.write_block(text, name, gated=head_gated)
     for tools in tool_lists():
-        reg.load_tools(tools, gated=head_gated)
+        reg.load_tools(tools, gated=head_gated if tools_gated is None else tools_gated)
     skills = sorted(
         p for p in (DATA / "skills").glob("*/SKILL.md") if p.parent.name not in HEAD_SKILLS
     )
@@ -221,7 +232,11 @@ Compile = Callable[[str], Any]
 
 
 def layouts(
-    aware: rampart.BlockRegistry, today: rampart.BlockRegistry, prices: str, tip: bool
+    aware: rampart.BlockRegistry,
+    today: rampart.BlockRegistry,
+    tool_gated: rampart.BlockRegistry | None,
+    prices: str,
+    tip: bool,
 ) -> dict[str, Compile]:
     n_head = head_count(aware)  # today's registry ranks these with the rest
     session = aware.session(
@@ -232,7 +247,7 @@ def layouts(
         tools_in_prompt=tip,
         clock=_BenchClock.now,
     )
-    return {
+    out: dict[str, Compile] = {
         "ungated": lambda task: aware.compile(BUDGET, tools_in_prompt=tip),
         "today's gate": lambda task: today.compile(
             BUDGET, task, top_k=n_head + TOP_K, tools_in_prompt=tip
@@ -240,6 +255,11 @@ def layouts(
         "cache-aware": lambda task: aware.compile(BUDGET, task, top_k=TOP_K, tools_in_prompt=tip),
         "session": session.compile,
     }
+    if tool_gated is not None:
+        out["tool gate"] = lambda task: tool_gated.compile(
+            BUDGET, task, top_k=TOOL_K + TOP_K, tools_in_prompt=tip
+        )
+    return out
 
 
 class _BenchClock:
@@ -325,9 +345,10 @@ def today_anthropic(res: Any, msgs: list[dict[str, Any]]) -> dict[str, Any]:
     return body
 
 
-def price_rows(embedder: Any) -> dict[str, Any]:
+def price_rows(embedder: Any, tasks: Sequence[str] = TASKS) -> dict[str, Any]:
     reg_today = build(None, embedder, head_gated=True)
     reg = build(None, embedder, head_gated=False)
+    reg_tools = build(None, embedder, head_gated=False, tools_gated=True)
     count = Counter(reg)
     first = reg.compile(BUDGET, TASKS[0], top_k=TOP_K, tools_in_prompt=False)
     tools_tokens = sum(count(json.dumps(t, sort_keys=True)) for t in first.registry_tools())
@@ -340,20 +361,21 @@ def price_rows(embedder: Any) -> dict[str, Any]:
         "cache_notes": first.cache_notes,
     }
     out: dict[str, Any] = {"registry": info, "tables": {}}
-    for table_name in ("anthropic", "openai"):
+    for table_name in ("anthropic", "openai", "local"):
         table = PRICES[table_name]
         rows: dict[str, dict[str, float]] = {}
         floor_model = PrefixCacheModel(table.ideal())
         floor = 0.0
-        for row, compile_ in layouts(reg, reg_today, table_name, False).items():
+        for row, compile_ in layouts(reg, reg_today, reg_tools, table_name, False).items():
             new, old = PrefixCacheModel(table), PrefixCacheModel(table)
             cost_new = cost_old = 0.0
-            tokens = cached = 0
+            tokens = cached = extends = 0
             _BenchClock.t = 0.0
             i = 0
-            for task in TASKS:
+            for task in tasks:
                 _BenchClock.t = GAP_S * i
                 res = compile_(task)
+                extends += getattr(res, "decision", "") == "extend"
                 for call in range(CALLS):
                     now = GAP_S * i
                     i += 1
@@ -378,6 +400,7 @@ def price_rows(embedder: Any) -> dict[str, Any]:
                 "today_layout_cost": cost_old,
                 "input_tokens": tokens,
                 "cached_tokens": cached,
+                "session_extends": extends,
             }
         for r in rows.values():
             r["vs_floor"] = r["cost"] / floor
@@ -385,8 +408,8 @@ def price_rows(embedder: Any) -> dict[str, Any]:
             r["vs_ungated"] = r["cost"] / rows["ungated"]["cost"]
             r["vs_today_gate"] = r["cost"] / rows["today's gate"]["today_layout_cost"]
         out["tables"][table_name] = {"floor": floor, "rows": rows, "source": table.source}
-    reg.release()
-    reg_today.release()
+    for r in (reg, reg_today, reg_tools):
+        r.release()
     return out
 
 
@@ -409,7 +432,7 @@ def llama_rows(embedder: Any, n_threads: int | None) -> dict[str, Any]:
     reg = build(tok, embedder, head_gated=False)
     out: dict[str, Any] = {"model": backend.describe(), "header_tokens": header, "rows": {}}
     seqs: dict[str, list[list[int]]] = {}
-    for row, compile_ in layouts(reg, reg_today, "local", True).items():
+    for row, compile_ in layouts(reg, reg_today, None, "local", True).items():
         llm.reset()
         evaluated = 0
         ms = 0.0
@@ -485,20 +508,27 @@ def table_md(results: dict[str, Any]) -> str:
         f"{reg['gated_blocks']} gated); head = {reg['head_system_tokens']} system tokens + "
         f"{reg['tools_json_tokens']} tokens of tool JSON; {len(TASKS)} tasks x {CALLS} calls."
     )
-    lines.append("")
-    lines.append(
-        "| layout | table | input tokens | cached | cost (token-eq.) | vs floor "
-        "| vs today's layout | vs ungated |"
-    )
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
-    for name, t in results["prices"]["tables"].items():
-        for row, r in t["rows"].items():
-            lines.append(
-                f"| {row} | {name} | {r['input_tokens']:,} | {r['cached_tokens']:,} "
-                f"| {r['cost']:,.0f} | {r['vs_floor']:.3f} | {r['vs_today_layout']:.3f} "
-                f"| {r['vs_ungated']:.3f} |"
-            )
-        lines.append(f"| floor | {name} | | | {t['floor']:,.0f} | 1.000 | | |")
+    for key, title in (
+        ("prices", "20 different tasks"),
+        ("prices_interleaved", "4 related tasks, interleaved, 5 rounds"),
+    ):
+        lines.append("")
+        lines.append(f"{title}:")
+        lines.append("")
+        lines.append(
+            "| layout | table | input tokens | cached | cost (token-eq.) | vs floor "
+            "| vs today's layout | vs ungated | vs today's gate |"
+        )
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, t in results[key]["tables"].items():
+            for row, r in t["rows"].items():
+                ext = f" ({r['session_extends']} kept)" if row == "session" else ""
+                lines.append(
+                    f"| {row}{ext} | {name} | {r['input_tokens']:,} | {r['cached_tokens']:,} "
+                    f"| {r['cost']:,.0f} | {r['vs_floor']:.3f} | {r['vs_today_layout']:.3f} "
+                    f"| {r['vs_ungated']:.3f} | {r['vs_today_gate']:.3f} |"
+                )
+            lines.append(f"| floor | {name} | | | {t['floor']:,.0f} | 1.000 | | | |")
     if "llama" in results:
         ll = results["llama"]
         lines.append("")
@@ -530,7 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     embedder = rampart.default_embedder()
     t0 = time.perf_counter()
-    results: dict[str, Any] = {"prices": price_rows(embedder)}
+    results: dict[str, Any] = {
+        "prices": price_rows(embedder),
+        "prices_interleaved": price_rows(embedder, INTERLEAVED),
+    }
     if args.llama:
         results["llama"] = llama_rows(embedder, args.threads)
     results["seconds"] = time.perf_counter() - t0

@@ -188,6 +188,22 @@ def test_automatic_and_local_models() -> None:
         local.request([Chunk("x", -1)])
 
 
+def test_estimate_leaves_the_cache_alone_and_memory_is_bounded() -> None:
+    m = PrefixCacheModel("openai")
+    req = chunks(("head", 1500, False), ("a", 300, False))
+    assert m.estimate(req, now=0).cached == 0 and len(m) == 0
+    m.request(req, now=0)
+    seen = len(m)
+    assert m.estimate(req, now=1).cached == 1792 and len(m) == seen
+    assert m.estimate(req, now=1000).cached == 0  # expired by then
+    small = PrefixCacheModel("local-vllm", max_entries=50)
+    for i in range(40):  # hostile: every request new, 10 chunks each
+        small.request([Chunk(f"r{i}-{j}", 16) for j in range(10)], now=i)
+    assert len(small) == 50
+    with pytest.raises(rampart.InvalidArgumentError, match="max_entries"):
+        PrefixCacheModel("local", max_entries=0)
+
+
 def test_ideal_table_is_the_floor() -> None:
     ideal = PRICES["anthropic"].ideal()
     assert (ideal.read, ideal.write, ideal.min_tokens, ideal.explicit, ideal.ttl_s) == (

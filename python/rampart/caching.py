@@ -232,17 +232,36 @@ class PrefixCacheModel:
     bits, so two different prefixes never collide. Not thread-safe: one stream.
     """
 
-    def __init__(self, table: str | PriceTable) -> None:
+    def __init__(self, table: str | PriceTable, *, max_entries: int = 100_000) -> None:
         self.table = price_table(table)
-        # prefix (tuple of keys) -> expiry time (inf when ttl_s is None)
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise InvalidArgumentError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        self.max_entries = max_entries
+        # prefix (tuple of keys) -> expiry time (inf when ttl_s is None), oldest use first
         self._entries: dict[tuple[Hashable, ...], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def _alive(self, prefix: tuple[Hashable, ...], now: float) -> bool:
         expiry = self._entries.get(prefix)
         return expiry is not None and expiry >= now
 
+    def _put(self, prefix: tuple[Hashable, ...], expiry: float) -> None:
+        self._entries.pop(prefix, None)  # re-inserted: the most recent use goes last
+        self._entries[prefix] = expiry
+        while len(self._entries) > self.max_entries:  # bounded: forget the oldest
+            del self._entries[next(iter(self._entries))]
+
     def request(self, chunks: Sequence[Chunk], now: float = 0.0) -> Usage:
         """Bill one request sent at time ``now`` (seconds) and update the cache."""
+        return self._bill(chunks, now, True)
+
+    def estimate(self, chunks: Sequence[Chunk], now: float = 0.0) -> Usage:
+        """What :meth:`request` would bill, leaving the cache as it is."""
+        return self._bill(chunks, now, False)
+
+    def _bill(self, chunks: Sequence[Chunk], now: float, commit: bool) -> Usage:
         t = self.table
         keys = tuple(c.key for c in chunks)
         cum = [0]
@@ -252,6 +271,9 @@ class PrefixCacheModel:
             cum.append(cum[-1] + c.tokens)
         total = cum[-1]
         expiry = math.inf if t.ttl_s is None else now + t.ttl_s
+        if commit and t.ttl_s is not None:
+            for k in [k for k, e in self._entries.items() if e < now]:
+                del self._entries[k]
         if t.explicit:
             bps = [i + 1 for i, c in enumerate(chunks) if c.breakpoint]
             hit = 0
@@ -260,27 +282,26 @@ class PrefixCacheModel:
                     if j > hit and self._alive(keys[:j], now):
                         hit = j
                         break
-            if hit:
-                self._entries[keys[:hit]] = expiry  # a hit refreshes the entry
             cached = cum[hit]
             writable = [b for b in bps if cum[b] >= t.min_tokens]
             last = writable[-1] if writable else 0
             written = max(cum[last] - cached, 0)
-            for b in writable:
-                self._entries[keys[:b]] = expiry
-            usage_cached, usage_written = cached, written
+            if commit:
+                if hit:
+                    self._put(keys[:hit], expiry)  # a hit refreshes the entry
+                for b in writable:
+                    self._put(keys[:b], expiry)
         else:
             hit = next((n for n in range(len(keys), 0, -1) if self._alive(keys[:n], now)), 0)
-            usage_cached = t.cacheable(cum[hit])
-            usage_written = total - usage_cached
-            if t.scope == "last":
-                self._entries.clear()
-            for n in range(1, len(keys) + 1):
-                self._entries[keys[:n]] = expiry
-        uncached = total - usage_cached - usage_written
-        return Usage(
-            usage_cached, usage_written, uncached, t.cost(usage_cached, usage_written, uncached)
-        )
+            cached = t.cacheable(cum[hit])
+            written = total - cached
+            if commit:
+                if t.scope == "last":
+                    self._entries.clear()
+                for n in range(1, len(keys) + 1):
+                    self._put(keys[:n], expiry)
+        uncached = total - cached - written
+        return Usage(cached, written, uncached, t.cost(cached, written, uncached))
 
 
 # ---- sessions --------------------------------------------------------------------------------
@@ -435,14 +456,18 @@ class CacheSession:
     (at least its head, at most every block still unchanged in the registry) and
     append the fresh prompt's other blocks after them, in compile order; ``k`` equal
     to the blocks both prompts start with is the fresh prompt itself. Each option is
-    priced for ``calls_per_task`` model calls under ``prices``: the first call reads
-    the kept prefix from the cache (if it is still live: within the table's TTL of
-    the previous compile and at least its minimum length; an explicit cache only at
-    the previous prompt's breakpoints) and writes the rest; each later call reads
+    priced for ``calls_per_task`` model calls under ``prices`` by a
+    :class:`PrefixCacheModel` replaying this session's own system prompts (block by
+    block; an explicit cache with breakpoints where the adapter puts them: after
+    the head, after the kept prefix, at the end): the first call reads what the
+    cache still holds (TTL, minimum length and, for a local server, only the
+    previous prompt taken into account) and writes the rest; each later call reads
     the whole prompt. The cheapest option that fits the token budget wins; ties go
     to the shorter keep (the fresh layout). The cost model looks one task ahead
-    only. It never drops a block the fresh compile selected, and never moves the
-    ungated head: a changed head starts a fresh prefix.
+    only and knows only this session's requests (another conversation warming the
+    same head is a bonus it does not count). It never drops a block the fresh
+    compile selected, and never moves the ungated head: a changed head starts a
+    fresh prefix.
 
     Thread-safe (one lock around a compile); deterministic for the same registry
     states, tasks and ``clock`` readings; works on shared registries (it only
@@ -497,16 +522,15 @@ class CacheSession:
         self.calls_per_task = calls_per_task
         self._clock = clock
         self._lock = threading.Lock()
-        # The previous prompt: its blocks, the block counts where its cache
-        # breakpoints were (head, kept prefix, end), its time.
+        # The previous prompt's blocks, and the cache as this session's prompts left it.
         self._prev: list[_Kept] = []
-        self._prev_points: list[int] = []
-        self._prev_time: float | None = None
+        self._cache = PrefixCacheModel(self.prices, max_entries=_SESSION_ENTRIES)
 
     def reset(self) -> None:
         """Forget the previous prompt: the next compile starts a fresh prefix."""
         with self._lock:
-            self._prev, self._prev_points, self._prev_time = [], [], None
+            self._prev = []
+            self._cache = PrefixCacheModel(self.prices, max_entries=_SESSION_ENTRIES)
 
     def compile(self, task_text: str | None = None, *, task_embedding: Any = None) -> SessionResult:
         """The prompt for this task (see the class docstring)."""
@@ -529,17 +553,13 @@ class CacheSession:
     def _decide(self, fresh: CompileResult) -> SessionResult:
         sep = self.separator
         sep_tokens = self.registry.count_tokens(sep) if sep else 0
-        blocks = fresh.included_blocks
         new = [
             _Kept(b.runtime_id, b.semantic_name, _render(b), c)
-            for b, c in zip(blocks, _own_costs(fresh.costs, sep_tokens))
+            for b, c in zip(fresh.included_blocks, _own_costs(fresh.costs, sep_tokens))
         ]
         head = _head_count(new, fresh.stable_prefix_chars, len(sep))
         now = float(self._clock())
         prev = self._prev
-        warm = self._prev_time is not None and (
-            self.prices.ttl_s is None or now - self._prev_time <= self.prices.ttl_s
-        )
         # c: the blocks both prompts start with; valid: the previous blocks still
         # unchanged in the registry, from the front.
         c = 0
@@ -550,58 +570,57 @@ class CacheSession:
             while valid < len(prev) and self._unchanged(prev[valid]):
                 valid += 1
         budget = fresh.max_tokens
-        options: list[tuple[float, int, list[_Kept], int]] = []
-        for k in range(c, max(valid, c) + 1):
+        # (cost, k, layout, chunks, first call's usage)
+        options: list[tuple[float, int, list[_Kept], list[Chunk], Usage]] = []
+        layouts: dict[tuple[str, ...], tuple[int, list[_Kept]]] = {}
+        for k in range(c, valid + 1):
             kept_ids = {b.runtime_id for b in prev[:k]}
             layout = [*prev[:k], *(b for b in new if b.runtime_id not in kept_ids)]
+            # Two keeps can give one prompt (the appended block was next anyway):
+            # it counts once, as the longer keep.
+            layouts[tuple(b.runtime_id for b in layout)] = (k, layout)
+        for k, layout in layouts.values():
             total = _tokens(layout, sep_tokens)
             if budget is not None and total > budget and k != c:
                 continue
-            cached = self._cached(k, prev, sep_tokens) if warm else 0
-            cost = self._price(cached, total)
-            options.append((cost, k, layout, total))
-        best = min(options, key=lambda o: (o[0], o[1]))
-        cost, k, layout, total = best
+            chunks = _chunks(layout, sep_tokens, {head, k if k > c else 0, len(layout)})
+            usage = self._cache.estimate(chunks, now)
+            options.append((self._price(usage, total), k, layout, chunks, usage))
+        cost, k, layout, chunks, usage = min(options, key=lambda o: (o[0], o[1]))
         others = [o[0] for o in options if o[1] != k]
-        alternative = min(others) if others else None
+        self._cache.request(chunks, now)
         decision = "extend" if k > c else "fresh"
-        cached = self._cached(k, prev, sep_tokens) if warm else 0
-        if decision == "fresh":
-            prompt = fresh.prompt
-        else:
-            prompt = sep.join(b.text for b in layout)
+        prompt = fresh.prompt if decision == "fresh" else sep.join(b.text for b in layout)
+        total = _tokens(layout, sep_tokens)
         points: list[tuple[int, int]] = []
-        head_chars, head_tokens = fresh.stable_prefix_chars, fresh.stable_prefix_tokens
+        head_chars = fresh.stable_prefix_chars
         if 0 < head_chars < len(prompt):
-            points.append((head_chars, head_tokens))
-        kept_points = [head] if head else []
+            points.append((head_chars, fresh.stable_prefix_tokens))
         if decision == "extend":
             kept_chars = sum(len(b.text) for b in layout[:k]) + len(sep) * (k - 1)
-            kept_tokens = _tokens(layout[:k], sep_tokens)
             if head_chars < kept_chars < len(prompt):
-                points.append((kept_chars, kept_tokens))
-            kept_points.append(k)
-        kept_points.append(len(layout))
+                points.append((kept_chars, _tokens(layout[:k], sep_tokens)))
         fresh_ids = {b.runtime_id for b in new}
         layout_ids = {b.runtime_id for b in layout}
+        extend = decision == "extend"
         result = SessionResult(
             prompt=prompt,
             compile=fresh,
             blocks=layout,
             decision=decision,
             kept=[b.name for b in layout[head:k] if b.runtime_id not in fresh_ids]
-            if decision == "extend"
+            if extend
             else [],
-            appended=[b.name for b in layout[k:]] if decision == "extend" else [],
+            appended=[b.name for b in layout[k:]] if extend else [],
             dropped=[b.name for b in prev if b.runtime_id not in layout_ids],
             total_tokens=total,
             cache_points=points,
-            cached_tokens=cached,
+            cached_tokens=usage.cached,
             cost=cost,
-            alternative_cost=alternative,
+            alternative_cost=min(others) if others else None,
             prices=self.prices,
         )
-        self._prev, self._prev_points, self._prev_time = layout, kept_points, now
+        self._prev = layout
         return result
 
     def _unchanged(self, kept: _Kept) -> bool:
@@ -613,22 +632,25 @@ class CacheSession:
             return False
         return _render(b) == kept.text
 
-    def _cached(self, k: int, prev: list[_Kept], sep_tokens: int) -> int:
-        """Tokens of the previous prompt's first ``k`` blocks the cache would serve."""
-        t = self.prices
-        if t.explicit:  # only at the previous request's breakpoints
-            at = [p for p in self._prev_points if p <= k]
-            k = max(at) if at else 0
-        return t.cacheable(_tokens(prev[:k], sep_tokens))
-
-    def _price(self, cached: int, total: int) -> float:
-        """``calls_per_task`` model calls with this prompt: the first reads
-        ``cached`` tokens and writes the rest, each later one reads what the cache
-        holds of it and pays for the rest."""
+    def _price(self, first: Usage, total: int) -> float:
+        """``calls_per_task`` model calls with this prompt: the first as the cache
+        model billed it, each later one reading what the cache holds of it."""
         t = self.prices
         held = t.cacheable(total)
-        later = t.cost(held, 0, total - held)
-        return t.cost(cached, total - cached, 0) + (self.calls_per_task - 1) * later
+        return first.cost + (self.calls_per_task - 1) * t.cost(held, 0, total - held)
+
+
+# Entries one session's cache model keeps (its prompts' prefixes, block by block).
+_SESSION_ENTRIES = 4096
+
+
+def _chunks(layout: Sequence[_Kept], sep_tokens: int, breakpoints: set[int]) -> list[Chunk]:
+    """The system prompt as the cache sees it: one chunk per block (separator
+    included), breakpoints after the blocks counted in ``breakpoints``."""
+    return [
+        Chunk((b.runtime_id, b.text), b.cost + (sep_tokens if i else 0), i + 1 in breakpoints)
+        for i, b in enumerate(layout)
+    ]
 
 
 def _own_costs(costs: list[int], sep_tokens: int) -> list[int]:
