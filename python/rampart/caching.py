@@ -395,6 +395,7 @@ class SessionResult:
 
     @property
     def included_ids(self) -> list[str]:
+        """Runtime ids of the blocks in the prompt, in prompt order."""
         return [b.runtime_id for b in self._blocks]
 
     @property
@@ -404,10 +405,12 @@ class SessionResult:
 
     @property
     def stable_prefix_chars(self) -> int:
+        """Characters of the head in ``prompt`` (the same for every task)."""
         return self.compile.stable_prefix_chars
 
     @property
     def cache_notes(self) -> list[str]:
+        """The fresh compile's notes on where the stable prefix is interrupted."""
         return self.compile.cache_notes
 
     def tools(self, format: str = "openai") -> list[dict[str, Any]]:
@@ -429,6 +432,7 @@ class SessionResult:
         return out
 
     def registry_tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Every tool block of the registry, as :meth:`CompileResult.registry_tools`."""
         return self.compile.registry_tools(format)
 
     def __str__(self) -> str:
