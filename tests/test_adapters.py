@@ -548,3 +548,25 @@ def test_anthropic_cache_breakpoints(cached_reg: Any, sdks: Any) -> None:
 def test_bad_cache_arguments(cached_reg: Any, call: Any, match: str) -> None:
     with pytest.raises(rampart.InvalidArgumentError, match=match):
         call(gated(cached_reg, "read the file"))
+
+
+def test_tools_sent_count_toward_the_cache_minimum() -> None:
+    # 700 words of rules alone are below 1 024; with the tools before them (sent as
+    # JSON, counted by their blocks' text) the prefix is long enough.
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    r.write_block("Follow the rules. " * 233, "rules", gated=False)
+    r.load_tools(DATA / "mcp_filesystem_tools.json", gated=False)
+    r.write_block("Lesson: list the directory before reading files.", "lesson")
+    tool_words = sum(b.token_count for b in r.list_blocks() if b.tool_schema)
+    assert 699 + tool_words >= 1024 > 699
+    res = r.compile(task_text="list files", top_k=1, gate=overlap_gate, tools_in_prompt=False)
+    assert res.stable_prefix_tokens == 699
+    body = anthropic_messages(res, USER, cache=True, tools="all")
+    assert system_marks(body) == [True, True]
+    alone = anthropic_messages(res, USER, cache=True, tools="gated")  # gated: not stable...
+    assert system_marks(alone) == [True, True]  # ...but the same tools are sent, and count
+    no_tools = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    no_tools.write_block("Follow the rules. " * 233, "rules", gated=False)
+    no_tools.write_block("Lesson: list the directory before reading files.", "lesson")
+    bare = no_tools.compile(task_text="list files", top_k=1, gate=overlap_gate)
+    assert '"cache_control"' not in json.dumps(anthropic_messages(bare, USER, cache=True))

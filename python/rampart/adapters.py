@@ -378,11 +378,14 @@ def _tools_stable(res: Result, sent: list[dict[str, Any]], choice: str) -> bool:
 
 
 def _tool_tokens(res: Result, sent: list[dict[str, Any]]) -> int:
-    """Tokens of the tool blocks sent, as the registry counted their text: a lower
-    bound of their JSON's tokens, so a breakpoint it allows is never below the
-    provider's minimum."""
+    """Tokens of the tool blocks sent, as the registry counted their text (tool
+    blocks are named after their tool): a lower bound of their JSON's tokens, so a
+    breakpoint it allows is never below the provider's minimum. Counted from the
+    blocks, not the report: with ``tools_in_prompt=False`` a tool costs the prompt
+    nothing."""
     names = {t["name"] for t in sent}
-    return sum(r.cost for r in _compile_of(res).report if r.name in names)
+    blocks = _compile_of(res)._sel.tool_blocks()
+    return sum(b.token_count for b in blocks if b.semantic_name in names)
 
 
 def _count_markers(value: Any) -> int:
