@@ -456,6 +456,15 @@ def test_session_result_goes_through_the_adapters(creg: rampart.BlockRegistry) -
     assert all("cache_control" in blk for blk in body["system"])
     markers = json.dumps(body).count('"cache_control"')
     assert markers <= 4
+    # with a breakpoint on the tools too there are five candidates: the kept
+    # prefix gives way (the end-of-system breakpoint's lookback finds it), the
+    # conversation's breakpoint does not
+    low = anthropic_messages(
+        r, [{"role": "user", "content": "go"}], cache=True, tools="all", min_cache_tokens=200
+    )
+    assert "cache_control" in low["tools"][-1]
+    assert ["cache_control" in blk for blk in low["system"]] == [True, False, True]
+    assert "cache_control" in low["messages"][-1]["content"][-1]
     chat = openai_chat(r, tools="allowed")
     names = [t["function"]["name"] for t in chat["tools"]]
     assert names == [t["function"]["name"] for t in r.registry_tools("openai")]

@@ -500,14 +500,14 @@ def anthropic_messages(
         if points:
             candidates.append((("system", 0), tool_tokens + points[0][1]))
         candidates.append((("system", len(system) - 1), tool_tokens + res.total_tokens))
-        # Later points (a session's kept prefix): the end-of-system breakpoint's
-        # lookback finds them too, so they come last.
-        candidates.extend(
-            (("system", i), tool_tokens + t) for i, (_, t) in enumerate(points[1:], start=1)
-        )
     long_enough = tool_tokens + res.total_tokens >= min_cache_tokens
     if msgs and cache_messages and long_enough:
         candidates.append((("messages", -1), min_cache_tokens))
+    # Later points (a session's kept prefix) come last: they end a text block, so
+    # the end-of-system breakpoint's lookback finds an entry there anyway.
+    candidates.extend(
+        (("system", i), tool_tokens + t) for i, (_, t) in enumerate(points[1:], start=1)
+    )
     room = _MAX_BREAKPOINTS - _count_markers(msgs) - (1 if extra.get("cache_control") else 0)
     chosen = [where for where, tokens in candidates if tokens >= min_cache_tokens][: max(room, 0)]
     for kind, i in chosen:
