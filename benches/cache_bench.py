@@ -64,6 +64,7 @@ TOP_K = 8
 CALLS = 5
 GAP_S = 15.0  # seconds between model calls
 HEAD_SKILLS = ("webapp-testing", "web-artifacts-builder", "brand-guidelines", "internal-comms")
+VS_TODAY = "vs_today's gate"
 ROWS = ("ungated", "today's gate", "cache-aware", "session", "tool gate")
 TOOL_K = 5  # the "tool gate" layout: tools gated too, top_k = TOOL_K + TOP_K
 
@@ -416,7 +417,7 @@ def price_rows(embedder: Any, tasks: Sequence[str] = TASKS) -> dict[str, Any]:
 # ---- (a) llama.cpp ---------------------------------------------------------------------------
 
 
-def llama_rows(embedder: Any, n_threads: int | None) -> dict[str, Any]:
+def llama_rows(embedder: Any, n_threads: int | None, rows: Sequence[str]) -> dict[str, Any]:
     import llama_cpp
     from rampart.llm import LlamaCppBackend
 
@@ -430,12 +431,20 @@ def llama_rows(embedder: Any, n_threads: int | None) -> dict[str, Any]:
     header = len(llm.tokenize(b"<|im_start|>system\n", add_bos=False, special=True))
     reg_today = build(tok, embedder, head_gated=True)
     reg = build(tok, embedder, head_gated=False)
-    out: dict[str, Any] = {"model": backend.describe(), "header_tokens": header, "rows": {}}
+    out: dict[str, Any] = {
+        "model": backend.describe(),
+        "threads": n_threads,
+        "header_tokens": header,
+        "head_tokens": reg.compile(BUDGET, TASKS[0], top_k=TOP_K).stable_prefix_tokens,
+        "rows": {},
+    }
     seqs: dict[str, list[list[int]]] = {}
     for row, compile_ in layouts(reg, reg_today, None, "local", True).items():
-        llm.reset()
-        evaluated = 0
-        ms = 0.0
+        if row not in rows:
+            continue
+        llm.reset()  # each layout starts cold
+        counted = by_prefix = 0
+        ms = wall = 0.0
         total = 0
         reuse_dev: list[float] = []
         seqs[row] = []
@@ -446,25 +455,33 @@ def llama_rows(embedder: Any, n_threads: int | None) -> dict[str, Any]:
             for call in range(CALLS):
                 i += 1
                 msgs = [{"role": "system", "content": res.prompt}, *conversation(task, call)]
+                before = [int(t) for t in llm._input_ids[: llm.n_tokens]]
                 llama_cpp.llama_perf_context_reset(ctx)
+                t0 = time.perf_counter()
                 reply = llm.create_chat_completion(messages=msgs, max_tokens=1, temperature=0.0)
+                wall += time.perf_counter() - t0
                 perf = llama_cpp.llama_perf_context(ctx)
                 n_prompt = int(reply["usage"]["prompt_tokens"])
-                seqs[row].append([int(t) for t in llm._input_ids[:n_prompt]])
-                # One decoded token is evaluated as well (n_eval); n_p_eval is the prompt.
-                evaluated += int(perf.n_p_eval)
-                ms += float(perf.t_p_eval_ms)
+                ids = [int(t) for t in llm._input_ids[:n_prompt]]
+                seqs[row].append(ids)
+                # llama.cpp counts a batch of one token as eval, longer ones as prompt
+                # eval; the sampled token is never evaluated (max_tokens=1).
+                counted += int(perf.n_p_eval) + int(perf.n_eval)
+                ms += float(perf.t_p_eval_ms) + float(perf.t_eval_ms)
+                reused = min(_lcp(before, ids), n_prompt - 1)  # llama-cpp-python's rule
+                by_prefix += n_prompt - reused
                 total += n_prompt
                 if call == 0 and i > 1 and row in ("cache-aware", "session"):
-                    reused = n_prompt - int(perf.n_p_eval)
                     predicted = header + (
                         res.cached_tokens if row == "session" else res.stable_prefix_tokens
                     )
                     reuse_dev.append((reused - predicted) / predicted)
         out["rows"][row] = {
             "prompt_tokens": total,
-            "prefilled_tokens": evaluated,
+            "prefilled_tokens": counted,
+            "prefilled_by_prefix": by_prefix,
             "prefill_ms": ms,
+            "wall_s": wall,
             "reuse_deviation_mean": sum(abs(d) for d in reuse_dev) / len(reuse_dev)
             if reuse_dev
             else None,
@@ -474,17 +491,18 @@ def llama_rows(embedder: Any, n_threads: int | None) -> dict[str, Any]:
     # The floor: the cache-aware prompts with every earlier prefix reused.
     floor = 0
     seen: list[list[int]] = []
-    for s in seqs["cache-aware"]:
+    for s in seqs.get("cache-aware", []):
         best = max((_lcp(s, p) for p in seen), default=0)
-        floor += len(s) - best
+        floor += len(s) - min(best, len(s) - 1)
         seen.append(s)
     out["floor_prefilled_tokens"] = floor
-    rows = out["rows"]
-    for r in rows.values():
-        r["vs_floor"] = r["prefilled_tokens"] / floor
-        r["vs_ungated"] = r["prefilled_tokens"] / rows["ungated"]["prefilled_tokens"]
-        r["vs_today_gate"] = r["prefilled_tokens"] / rows["today's gate"]["prefilled_tokens"]
-        r["ms_vs_ungated"] = r["prefill_ms"] / rows["ungated"]["prefill_ms"]
+    got = out["rows"]
+    for r in got.values():
+        r["vs_floor"] = r["prefilled_tokens"] / floor if floor else None
+        for base in ("ungated", "today's gate"):
+            if base in got:
+                r[f"vs_{base}"] = r["prefilled_tokens"] / got[base]["prefilled_tokens"]
+                r[f"ms_vs_{base}"] = r["prefill_ms"] / got[base]["prefill_ms"]
     backend.close()
     return out
 
@@ -502,16 +520,20 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
 
 def table_md(results: dict[str, Any]) -> str:
     lines = []
-    reg = results["prices"]["registry"]
-    lines.append(
-        f"Registry: {reg['blocks']} blocks ({reg['head_blocks']} ungated head, "
-        f"{reg['gated_blocks']} gated); head = {reg['head_system_tokens']} system tokens + "
-        f"{reg['tools_json_tokens']} tokens of tool JSON; {len(TASKS)} tasks x {CALLS} calls."
-    )
+    if "prices" in results:
+        reg = results["prices"]["registry"]
+        lines.append(
+            f"Registry: {reg['blocks']} blocks ({reg['head_blocks']} ungated head, "
+            f"{reg['gated_blocks']} gated); head = {reg['head_system_tokens']} system tokens "
+            f"+ {reg['tools_json_tokens']} tokens of tool JSON; {len(TASKS)} tasks x {CALLS} "
+            "calls."
+        )
     for key, title in (
         ("prices", "20 different tasks"),
         ("prices_interleaved", "4 related tasks, interleaved, 5 rounds"),
     ):
+        if key not in results:
+            continue
         lines.append("")
         lines.append(f"{title}:")
         lines.append("")
@@ -533,7 +555,12 @@ def table_md(results: dict[str, Any]) -> str:
         ll = results["llama"]
         lines.append("")
         lines.append(
-            "| layout (llama.cpp) | prompt tokens | prefilled | prefill s | vs floor "
+            f"llama.cpp ({ll['model']['model_file']}, {ll['threads'] or 'all'} threads; head "
+            f"{ll['head_tokens']} tokens + {ll['header_tokens']} of chat template):"
+        )
+        lines.append("")
+        lines.append(
+            "| layout | prompt tokens | prefilled | prefill s | vs floor "
             "| vs ungated | vs today's gate | reuse vs prediction (mean / max) |"
         )
         lines.append("|---|---:|---:|---:|---:|---:|---:|---|")
@@ -543,10 +570,15 @@ def table_md(results: dict[str, Any]) -> str:
                 if r["reuse_deviation_mean"] is not None
                 else ""
             )
+
+            def ratio(key: str, r: dict[str, Any] = r) -> str:
+                v = r.get(key)
+                return "" if v is None else f"{v:.3f}"
+
             lines.append(
                 f"| {row} | {r['prompt_tokens']:,} | {r['prefilled_tokens']:,} "
-                f"| {r['prefill_ms'] / 1000:.1f} | {r['vs_floor']:.3f} | {r['vs_ungated']:.3f} "
-                f"| {r['vs_today_gate']:.3f} | {dev} |"
+                f"| {r['prefill_ms'] / 1000:.1f} | {ratio('vs_floor')} | {ratio('vs_ungated')} "
+                f"| {ratio(VS_TODAY)} | {dev} |"
             )
         lines.append(f"| floor | | {ll['floor_prefilled_tokens']:,} | | 1.000 | | | |")
     return "\n".join(lines)
@@ -557,15 +589,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument("--llama", action="store_true", help="also measure with llama.cpp")
     ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads")
+    ap.add_argument(
+        "--llama-rows",
+        nargs="+",
+        default=["ungated", "today's gate", "cache-aware", "session"],
+        help="layouts to measure with llama.cpp",
+    )
+    ap.add_argument("--no-prices", action="store_true", help="skip (b), the priced part")
     args = ap.parse_args(argv)
     embedder = rampart.default_embedder()
     t0 = time.perf_counter()
-    results: dict[str, Any] = {
-        "prices": price_rows(embedder),
-        "prices_interleaved": price_rows(embedder, INTERLEAVED),
-    }
+    results: dict[str, Any] = {}
+    if not args.no_prices:
+        results["prices"] = price_rows(embedder)
+        results["prices_interleaved"] = price_rows(embedder, INTERLEAVED)
     if args.llama:
-        results["llama"] = llama_rows(embedder, args.threads)
+        results["llama"] = llama_rows(embedder, args.threads, args.llama_rows)
     results["seconds"] = time.perf_counter() - t0
     print(table_md(results))
     if args.out:
