@@ -292,7 +292,17 @@ class PrefixCacheModel:
                 for b in writable:
                     self._put(keys[:b], expiry)
         else:
-            hit = next((n for n in range(len(keys), 0, -1) if self._alive(keys[:n], now)), 0)
+            # Every request enters all its prefixes with one expiry, so liveness falls
+            # with length: a binary search finds the longest live one (exact until
+            # max_entries starts forgetting, approximate after).
+            lo, hi = 0, len(keys)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._alive(keys[:mid], now):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            hit = lo
             cached = t.cacheable(cum[hit])
             written = total - cached
             if commit:
@@ -528,12 +538,13 @@ class CacheSession:
         self._lock = threading.Lock()
         # The previous prompt's blocks, and the cache as this session's prompts left it.
         self._prev: list[_Kept] = []
+        self._prev_breaks: set[int] = set()
         self._cache = PrefixCacheModel(self.prices, max_entries=_SESSION_ENTRIES)
 
     def reset(self) -> None:
         """Forget the previous prompt: the next compile starts a fresh prefix."""
         with self._lock:
-            self._prev = []
+            self._prev, self._prev_breaks = [], set()
             self._cache = PrefixCacheModel(self.prices, max_entries=_SESSION_ENTRIES)
 
     def compile(self, task_text: str | None = None, *, task_embedding: Any = None) -> SessionResult:
@@ -574,10 +585,17 @@ class CacheSession:
             while valid < len(prev) and self._unchanged(prev[valid]):
                 valid += 1
         budget = fresh.max_tokens
-        # (cost, k, layout, chunks, first call's usage)
-        options: list[tuple[float, int, list[_Kept], list[Chunk], Usage]] = []
+        # (cost, k, layout, chunks, first call's usage, breakpoints)
+        options: list[tuple[float, int, list[_Kept], list[Chunk], Usage, set[int]]] = []
         layouts: dict[tuple[str, ...], tuple[int, list[_Kept]]] = {}
-        for k in range(c, valid + 1):
+        # Keeps worth pricing: none beyond what both share (fresh), all that is valid,
+        # each cut just after a kept block the fresh compile wants again, and the
+        # previous prompt's breakpoints (any other cut only drops blocks for
+        # nothing). At most top-k + 4 options.
+        fresh_ids = {b.runtime_id for b in new}
+        cuts = {c, valid} | {j + 1 for j in range(c, valid) if prev[j].runtime_id in fresh_ids}
+        cuts |= {p for p in self._prev_breaks if c <= p <= valid}  # explicit caches hit there
+        for k in sorted(cuts):
             kept_ids = {b.runtime_id for b in prev[:k]}
             layout = [*prev[:k], *(b for b in new if b.runtime_id not in kept_ids)]
             # Two keeps can give one prompt (the appended block was next anyway):
@@ -587,10 +605,11 @@ class CacheSession:
             total = _tokens(layout, sep_tokens)
             if budget is not None and total > budget and k != c:
                 continue
-            chunks = _chunks(layout, sep_tokens, {head, k if k > c else 0, len(layout)})
+            breaks = {head, k if k > c else 0, len(layout)} - {0}
+            chunks = _chunks(layout, sep_tokens, breaks)
             usage = self._cache.estimate(chunks, now)
-            options.append((self._price(usage, total), k, layout, chunks, usage))
-        cost, k, layout, chunks, usage = min(options, key=lambda o: (o[0], o[1]))
+            options.append((self._price(usage, total), k, layout, chunks, usage, breaks))
+        cost, k, layout, chunks, usage, breaks = min(options, key=lambda o: (o[0], o[1]))
         others = [o[0] for o in options if o[1] != k]
         self._cache.request(chunks, now)
         decision = "extend" if k > c else "fresh"
@@ -604,7 +623,6 @@ class CacheSession:
             kept_chars = sum(len(b.text) for b in layout[:k]) + len(sep) * (k - 1)
             if head_chars < kept_chars < len(prompt):
                 points.append((kept_chars, _tokens(layout[:k], sep_tokens)))
-        fresh_ids = {b.runtime_id for b in new}
         layout_ids = {b.runtime_id for b in layout}
         extend = decision == "extend"
         result = SessionResult(
@@ -624,7 +642,7 @@ class CacheSession:
             alternative_cost=min(others) if others else None,
             prices=self.prices,
         )
-        self._prev = layout
+        self._prev, self._prev_breaks = layout, breaks
         return result
 
     def _unchanged(self, kept: _Kept) -> bool:
