@@ -507,6 +507,73 @@ def llama_rows(embedder: Any, n_threads: int | None, rows: Sequence[str]) -> dic
     return out
 
 
+def llama_quick(embedder: Any, n_threads: int | None, n_tasks: int, calls: int) -> dict[str, Any]:
+    """A small version of (a) that fits a loaded CPU: one seed file as the ungated
+    head, the lessons gated top-8, ``n_tasks`` tasks x ``calls`` calls, the
+    cache-aware layout and the session. It checks the reuse llama.cpp measures on
+    each task's first call against ``stable_prefix_tokens`` (the session:
+    ``cached_tokens``), not the 10k-token cost rows."""
+    import llama_cpp
+    from rampart.llm import LlamaCppBackend
+
+    backend = LlamaCppBackend("smollm2", n_ctx=8192, n_threads=n_threads)
+    llm = backend._llm
+
+    def tok(text: str) -> int:
+        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    ctx = llm._ctx.ctx
+    header = len(llm.tokenize(b"<|im_start|>system\n", add_bos=False, special=True))
+    reg = rampart.BlockRegistry.from_files(
+        [SEEDS / "core_rules.md"], embedding_model=embedder, tokeniser=tok, default_max_tokens=6144
+    )
+    for b in reg.list_blocks():
+        reg.set_gated(b.runtime_id, False)
+    for name, text in lessons():
+        reg.write_block(text, name)
+    reg.embed_pending()
+    session = reg.session(top_k=TOP_K, prices="local", calls_per_task=calls, clock=_BenchClock.now)
+    rows = {
+        "cache-aware": lambda task: reg.compile(None, task, top_k=TOP_K),
+        "session": session.compile,
+    }
+    out: dict[str, Any] = {"header_tokens": header, "rows": {}}
+    for row, compile_ in rows.items():
+        llm.reset()
+        checks = []
+        prefilled = total = 0
+        i = 0
+        for task in TASKS[:n_tasks]:
+            res = compile_(task)
+            for call in range(calls):
+                i += 1
+                msgs = [{"role": "system", "content": res.prompt}, *conversation(task, call)]
+                llama_cpp.llama_perf_context_reset(ctx)
+                reply = llm.create_chat_completion(messages=msgs, max_tokens=1, temperature=0.0)
+                perf = llama_cpp.llama_perf_context(ctx)
+                n_prompt = int(reply["usage"]["prompt_tokens"])
+                evaluated = int(perf.n_p_eval) + int(perf.n_eval)
+                prefilled += evaluated
+                total += n_prompt
+                if call == 0 and i > 1:
+                    predicted = header + (
+                        res.cached_tokens if row == "session" else res.stable_prefix_tokens
+                    )
+                    reused = n_prompt - evaluated
+                    checks.append(
+                        {
+                            "task": task[:40],
+                            "prompt": n_prompt,
+                            "reused": reused,
+                            "predicted": predicted,
+                            "deviation": (reused - predicted) / predicted,
+                        }
+                    )
+        out["rows"][row] = {"prompt_tokens": total, "prefilled": prefilled, "checks": checks}
+    backend.close()
+    return out
+
+
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -596,6 +663,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="layouts to measure with llama.cpp",
     )
     ap.add_argument("--no-prices", action="store_true", help="skip (b), the priced part")
+    ap.add_argument(
+        "--llama-quick",
+        nargs=2,
+        type=int,
+        metavar=("TASKS", "CALLS"),
+        default=None,
+        help="the small reuse check instead of (a)",
+    )
     args = ap.parse_args(argv)
     embedder = rampart.default_embedder()
     t0 = time.perf_counter()
@@ -605,6 +680,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["prices_interleaved"] = price_rows(embedder, INTERLEAVED)
     if args.llama:
         results["llama"] = llama_rows(embedder, args.threads, args.llama_rows)
+    if args.llama_quick:
+        results["llama_quick"] = llama_quick(embedder, args.threads, *args.llama_quick)
+        print(json.dumps(results["llama_quick"], indent=1))
     results["seconds"] = time.perf_counter() - t0
     print(table_md(results))
     if args.out:
