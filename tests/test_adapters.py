@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import rampart
-from rampart.adapters import anthropic_messages, openai_chat, without_schema_uri
+from rampart.adapters import anthropic_messages, openai_chat, openai_responses, without_schema_uri
 
 from tests import fake_openai as fake
 from tests.conftest import import_or_skip, words
@@ -91,7 +91,6 @@ def test_empty_prompt_and_no_tools_are_left_out() -> None:
         (lambda r: openai_chat(r, ["hi"]), r"messages\[0\]"),
         (lambda r: openai_chat(r, model=""), "model must be a non-empty string"),
         (lambda r: openai_chat(r, system_role="user"), "system_role"),
-        (lambda r: openai_chat(r, tools=[]), "tools cannot be passed as extra"),
         (lambda r: openai_chat(r, messages=USER, system="x"), "system cannot be passed"),
         (lambda r: anthropic_messages(r, model=3), "model must be"),
         (lambda r: anthropic_messages(r, max_tokens=0), "max_tokens must be an int >= 1"),
@@ -320,3 +319,254 @@ def test_openai_sdk_client_sends_the_body_unchanged(every_tool: Any, sdks: Any) 
     assert first["tools"] == result.tools("openai") and first["messages"] == USER
     assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "git_status"
     assert second["messages"][2] == follow[2]
+
+
+# ---- tool choices and prompt caching (SPEC §8) ------------------------------------------------
+
+
+def overlap_gate(task: str, blocks: Any) -> list[float]:
+    """A real relevance gate: the share of the task's words a block's text has."""
+    import re
+
+    want = set(re.findall(r"[a-z]+", task.lower()))
+    return [
+        len(want & set(re.findall(r"[a-z]+", b.gate_text.lower()))) / (len(want) or 1)
+        for b in blocks
+    ]
+
+
+@pytest.fixture
+def cached_reg() -> Any:
+    """An ungated head (rules and the git tools) long enough to cache, then gated
+    lessons and gated filesystem tools."""
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    r.write_block("Follow the house rules carefully. " * 260, "rules", gated=False)
+    r.load_tools(GIT, gated=False)
+    for i, topic in enumerate(["commit message", "branch name", "file reading", "directory tree"]):
+        r.write_block(f"Lesson {i} on the {topic}: think about the {topic}. " * 5, f"lesson_{i}")
+    r.load_tools(DATA / "mcp_filesystem_tools.json")
+    yield r
+    r.release()
+
+
+def gated(r: Any, task: str, **kw: Any) -> Any:
+    return r.compile(task_text=task, top_k=3, gate=overlap_gate, **kw)
+
+
+def test_tools_all_is_byte_stable_across_tasks(cached_reg: Any) -> None:
+    a, b = gated(cached_reg, "read the file"), gated(cached_reg, "write a commit message")
+    assert a.tools("openai") != b.tools("openai")  # the gate picks other tools
+    every = [blk.tool_schema.name for blk in cached_reg.list_blocks() if blk.tool_schema]
+    for adapter, key in (
+        (openai_chat, "tools"),
+        (openai_responses, "tools"),
+        (anthropic_messages, "tools"),
+    ):
+        one, two = (json.dumps(adapter(r, USER, tools="all")["tools"]) for r in (a, b))
+        assert one == two, adapter.__name__
+        names = [t.get("name") or t["function"]["name"] for t in json.loads(one)]
+        assert names == every  # registry order
+        gated_names = [t.get("name") or t["function"]["name"] for t in adapter(a, USER)["tools"]]
+        assert gated_names == [t["function"]["name"] for t in a.tools("openai")], key
+    # an evicted tool is absent whatever the choice
+    cached_reg.evict(cached_reg.get_by_name("git_reset")[0].runtime_id)
+    c = gated(cached_reg, "read the file")
+    assert "git_reset" not in json.dumps(openai_chat(c, tools="all"))
+    # same registry state, same arguments: byte-identical bodies
+    assert json.dumps(anthropic_messages(c, USER, cache=True, tools="all")) == json.dumps(
+        anthropic_messages(gated(cached_reg, "read the file"), USER, cache=True, tools="all")
+    )
+
+
+def test_allowed_tools_restricts_without_touching_tools(cached_reg: Any, sdks: Any) -> None:
+    from openai.types.chat import ChatCompletionAllowedToolChoiceParam
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+    from openai.types.responses import ToolChoiceAllowedParam
+    from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
+    a, b = gated(cached_reg, "read the file"), gated(cached_reg, "list the directory tree")
+    kept = [t["function"]["name"] for t in a.tools("openai")]
+    assert kept and len(kept) < len(a.registry_tools("openai"))
+    chat = openai_chat(a, USER, model="gpt-5", tools="allowed", prompt_cache_key="agent-7")
+    assert chat["tools"] == a.registry_tools("openai")
+    assert chat["tools"] == openai_chat(b, USER, tools="allowed")["tools"]
+    assert chat["tool_choice"] == {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "auto",
+            "tools": [{"type": "function", "function": {"name": n}} for n in kept],
+        },
+    }
+    assert chat["prompt_cache_key"] == "agent-7"
+    sdk_check(ChatCompletionAllowedToolChoiceParam, chat["tool_choice"])
+    sdk_check(CompletionCreateParamsNonStreaming, chat)
+    resp = openai_responses(a, USER, model="gpt-5", tools="allowed", prompt_cache_key="agent-7")
+    assert resp["tool_choice"] == {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": n} for n in kept],
+    }
+    assert resp["tools"] == a.registry_tools("openai-responses")
+    sdk_check(ToolChoiceAllowedParam, resp["tool_choice"])
+    sdk_check(ResponseCreateParamsNonStreaming, resp)
+    # the gate kept no tool: every tool is still sent, none may be called
+    only_gated = rampart.BlockRegistry(tokeniser=words)
+    only_gated.load_tools(GIT)
+    none = only_gated.compile(task_text="zzz", relevance_threshold=0.5, gate=overlap_gate)
+    assert none.tools() == [] and len(none.registry_tools()) == 11
+    assert openai_chat(none, tools="allowed")["tool_choice"] == "none"
+    assert openai_responses(none, tools="allowed")["tool_choice"] == "none"
+    # no tool in the registry: no tools, no tool choice
+    bare = rampart.BlockRegistry(tokeniser=words)
+    bare.write_block("Be brief.", "style")
+    assert openai_chat(bare.compile(), tools="allowed") == {
+        "messages": [{"role": "system", "content": "Be brief."}]
+    }
+
+
+def test_openai_responses_body_is_a_valid_sdk_request(every_tool: Any, sdks: Any) -> None:
+    from openai.types.responses import Response, ResponseInputItemParam
+    from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
+    result = every_tool.compile()
+    out = Response.model_validate(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 0,
+            "model": "gpt-5",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": [
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_1",
+                    "name": "git_status",
+                    "arguments": '{"repo_path": "."}',
+                    "status": "completed",
+                }
+            ],
+        }
+    )
+    items: list[Any] = [*USER, *out.output]  # the SDK's own output item goes back in
+    items.append({"type": "function_call_output", "call_id": "call_1", "output": "clean"})
+    body = openai_responses(result, items, model="gpt-5", temperature=0)
+    assert list(body) == ["model", "instructions", "input", "tools", "temperature"]
+    assert body["instructions"] == result.prompt
+    assert body["input"][1]["type"] == "function_call" and body["input"][1]["call_id"] == "call_1"
+    json.dumps(body)
+    checked = sdk_check(ResponseCreateParamsNonStreaming, body)
+    assert len(checked["input"]) == 3 and len(checked["tools"]) == len(body["tools"])
+    for item in body["input"]:
+        sdk_check(ResponseInputItemParam, item)
+    empty = rampart.BlockRegistry(tokeniser=words).compile()
+    assert openai_responses(empty, USER) == {"input": USER}
+
+
+def system_marks(body: dict[str, Any]) -> list[bool]:
+    return ["cache_control" in b for b in body["system"]]
+
+
+def test_anthropic_cache_breakpoints(cached_reg: Any, sdks: Any) -> None:
+    from anthropic.types import MessageParam, TextBlockParam, ToolParam
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+
+    r = gated(cached_reg, "read the file")
+    assert 0 < r.stable_prefix_chars < len(r.prompt) and r.stable_prefix_tokens >= 1024
+    assert anthropic_messages(r, USER)["system"] == r.prompt  # cache=False: as before
+    body = anthropic_messages(r, USER, cache=True, tools="all", model="claude-sonnet-4-5")
+    texts = [b["text"] for b in body["system"]]
+    assert texts == [r.prompt[: r.stable_prefix_chars], r.prompt[r.stable_prefix_chars :]]
+    assert texts[1].startswith(rampart.DEFAULT_SEPARATOR)
+    assert system_marks(body) == [True, True]
+    # tools="all" is stable, and the tools alone are long enough only with a low minimum
+    assert "cache_control" not in body["tools"][-1]
+    low = anthropic_messages(r, USER, cache=True, tools="all", min_cache_tokens=300)
+    assert low["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert all("cache_control" not in t for t in low["tools"][:-1])
+    assert low["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert json.dumps(low).count('"cache_control"') == 4  # tools, head, system end, message
+    # the gated tools array changes with the task: no breakpoint on it
+    gated_tools = anthropic_messages(r, USER, cache=True, min_cache_tokens=300)
+    assert all("cache_control" not in t for t in gated_tools["tools"])
+    # the last message is marked on a copy; the caller's message is not changed
+    assert USER[0] == {"role": "user", "content": "What changed since yesterday?"}
+    assert body["messages"][0]["content"] == [
+        {
+            "type": "text",
+            "text": "What changed since yesterday?",
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    # nothing below the minimum: a 5 000-token minimum leaves no breakpoint at all
+    high = anthropic_messages(r, USER, cache=True, tools="all", min_cache_tokens=5000)
+    assert '"cache_control"' not in json.dumps(high)
+    assert "".join(b["text"] for b in high["system"]) == r.prompt
+    # an hour's TTL, and markers the caller placed count toward the four
+    mark = {"type": "ephemeral"}
+    texts2 = [{"type": "text", "text": t, "cache_control": mark} for t in "ab"]
+    own = [{"role": "user", "content": texts2}]
+    hour = anthropic_messages(r, own, cache=True, tools="all", min_cache_tokens=300, cache_ttl="1h")
+    assert json.dumps(hour).count('"cache_control"') == 4
+    assert hour["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert system_marks(hour) == [True, False]
+    # an ungated compile: one block, marked at its end
+    whole = anthropic_messages(cached_reg.compile(), cache=True)
+    assert len(whole["system"]) == 1 and system_marks(whole) == [True]
+    for b in (body, low, hour, high, whole):
+        json.dumps(b)
+        sdk_check(MessageCreateParamsNonStreaming, {"model": "claude-sonnet-4-5", **b})
+        for block in b["system"]:
+            sdk_check(TextBlockParam, block)
+        for tool in b.get("tools", []):
+            sdk_check(ToolParam, tool)
+        for m in b["messages"]:
+            sdk_check(MessageParam, m)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda r: openai_chat(r, tools=[]), "tools must be one of"),
+        (lambda r: openai_responses(r, tools="some"), "tools must be one of"),
+        (lambda r: anthropic_messages(r, tools="allowed"), "allowed_tools"),
+        (lambda r: openai_chat(r, prompt_cache_key=""), "prompt_cache_key"),
+        (lambda r: openai_responses(r, prompt_cache_key=3), "prompt_cache_key"),
+        (lambda r: openai_responses(r, "hi"), "list of Responses input items"),
+        (lambda r: openai_responses(r, [{"content": "x"}]), r"messages\[0\]"),
+        (lambda r: openai_responses(r, instructions="x"), "instructions cannot be passed"),
+        (lambda r: anthropic_messages(r, cache=True, cache_ttl="2h"), "cache_ttl"),
+        (lambda r: anthropic_messages(r, cache=True, min_cache_tokens="1"), "min_cache_tokens"),
+        (
+            lambda r: openai_chat(r, tools="allowed", tool_choice="auto"),
+            "tool_choice cannot be passed",
+        ),
+    ],
+)
+def test_bad_cache_arguments(cached_reg: Any, call: Any, match: str) -> None:
+    with pytest.raises(rampart.InvalidArgumentError, match=match):
+        call(gated(cached_reg, "read the file"))
+
+
+def test_tools_sent_count_toward_the_cache_minimum() -> None:
+    # 700 words of rules alone are below 1 024; with the tools before them (sent as
+    # JSON, counted by their blocks' text) the prefix is long enough.
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    r.write_block("Follow the rules. " * 233, "rules", gated=False)
+    r.load_tools(DATA / "mcp_filesystem_tools.json", gated=False)
+    r.write_block("Lesson: list the directory before reading files.", "lesson")
+    tool_words = sum(b.token_count for b in r.list_blocks() if b.tool_schema)
+    assert 699 + tool_words >= 1024 > 699
+    res = r.compile(task_text="list files", top_k=1, gate=overlap_gate, tools_in_prompt=False)
+    assert res.stable_prefix_tokens == 699
+    body = anthropic_messages(res, USER, cache=True, tools="all")
+    assert system_marks(body) == [True, True]
+    alone = anthropic_messages(res, USER, cache=True, tools="gated")  # gated: not stable...
+    assert system_marks(alone) == [True, True]  # ...but the same tools are sent, and count
+    no_tools = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    no_tools.write_block("Follow the rules. " * 233, "rules", gated=False)
+    no_tools.write_block("Lesson: list the directory before reading files.", "lesson")
+    bare = no_tools.compile(task_text="list files", top_k=1, gate=overlap_gate)
+    assert '"cache_control"' not in json.dumps(anthropic_messages(bare, USER, cache=True))

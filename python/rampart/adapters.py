@@ -2,15 +2,26 @@
 
 Plain dicts, no SDK import: pass them as keyword arguments to the SDK
 (``client.chat.completions.create(**openai_chat(result, messages, model="gpt-4o"))``,
+``client.responses.create(**openai_responses(result, items, model=...))``,
 ``client.messages.create(**anthropic_messages(result, messages, model=...))``) or
-post them as JSON. The compiled prompt becomes the system prompt and the included
-tool blocks become the ``tools`` list, so a tool that was gated out, cut by the
-budget or evicted is absent from the request altogether.
+post them as JSON. The compiled prompt becomes the system prompt and the tool blocks
+become the ``tools`` list.
+
+Which tools (``tools=``): ``"gated"`` (the default) sends the tools the compile
+kept, so a tool that was gated out, cut by the budget or evicted is absent from the
+request altogether; ``"all"`` sends every tool block of the registry the compile saw,
+in registry order, so the ``tools`` array is byte-identical from task to task and
+the provider's prompt cache (tools come first in it) survives a change of task;
+``"allowed"`` (OpenAI only) sends every tool and restricts the model to the gated
+ones with ``tool_choice={"type": "allowed_tools", ...}``: the gate still decides
+what the model may call, without touching the cached ``tools``. An evicted tool is
+absent whatever the choice. See docs/caching.md.
 
 Choices: an empty prompt sends no system prompt and an empty tool list no ``tools``
 key (both APIs reject ``tools: []`` or treat it as noise); ``messages`` are copied
-into a new list but plain message dicts themselves are not copied; ``model`` is left
-out when ``None`` (for callers that add it later); ``**extra`` keys (``temperature``,
+into a new list but plain message dicts themselves are not copied (except the last
+one when ``anthropic_messages`` marks it for the cache); ``model`` is left out when
+``None`` (for callers that add it later); ``**extra`` keys (``temperature``,
 ``tool_choice``, …) are added as they are, but may not replace a key the adapter
 builds.
 
@@ -25,13 +36,35 @@ but some OpenAI-compatible servers and Gemini's schema subset refuse it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rampart.block import CompileResult
+from rampart.caching import SessionResult
 from rampart.errors import InvalidArgumentError
 
-__all__ = ["anthropic_messages", "openai_chat", "without_schema_uri"]
+__all__ = [
+    "ANTHROPIC_MIN_CACHE_TOKENS",
+    "TOOL_CHOICES",
+    "anthropic_messages",
+    "openai_chat",
+    "openai_responses",
+    "without_schema_uri",
+]
+
+#: What ``tools=`` may be: see the module docstring.
+TOOL_CHOICES = ("gated", "all", "allowed")
+#: The shortest prefix Anthropic caches for most models (Claude Sonnet 4.x, Opus 4.1
+#: and earlier); Claude Haiku 3.x needs 2048, Claude Opus 4.5+ and Haiku 4.5 4096
+#: (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). A breakpoint
+#: before a shorter prefix caches nothing, so none is placed there.
+ANTHROPIC_MIN_CACHE_TOKENS = 1024
+# Anthropic allows four cache_control breakpoints in one request.
+_MAX_BREAKPOINTS = 4
+_CACHE_TTLS = (None, "5m", "1h")
+# Content blocks that take cache_control (thinking blocks do not).
+_CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result", "search_result"})
 
 _OPENAI_SYSTEM_ROLES = ("system", "developer")
 # What a request message may hold; a response object also has response-only fields
@@ -42,10 +75,14 @@ _OPENAI_MESSAGE_KEYS = frozenset(
 _ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
 
 
-def _result(result: Any) -> CompileResult:
-    if not isinstance(result, CompileResult):
+Result = CompileResult | SessionResult
+
+
+def _result(result: Any) -> Result:
+    if not isinstance(result, (CompileResult, SessionResult)):
         raise InvalidArgumentError(
-            f"expected a CompileResult from BlockRegistry.compile(), got {type(result).__name__}"
+            "expected a CompileResult from BlockRegistry.compile() (or a SessionResult from "
+            f"CacheSession.compile()), got {type(result).__name__}"
         )
     return result
 
@@ -151,55 +188,247 @@ def _finish(body: dict[str, Any], model: Any, extra: dict[str, Any]) -> dict[str
         if not isinstance(model, str) or not model:
             raise InvalidArgumentError(f"model must be a non-empty string, got {model!r}")
         body = {"model": model, **body}
-    clash = sorted(k for k in extra if k in body or k in ("model", "messages", "tools", "system"))
+    reserved = ("model", "messages", "input", "instructions", "tools", "system")
+    clash = sorted(k for k in extra if k in body or k in reserved)
     if clash:
         raise InvalidArgumentError(
             f"{', '.join(clash)} cannot be passed as extra keys: the adapter builds them "
-            "from the compile result (pass messages= and model= directly)"
+            "from the compile result (pass messages=, model=, tools= directly)"
         )
     body.update(extra)
     return body
 
 
+def _tool_choice(tools: Any, allowed_ok: bool) -> str:
+    if not isinstance(tools, str) or tools not in TOOL_CHOICES:
+        raise InvalidArgumentError(f"tools must be one of {TOOL_CHOICES}, got {tools!r}")
+    if tools == "allowed" and not allowed_ok:
+        raise InvalidArgumentError(
+            "tools='allowed' is OpenAI's allowed_tools tool choice, which the Anthropic "
+            "Messages API does not have: use tools='all' (stable, every tool) or 'gated'"
+        )
+    return tools
+
+
+def _tools(
+    res: Result, fmt: str, choice: str, drop_schema_uri: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the ``tools`` to send, the gated ones)."""
+    gated = res.tools(fmt)
+    sent = gated if choice == "gated" else res.registry_tools(fmt)
+    if drop_schema_uri:
+        sent = without_schema_uri(sent)
+    return sent, gated
+
+
+def _cache_key(key: Any) -> str | None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidArgumentError(f"prompt_cache_key must be a non-empty string, got {key!r}")
+    return key
+
+
 def openai_chat(
-    result: CompileResult,
+    result: Result,
     messages: Sequence[Mapping[str, Any]] | None = None,
     *,
     model: str | None = None,
     system_role: str = "system",
+    tools: str = "gated",
+    prompt_cache_key: str | None = None,
     drop_schema_uri: bool = False,
     **extra: Any,
 ) -> dict[str, Any]:
     """An OpenAI Chat Completions request body.
 
     ``{"model", "messages": [{"role": system_role, "content": result.prompt},
-    *messages], "tools": result.tools("openai"), **extra}``. ``system_role`` may be
-    ``"developer"`` for the models that want that role. ``messages`` may hold
-    system messages of their own; they follow the compiled one, and SDK message
-    objects (``resp.choices[0].message``).
+    *messages], "tools": ..., **extra}``. ``system_role`` may be ``"developer"`` for
+    the models that want that role. ``messages`` may hold system messages of their
+    own; they follow the compiled one, and SDK message objects
+    (``resp.choices[0].message``).
+
+    ``tools``: ``"gated"``, ``"all"`` or ``"allowed"`` (module docstring). With
+    ``"allowed"`` the body gets ``tool_choice={"type": "allowed_tools",
+    "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function":
+    {"name": ...}}, ...]}}`` naming the gated tools (Chat Completions nests the list
+    under ``allowed_tools``), or ``tool_choice="none"`` when the gate kept no tool;
+    no ``tool_choice`` when it kept them all (it would restrict nothing, and its
+    list costs input tokens on every call).
+    ``prompt_cache_key`` is sent as it is: OpenAI routes requests with the same key
+    to the same cache, which raises the hit rate of a fleet sharing one prefix.
+    OpenAI caches prefixes of 1 024 tokens and more by itself; what rampart adds is a
+    prefix that stays the same (ungated blocks first, ``tools="all"``/``"allowed"``).
     """
     res = _result(result)
+    choice = _tool_choice(tools, True)
     if system_role not in _OPENAI_SYSTEM_ROLES:
         raise InvalidArgumentError(
             f"system_role must be one of {_OPENAI_SYSTEM_ROLES}, got {system_role!r}"
         )
+    key = _cache_key(prompt_cache_key)
     msgs = _messages(messages, _OPENAI_MESSAGE_KEYS)
     system = [{"role": system_role, "content": res.prompt}] if res.prompt else []
     body: dict[str, Any] = {"messages": [*system, *msgs]}
-    tools = res.tools("openai")
-    if drop_schema_uri:
-        tools = without_schema_uri(tools)
-    if tools:
-        body["tools"] = tools
+    sent, gated = _tools(res, "openai", choice, drop_schema_uri)
+    if sent:
+        body["tools"] = sent
+        if choice == "allowed" and len(gated) < len(sent):
+            named = [
+                {"type": "function", "function": {"name": t["function"]["name"]}} for t in gated
+            ]
+            body["tool_choice"] = (
+                {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": named}}
+                if named
+                else "none"
+            )
+    if key is not None:
+        body["prompt_cache_key"] = key
     return _finish(body, model, extra)
 
 
+def _responses_items(items: Any) -> list[Any]:
+    if items is None:
+        return []
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of Responses input items, got {type(items).__name__}"
+        )
+    out = [_plain(m) for m in items]  # an output item goes back in as it came out
+    for i, m in enumerate(out):
+        if not isinstance(m, Mapping) or not (
+            isinstance(m.get("role"), str) or isinstance(m.get("type"), str)
+        ):
+            raise InvalidArgumentError(
+                f"messages[{i}] must be a dict (or an SDK output item) with a string 'role' "
+                f"or 'type', got {m!r:.80}"
+            )
+    return out
+
+
+def openai_responses(
+    result: Result,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    model: str | None = None,
+    tools: str = "gated",
+    prompt_cache_key: str | None = None,
+    drop_schema_uri: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """An OpenAI Responses request body (``client.responses.create(**body)``).
+
+    ``{"model", "instructions": result.prompt, "input": messages, "tools": ...,
+    **extra}``. ``messages`` are Responses input items: messages
+    (``{"role": "user", "content": ...}``), ``function_call`` and
+    ``function_call_output`` items, or the SDK's output items
+    (``resp.output``) appended as they are. ``tools`` as for :func:`openai_chat`;
+    with ``"allowed"`` the tool choice has the Responses shape
+    ``{"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function",
+    "name": ...}, ...]}``.
+    """
+    res = _result(result)
+    choice = _tool_choice(tools, True)
+    key = _cache_key(prompt_cache_key)
+    body: dict[str, Any] = {}
+    if res.prompt:
+        body["instructions"] = res.prompt
+    body["input"] = _responses_items(messages)
+    sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
+    if sent:
+        body["tools"] = sent
+        if choice == "allowed" and len(gated) < len(sent):
+            named = [{"type": "function", "name": t["name"]} for t in gated]
+            body["tool_choice"] = (
+                {"type": "allowed_tools", "mode": "auto", "tools": named} if named else "none"
+            )
+    if key is not None:
+        body["prompt_cache_key"] = key
+    return _finish(body, model, extra)
+
+
+# ---- Anthropic, with cache breakpoints ------------------------------------------------------
+
+
+def _compile_of(res: Result) -> CompileResult:
+    return res if isinstance(res, CompileResult) else res.compile
+
+
+def _cache_points(res: Result) -> list[tuple[int, int]]:
+    """``(characters, tokens)`` of the prompt's cacheable prefixes short of the whole
+    prompt: the stable prefix (and, for a session, what it kept of the previous
+    prompt), strictly inside the prompt, increasing."""
+    if isinstance(res, SessionResult):
+        return list(res.cache_points)
+    chars, tokens = res.stable_prefix_chars, res.stable_prefix_tokens
+    return [(chars, tokens)] if 0 < chars < len(res.prompt) else []
+
+
+def _tools_stable(res: Result, sent: list[dict[str, Any]], choice: str) -> bool:
+    """Whether the ``tools`` sent would be the same for any task: always with
+    ``"all"``; with ``"gated"`` when no gate ran, or when every tool block was kept
+    and none of them is gated."""
+    if choice != "gated":
+        return True
+    report = _compile_of(res).report
+    if all(r.score is None for r in report):  # no gate ran
+        return True
+    names = {t["name"] for t in res.registry_tools("anthropic")}
+    if len(sent) != len(names):
+        return False
+    return not any(r.gated for r in report if r.name in names)
+
+
+def _tool_tokens(res: Result, sent: list[dict[str, Any]]) -> int:
+    """Tokens of the tool blocks sent, as the registry counted their text (tool
+    blocks are named after their tool): a lower bound of their JSON's tokens, so a
+    breakpoint it allows is never below the provider's minimum. Counted from the
+    blocks, not the report: with ``tools_in_prompt=False`` a tool costs the prompt
+    nothing."""
+    names = {t["name"] for t in sent}
+    blocks = _compile_of(res)._sel.tool_blocks()
+    return sum(b.token_count for b in blocks if b.semantic_name in names)
+
+
+def _count_markers(value: Any) -> int:
+    """cache_control markers the caller already put in (blocks of) messages."""
+    if isinstance(value, Mapping):
+        own = 1 if value.get("cache_control") else 0
+        return own + sum(_count_markers(v) for k, v in value.items() if k == "content")
+    if isinstance(value, list):
+        return sum(_count_markers(v) for v in value)
+    return 0
+
+
+def _mark_last_message(msgs: list[Any], control: dict[str, Any]) -> bool:
+    """Put ``control`` on the last content block of the last message (a copy of it);
+    False when that block cannot take one."""
+    last = dict(msgs[-1])
+    content = last.get("content")
+    if isinstance(content, str):
+        if not content:
+            return False
+        last["content"] = [{"type": "text", "text": content, "cache_control": control}]
+    elif isinstance(content, list) and content:
+        block = content[-1]
+        if not isinstance(block, Mapping) or block.get("type") not in _CACHEABLE:
+            return False
+        last["content"] = [*content[:-1], {**block, "cache_control": control}]
+    else:
+        return False
+    msgs[-1] = last
+    return True
+
+
 def anthropic_messages(
-    result: CompileResult,
+    result: Result,
     messages: Sequence[Mapping[str, Any]] | None = None,
     *,
     model: str | None = None,
     max_tokens: int = 1024,
+    tools: str = "gated",
+    cache: bool = False,
+    cache_ttl: str | None = None,
+    min_cache_tokens: int = ANTHROPIC_MIN_CACHE_TOKENS,
+    cache_messages: bool = True,
     drop_schema_uri: bool = False,
     **extra: Any,
 ) -> dict[str, Any]:
@@ -211,10 +440,32 @@ def anthropic_messages(
     system role inside ``messages``, so a message with ``"role": "system"`` is an
     error: put that text in the registry instead. ``messages`` may hold SDK objects
     (a ``Message`` response, or content blocks in a dict's ``content``).
+    ``tools``: ``"gated"`` or ``"all"`` (module docstring).
+
+    ``cache=True`` adds prompt-cache breakpoints (``cache_control``; Anthropic
+    caches a prefix only up to a breakpoint). ``system`` becomes text blocks split
+    where the prompt stops being task-independent (``result.stable_prefix_chars``;
+    a :class:`~rampart.caching.SessionResult` also splits where it stops matching
+    the previous prompt), and breakpoints go, in this order of preference, on the
+    last tool when the tools array is the same for every task (``tools="all"``, or
+    no gated tool), at the end of the stable prefix, at the end of ``system``, and
+    on the last content block of the last message (``cache_messages``: each turn
+    of a conversation reads the turns before it from the cache). At most four in
+    all, counting markers already in ``messages``; none where the prefix up to it
+    is shorter than ``min_cache_tokens`` by the registry's token counts (1 024 for
+    most Claude models; 2 048 for Haiku 3.x, 4 096 for Opus 4.5+ and Haiku 4.5); a
+    message breakpoint only when ``system`` alone is long enough.
+    ``cache_ttl``: ``None`` (the default five minutes), ``"5m"`` or ``"1h"`` (writes
+    cost 2x instead of 1.25x).
     """
     res = _result(result)
+    choice = _tool_choice(tools, False)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if cache_ttl not in _CACHE_TTLS:
+        raise InvalidArgumentError(f"cache_ttl must be one of {_CACHE_TTLS}, got {cache_ttl!r}")
+    if isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int):
+        raise InvalidArgumentError(f"min_cache_tokens must be an int, got {min_cache_tokens!r}")
     msgs = _messages(messages, _ANTHROPIC_MESSAGE_KEYS)
     for i, m in enumerate(msgs):
         if m["role"] == "system":
@@ -223,12 +474,53 @@ def anthropic_messages(
                 "accept: write it into the registry so it compiles into the system prompt"
             )
     body: dict[str, Any] = {"max_tokens": max_tokens}
-    if res.prompt:
-        body["system"] = res.prompt
+    sent, _ = _tools(res, "anthropic", choice, drop_schema_uri)
+    if not cache:
+        if res.prompt:
+            body["system"] = res.prompt
+        body["messages"] = msgs
+        if sent:
+            body["tools"] = sent
+        return _finish(body, model, extra)
+
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if cache_ttl is not None:
+        control["ttl"] = cache_ttl
+    tool_tokens = _tool_tokens(res, sent)
+    points = _cache_points(res)
+    cuts = [0, *(c for c, _ in points), len(res.prompt)]
+    system: list[dict[str, Any]] = [
+        {"type": "text", "text": res.prompt[a:b]} for a, b in itertools.pairwise(cuts) if b > a
+    ]
+    # Candidate breakpoints, best first: (where, prefix tokens up to it).
+    candidates: list[tuple[tuple[str, int], int]] = []
+    if sent and _tools_stable(res, sent, choice):
+        candidates.append((("tools", len(sent) - 1), tool_tokens))
+    if system:
+        if points:
+            candidates.append((("system", 0), tool_tokens + points[0][1]))
+        candidates.append((("system", len(system) - 1), tool_tokens + res.total_tokens))
+    long_enough = tool_tokens + res.total_tokens >= min_cache_tokens
+    if msgs and cache_messages and long_enough:
+        candidates.append((("messages", -1), min_cache_tokens))
+    # Later points (a session's kept prefix) come last: they end a text block, so
+    # the end-of-system breakpoint's lookback finds an entry there anyway.
+    candidates.extend(
+        (("system", i), tool_tokens + t) for i, (_, t) in enumerate(points[1:], start=1)
+    )
+    room = _MAX_BREAKPOINTS - _count_markers(msgs) - (1 if extra.get("cache_control") else 0)
+    chosen = [where for where, tokens in candidates if tokens >= min_cache_tokens][: max(room, 0)]
+    for kind, i in chosen:
+        if kind == "tools":
+            sent = [*sent[:i], {**sent[i], "cache_control": control}]
+        elif kind == "system":
+            system[i] = {**system[i], "cache_control": control}
+        else:
+            msgs = list(msgs)
+            _mark_last_message(msgs, control)
+    if system:
+        body["system"] = system
     body["messages"] = msgs
-    tools = res.tools("anthropic")
-    if drop_schema_uri:
-        tools = without_schema_uri(tools)
-    if tools:
-        body["tools"] = tools
+    if sent:
+        body["tools"] = sent
     return _finish(body, model, extra)

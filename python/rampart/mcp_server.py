@@ -36,6 +36,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from rampart.adapters import TOOL_CHOICES
+from rampart.block import CompileResult
 from rampart.errors import BlockNotFoundError, EvictionError, InvalidArgumentError, RampartError
 from rampart.registry import BlockRegistry
 
@@ -158,6 +160,20 @@ def _resolve(registry: BlockRegistry, name_or_id: str) -> str:
     return matches[0].runtime_id
 
 
+def tool_choice(result: CompileResult, choice: str) -> dict[str, Any]:
+    """``compile_context``'s tool keys for ``tools=choice`` (as the adapters'
+    ``tools=``, SPEC §8): ``tools`` in MCP form, and ``allowed_tools`` (names) when
+    ``"allowed"`` restricts something."""
+    if choice not in TOOL_CHOICES:
+        raise InvalidArgumentError(f"tools must be one of {TOOL_CHOICES}, got {choice!r}")
+    kept = result.tools("mcp")
+    sent = kept if choice == "gated" else result.registry_tools("mcp")
+    out: dict[str, Any] = {"tools": sent} if sent else {}
+    if choice == "allowed" and len(kept) < len(sent):
+        out["allowed_tools"] = [t["name"] for t in kept]
+    return out
+
+
 def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
     """An ``MCPServer`` exposing ``registry`` through the six tools (not started)."""
     from rampart import __version__
@@ -173,13 +189,19 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
 
     @server.tool()
     async def compile_context(
-        task: str = "", max_tokens: int | None = None, top_k: int | None = None
+        task: str = "",
+        max_tokens: int | None = None,
+        top_k: int | None = None,
+        tools: str = "gated",
     ) -> dict[str, Any]:
         """Compile the registry's instruction blocks into one context for a task.
 
         task: what you are about to do (needed when top_k is given).
         max_tokens: token budget for the context; blocks past it are left out.
         top_k: keep only the k blocks most relevant to the task.
+        tools: which tool schemas to return: "gated" (those kept), "all" (every one,
+        the same list for every task: it keeps a prompt cache), "allowed" (every one,
+        plus allowed_tools naming those kept).
         Returns the context text, the names of the included blocks and its size."""
         if top_k is not None:
             needs_model()
@@ -187,12 +209,16 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
             result = await registry.acompile(
                 max_tokens=max_tokens, task_text=task or None, top_k=top_k
             )
-        return {
+        out: dict[str, Any] = {
             "context": result.prompt,
             "included": result.included,
             "excluded": result.excluded,
             "total_tokens": result.total_tokens,
+            "stable_prefix_tokens": result.stable_prefix_tokens,
         }
+        with _tool_errors():
+            out.update(tool_choice(result, tools))
+        return out
 
     @server.tool()
     async def find_blocks(task: str, top_k: int = 5) -> list[dict[str, Any]]:

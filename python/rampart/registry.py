@@ -28,6 +28,7 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 
 if TYPE_CHECKING:
     from rampart._replica import Replica
+    from rampart.caching import CacheSession
 from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
@@ -1008,6 +1009,22 @@ class BlockRegistry:
             tools_in_prompt,
         )
         return DryRunResult(sel)
+
+    def session(self, **options: Any) -> CacheSession:
+        """A :class:`~rampart.caching.CacheSession` over this registry: compiles for
+        one conversation that keep its prompt cache warm when the task changes
+        (``options``: ``max_tokens``, ``top_k``, ``relevance_threshold``,
+        ``separator``, ``gate``, ``tools_in_prompt``, ``prices``, ``calls_per_task``,
+        ``clock``; see docs/caching.md).
+
+        Example:
+            >>> s = reg.session(top_k=8, max_tokens=16384, prices="anthropic", calls_per_task=5)
+            >>> r = s.compile("fix the failing test")
+            >>> body = anthropic_messages(r, messages, cache=True, tools="all")
+        """
+        from rampart.caching import CacheSession
+
+        return CacheSession(self, **options)
 
     # ---- observability ----------------------------------------------------------------------
 

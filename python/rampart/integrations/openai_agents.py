@@ -97,6 +97,10 @@ class RampartInstructions:
     blocks (a role line, say). ``task`` maps a run context to the task text when
     the default reading (:func:`task_of`) does not fit. ``tool_search``: add the
     ``find_tools`` fallback in :meth:`agent` (default: when it gates).
+    ``tools="all"`` keeps every function tool enabled whatever the gate says (the
+    request's ``tools`` array then stays the same from task to task, so OpenAI's
+    prompt cache survives a new task; the gate still shapes the instructions);
+    ``"gated"`` (the default) enables a tool only in turns whose compile keeps it.
     """
 
     def __init__(
@@ -109,11 +113,18 @@ class RampartInstructions:
         preamble: str = "",
         task: Callable[[Any], str] | None = None,
         tool_search: bool | None = None,
+        tools: str = "gated",
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
                 f"RampartInstructions needs a BlockRegistry, got {type(registry).__name__}"
             )
+        if tools not in ("gated", "all"):
+            raise InvalidArgumentError(
+                f"tools must be 'gated' or 'all', got {tools!r} (the Agents SDK has no "
+                "per-turn allowed_tools tool choice)"
+            )
+        self.tools = tools
         self.registry = registry
         self.max_tokens = max_tokens
         self.top_k = top_k
@@ -209,7 +220,7 @@ class RampartInstructions:
                     allowed = await allowed
                 if not allowed:
                     return False
-            if not self.gated or name in self._found_in(ctx):
+            if not self.gated or self.tools == "all" or name in self._found_in(ctx):
                 return True
             return any(t["function"]["name"] == name for t in self.compile(ctx).tools("openai"))
 
