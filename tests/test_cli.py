@@ -159,6 +159,32 @@ def test_inspect() -> None:
     assert len(data) == 31 and data[0]["source"] == "seed"
 
 
+def test_inspect_and_compile_token_counts_agree_and_say_why() -> None:
+    """inspect counts each block alone; compile counts what each block adds to the
+    prompt: the same number plus the separator before every block after the first.
+    Both say so, and the totals agree."""
+    listed = json.loads(run("inspect", str(SEEDS), "--json").stdout)
+    compiled = json.loads(run("compile", str(SEEDS), "--json").stdout)
+    sep = compiled["separator_tokens"]
+    assert sep == 2  # "\n\n---\n\n" under cl100k_base
+    costs = [r["cost"] for r in compiled["included"]]
+    assert costs == [b["cost"] + (sep if k else 0) for k, b in enumerate(listed)]
+    total = sum(b["cost"] for b in listed)
+    assert compiled["total_tokens"] == total + sep * (len(listed) - 1)
+    out = run("inspect", str(SEEDS)).stdout
+    assert f"31 blocks, {total} tokens ({compiled['total_tokens']} compiled together" in out
+    assert "the separator, 2 tokens, before every block after the first" in out
+    human = run("compile", str(SEEDS), "--max-tokens", "300").stdout
+    first, second = [ln for ln in human.splitlines() if ln.startswith("━━━━┫ block")][:2]
+    assert first.endswith(f"read_before_edit ({listed[0]['cost']} tokens) ┣━━━━")
+    assert second.endswith(f"({listed[1]['cost']} + 2 separator tokens) ┣━━━━")
+    # The separator is named as it is, not as "a blank line".
+    assert "blank line\n" not in human and "joined by '\\n\\n---\\n\\n' (2 tokens" in human
+    assert "tok: the block's own tokens plus, for every block after the first" in human
+    custom = run("compile", str(SEEDS), "--max-tokens", "300", "--separator", " | ").stdout
+    assert "joined by ' | ' (2 tokens)" in custom
+
+
 def test_help_is_clean_and_lists_every_command() -> None:
     out = run("--help")
     assert out.returncode == 0 and out.stderr == ""
