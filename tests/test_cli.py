@@ -309,3 +309,37 @@ def test_model_errors_without_the_model(tmp_path: Path) -> None:
     empty.mkdir()
     fails(run("model", "info", "--model-dir", str(empty)), "not installed")
     fails(run("model", "prepare", "--model-dir", str(empty)), str(empty))
+
+
+@needs_model
+def test_an_embedding_writes_nothing_under_a_fresh_home(tmp_path: Path) -> None:
+    """onnxruntime's import writes a telemetry device id and an event database
+    under ~/.cache/Microsoft/DeveloperTools unless ORT_DISABLE_TELEMETRY is set
+    first; rampart sets it. The model cache is the one the other tests use."""
+    from rampart._files import cache_dir
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")
+    }
+    # Without rampart: onnxruntime alone writes its files (what this test guards).
+    bare = tmp_path / "bare-home"
+    bare.mkdir()
+    subprocess.run(
+        [sys.executable, "-c", "import onnxruntime"],
+        env={**env, "HOME": str(bare)},
+        check=True,
+        timeout=120,
+    )
+    assert any(p.name == "deviceid" for p in bare.rglob("*")), "onnxruntime wrote no device id"
+    home = tmp_path / "home"
+    home.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "rampart", "compile", str(SEEDS), "--task", TASK, "--top-k", "3"],
+        env={**env, "HOME": str(home), "RAMPART_CACHE_DIR": str(cache_dir())},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "gate: the top 3 by cosine similarity" in out.stdout  # it did embed
+    assert list(home.rglob("*")) == []
