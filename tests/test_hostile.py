@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import rampart
+import rampart.cli
 from rampart import seeds
 from rampart.errors import ParseError
 from rampart.seeds import parse_file, parse_skill_file
@@ -187,7 +188,7 @@ def test_special_files_are_refused_without_reading(tmp_path: Path) -> None:
     d.mkdir()
     with pytest.raises(ParseError, match="is a directory"):
         parse_markdown_direct(d)
-    with pytest.raises(ParseError, match="file not found"):
+    with pytest.raises(ParseError, match=r"missing\.md: no such file or directory"):
         parse_file(tmp_path / "missing.md")
     with pytest.raises(ParseError, match="cannot open"):
         parse_file(str(tmp_path / "nul\0.md"))
@@ -239,6 +240,40 @@ def test_odd_file_names_are_read(tmp_path: Path) -> None:
     p = write(tmp_path, "we ird\t-name -- ü.md", "just text\n")
     (b,) = parse_file(p)
     assert b.name == "we_ird_name_ü" and b.content == "just text"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file names are bytes")
+def test_file_names_that_are_not_utf8_load_with_escaped_stems(tmp_path: Path) -> None:
+    # Python holds the byte 0xff of a file name as the lone surrogate U+DCFF,
+    # which no block name can hold: the stem shows it as an escape instead.
+    folder = tmp_path / "seeds"
+    folder.mkdir()
+    raw = os.path.join(os.fsencode(folder), b"caf\xe9 \xff-rules.md")
+    with open(raw, "wb") as f:
+        f.write(b"No front matter: named after the file.\n")
+    with open(os.path.join(os.fsencode(folder), b"named\xff.md"), "wb") as f:
+        f.write(b"---\nname: kept\n---\nA name of its own.\n")
+    reg = rampart.BlockRegistry.from_files([folder])
+    assert sorted(b.semantic_name for b in reg) == ["caf\\xe9_\\xff_rules", "kept"]
+    lib = rampart.SeedRegistry.from_files([folder])
+    assert len(lib) == 2
+    # The CLI lists them too (no UnicodeEncodeError on the way out).
+    assert rampart.cli.main(["inspect", str(folder), "--json"]) == 0
+
+
+def test_missing_paths_say_so_whatever_their_extension(tmp_path: Path) -> None:
+    for missing in ("missing/", str(tmp_path / "nope"), str(tmp_path / "nope.md")):
+        with pytest.raises(ParseError, match="no such file or directory") as err:
+            rampart.BlockRegistry.from_files([missing])
+        assert err.value.path == missing
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "gone.md")
+    with pytest.raises(ParseError, match="broken symbolic link"):
+        rampart.BlockRegistry.from_files([dangling])
+    # An existing file of an unknown format is still that error.
+    write(tmp_path, "notes.unknownfmt", "x")
+    with pytest.raises(rampart.UnsupportedFormatError, match=r"extension '\.unknownfmt'"):
+        rampart.BlockRegistry.from_files([tmp_path / "notes.unknownfmt"])
 
 
 # ---- tool schemas: $ref fan-out and depth -------------------------------------------------
@@ -674,6 +709,26 @@ def test_lone_surrogates_are_invalid_arguments(vreg: rampart.BlockRegistry) -> N
     assert len(vreg) == 3 and "\ud800" not in vreg.compile().prompt
     # Text outside the BMP and ordinary non-ASCII text are fine.
     vreg.write_block("emoji 🙂 and ü", "ok\u00e9")
+
+
+def test_lone_surrogate_separator_is_an_invalid_argument_on_every_compile_path() -> None:
+    # A fresh default registry: the separator's token count is not cached yet,
+    # so the check must come before the tokeniser sees it.
+    reg = rampart.BlockRegistry()
+    reg.write_block("one", "a")
+    reg.write_block("two", "b")
+    calls = [
+        lambda s: reg.compile(separator=s),
+        lambda s: reg.compile(max_tokens=100, separator=s),
+        lambda s: reg.compile(separator=s, tools_in_prompt=False),
+        lambda s: reg.compile_dry_run(separator=s),
+    ]
+    for sep in ("\ud800", "x\udc80y", "\n\udfff"):
+        for call in calls:
+            with pytest.raises(rampart.InvalidArgumentError, match="separator holds a lone"):
+                call(sep)
+    assert [b.access_count for b in reg] == [0, 0]  # nothing was compiled
+    assert reg.compile(separator=" | ").prompt == "one | two"
 
 
 @pytest.mark.parametrize("score", [None, "high", NAN, [1.0]])

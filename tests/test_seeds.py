@@ -293,3 +293,34 @@ def test_header_splitting_and_block_boundaries_read_fences_alike(tmp_path: Path)
     blocks = parse_skill_file(write(tmp_path, "f.md", text))
     assert [b.name for b in blocks] == ["a", "b"]
     assert "## not a header" in blocks[0].content
+
+
+def test_seed_files_with_exact_fields(tmp_path: Path) -> None:
+    good = tmp_path / "good.md"
+    good.write_text(
+        "---\nname: '  spaced '\nexact: [name, content]\n---\n\n\"a\\r\\nb\\n\"\n",
+        encoding="utf-8",
+    )
+    (b,) = rampart.BlockRegistry.from_files([good])
+    assert (b.semantic_name, b.content, b.metadata) == ("  spaced ", "a\r\nb\n", {})
+    bad = {
+        "exact: yes": "exact must list the fields written verbatim",
+        "exact: [name, tags]": "exact must list the fields written verbatim",
+        "exact: []": "exact must list the fields written verbatim",
+    }
+    for line, message in bad.items():
+        f = tmp_path / "bad.md"
+        f.write_text(f"---\nname: x\n{line}\n---\n\nbody\n", encoding="utf-8")
+        with pytest.raises(rampart.ParseError, match=message) as err:
+            rampart.BlockRegistry.from_files([f])
+        assert err.value.path == str(f) and err.value.line == 3
+    f = tmp_path / "body.md"
+    for body in ("not json", '"unterminated', '"two" "strings"', "[1]", '"\\ud800"'):
+        f.write_text(f"---\nname: x\nexact: [content]\n---\n\n{body}\n", encoding="utf-8")
+        with pytest.raises(
+            rampart.ParseError, match=r"body must be one JSON string|lone surrogate"
+        ):
+            rampart.BlockRegistry.from_files([f])
+    f.write_text("---\nname: ' '\nexact: [name]\n---\n\nx\n", encoding="utf-8")
+    with pytest.raises(rampart.ParseError, match="visible character"):
+        rampart.BlockRegistry.from_files([f])

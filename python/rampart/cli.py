@@ -192,9 +192,17 @@ def _boundary_marks() -> tuple[str, str]:
     return ("━━━━┫", "┣━━━━") if enc.startswith("utf") else ("#### <<", ">> ####")
 
 
-def _print_blocks(result: CompileResult, separator: str) -> None:
+def _separator_words(separator: str, tokens: int) -> str:
+    """How the report names the separator: its text (escaped) and token count."""
+    what = ": a '---' line between blank lines" if separator == DEFAULT_SEPARATOR else ""
+    # repr() escapes line ends and tabs; the quotes show where the text starts and ends.
+    return f"{separator!r} ({tokens} token{'' if tokens == 1 else 's'}{what})"
+
+
+def _print_blocks(result: CompileResult, separator: str, sep_tokens: int) -> None:
     """The prompt block by block, each under an unmistakable header line; the
-    exact prompt text is what ``--prompt-only`` / ``--json`` print."""
+    exact prompt text is what ``--prompt-only`` / ``--json`` print. A block's
+    header gives its own tokens and, after the first, the separator's."""
     blocks = result.included_blocks
     if not blocks:
         sys.stdout.write("(the prompt is empty: no block was included)\n\n")
@@ -207,13 +215,15 @@ def _print_blocks(result: CompileResult, separator: str) -> None:
         sys.stdout.write(result.prompt + "\n")
     else:
         for k, (b, piece, cost) in enumerate(zip(blocks, pieces, result.costs), start=1):
+            own = cost - sep_tokens if k > 1 else cost
+            tokens = f"{own} + {sep_tokens} separator tokens" if k > 1 else f"{cost} tokens"
             sys.stdout.write(
-                f"{left} block {k}/{len(blocks)}: {b.semantic_name} ({cost} tokens) {right}\n"
+                f"{left} block {k}/{len(blocks)}: {b.semantic_name} ({tokens}) {right}\n"
             )
             sys.stdout.write(piece + "\n")
-        shown = "a blank line" if separator == DEFAULT_SEPARATOR else repr(separator)
         sys.stdout.write(
-            f"{left} end of prompt: blocks joined by {shown}; exact text: --prompt-only {right}\n\n"
+            f"{left} end of prompt: blocks joined by {_separator_words(separator, sep_tokens)}; "
+            f"exact text: --prompt-only {right}\n\n"
         )
 
 
@@ -241,6 +251,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         separator=separator,
     )
     compile_s = time.perf_counter() - t0
+    sep_tokens = reg.count_tokens(separator)
     if args.prompt_only:
         sys.stdout.write(result.prompt)
         if result.prompt and not result.prompt.endswith("\n"):
@@ -252,6 +263,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "prompt": result.prompt,
             "total_tokens": result.total_tokens,
             "max_tokens": result.max_tokens,
+            # Each cost after the first block's includes this (the separator before it).
+            "separator_tokens": sep_tokens,
             "task": args.task,
             "top_k": args.top_k,
             "threshold": args.threshold,
@@ -263,7 +276,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if not args.no_prompt:
-        _print_blocks(result, separator)
+        _print_blocks(result, separator, sep_tokens)
     budget = "unlimited" if result.max_tokens is None else f"{result.max_tokens} tokens"
     print(
         f"included {len(result)} of {len(reg)} blocks, {result.total_tokens} tokens "
@@ -288,6 +301,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         rule = _gate_rule(r, ranks.get(r.index), args.top_k, args.threshold)
         why = f"  {rule}" if r.included else f"  [{r.reason}] {rule}"
         print(f" {mark} {r.index:>4}  {r.name:<{width}}  {r.cost:>6} tok{score}{why}".rstrip())
+    if sep_tokens and len(report) > 1:
+        # inspect lists blocks alone; here a block's cost is what it adds to the prompt.
+        print(
+            "tok: the block's own tokens plus, for every block after the first, the "
+            f"separator before it, {_separator_words(separator, sep_tokens)}; "
+            "`rampart inspect` counts blocks alone"
+        )
     model = reg.embedding_model
     embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
     query = " (incl. embedding the task)" if gated else ""
@@ -310,6 +330,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     "runtime_id": b.runtime_id,
                     "priority": b.priority,
                     "tokens": b.token_count,
+                    "cost": b.cost,
                     "tags": list(b.tags),
                     "source": b.source,
                     "metadata": b.metadata,
@@ -325,12 +346,21 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     width = max((len(b.semantic_name) for b in blocks), default=4)
     print(f"{'#':>4}  {'name':<{width}}  prio  tokens  tags")
     for i, b in enumerate(blocks):
+        # cost: content plus wrap text, what the block costs in a prompt (no separator).
         print(
-            f"{i:>4}  {b.semantic_name:<{width}}  {b.priority:4.2f}  {b.token_count:>6}  "
+            f"{i:>4}  {b.semantic_name:<{width}}  {b.priority:4.2f}  {b.cost:>6}  "
             f"{', '.join(b.tags)}"
         )
-    total = sum(b.token_count for b in blocks)
-    print(f"{len(blocks)} blocks, {total} tokens, loaded in {load_s * 1e3:.2f} ms")
+    total = sum(b.cost for b in blocks)
+    sep = reg.count_tokens(DEFAULT_SEPARATOR)
+    together = ""
+    if len(blocks) > 1:
+        # What `rampart compile` reports for all of them: one separator between blocks.
+        together = (
+            f" ({total + sep * (len(blocks) - 1)} compiled together: `rampart compile` adds "
+            f"the separator, {sep} tokens, before every block after the first)"
+        )
+    print(f"{len(blocks)} blocks, {total} tokens{together}, loaded in {load_s * 1e3:.2f} ms")
     return 0
 
 
@@ -688,7 +718,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="gate: keep blocks whose cosine score with --task is at least this",
     )
-    c.add_argument("--separator", default=None, help="text between blocks (default: blank line)")
+    c.add_argument(
+        "--separator",
+        default=None,
+        help="text between blocks (default: '\\n\\n---\\n\\n', a '---' line between blank lines)",
+    )
     out = c.add_mutually_exclusive_group()
     out.add_argument("--no-prompt", action="store_true", help="print only the report")
     out.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")

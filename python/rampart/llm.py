@@ -19,10 +19,12 @@ that will not change, a body over the size limit, a redirect elsewhere).
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -407,6 +409,30 @@ class OpenAIBackend:
             raise BackendError(f"{url}: {exc}", retryable=exc.retryable, url=url) from None
 
 
+_DEVNULL_CLOSER: list[bool] = []
+
+
+def _close_llama_devnull_at_exit() -> None:
+    """llama-cpp-python opens /dev/null twice when imported (``outnull_file`` and
+    ``errnull_file`` in ``llama_cpp/_utils.py``, to silence llama.cpp while a model
+    loads) and never closes them, so every process that used it ended with
+    ``sys:1: ResourceWarning: unclosed file`` twice (``make test`` printed both).
+    They serve only while a ``Llama`` is being built, which cannot happen once exit
+    handlers run: they are closed then."""
+    if _DEVNULL_CLOSER:
+        return
+    _DEVNULL_CLOSER.append(True)
+
+    def close() -> None:
+        utils = sys.modules.get("llama_cpp._utils")
+        for name in ("outnull_file", "errnull_file"):
+            f = getattr(utils, name, None)
+            if f is not None and hasattr(f, "close"):
+                f.close()
+
+    atexit.register(close)
+
+
 class LlamaCppBackend:
     """llama-cpp-python in this process (``pip install llama-cpp-python``).
 
@@ -443,6 +469,7 @@ class LlamaCppBackend:
                 "the in-process backend needs llama-cpp-python: pip install "
                 "'rampart-registry[probe]' (it builds llama.cpp from source, a few minutes)"
             ) from exc
+        _close_llama_devnull_at_exit()
         self._path = path
         self._label = str(model)
         self._native_tools = native_tools

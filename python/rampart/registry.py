@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rampart import _args, _core, _files
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
-from rampart._export import check_round_trip, seed_text
+from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart._labels import claim_label, get_by_label, label_of, release_label
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
@@ -841,7 +841,9 @@ class BlockRegistry:
     def _sep_tokens(self, separator: str) -> int:
         n = self._sep_cache.get(separator)
         if n is None:
-            n = self._sep_cache[_text(separator, "separator")] = self._tok.count(separator)
+            # Checked before counting: the tokeniser would raise UnicodeEncodeError.
+            sep = _text(separator, "separator")
+            n = self._sep_cache[sep] = self._tok.count(sep)
         return n
 
     def _select(
@@ -1281,13 +1283,13 @@ class BlockRegistry:
     ) -> int:
         """Write the chosen blocks (``source``: "agent", "orchestrator", "seed", or
         None for all) as a seed file that loads back through the ordinary parser
-        with the same names, contents, priorities and tags; provenance (source,
-        trajectory, created, author) goes into front matter. Contents are stored
-        the way seed files hold them: without surrounding blank space. Returns
-        the number of blocks written; when no block has that ``source`` the
-        (empty) file is written with a ``RuntimeWarning``. A block whose text the
-        seed format cannot hold (a front-matter-like "---" line of its own) raises
-        InvalidArgumentError naming it, and nothing is written.
+        with the same names, contents, priorities and tags, byte for byte;
+        provenance (source, trajectory, created, author) goes into front matter.
+        A name or content the Markdown form would change (outer blank space,
+        ``\r``, a "---" line read as front matter) is written verbatim under the
+        front-matter key ``exact``. Returns the number of blocks written; when no
+        block has that ``source`` the (empty) file is written with a
+        ``RuntimeWarning``.
 
         Example:
             >>> rid = reg.write_agent_block("Run `make lint` before committing.", "run-42")
@@ -1309,8 +1311,7 @@ class BlockRegistry:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        text = seed_text(blocks)
-        check_round_trip(text, blocks, p)
+        text = export_text(blocks, p)
         atomic_write(p, text.encode("utf-8"))
         return len(blocks)
 

@@ -187,14 +187,33 @@ class BlockSource:
 
 
 def stem_name(path: Path) -> str:
-    """File stem as a block name: runs of whitespace and '-' become '_'."""
-    return re.sub(r"[\s\-]+", "_", path.stem).strip("_") or "block"
+    """File stem as a block name: runs of whitespace and '-' become '_'. Bytes of
+    the file name that are not UTF-8 become ``\\xNN`` escapes (Python holds them
+    as lone surrogates, which no name can hold), so such a file still loads."""
+    stem = path.stem
+    if not stem.isascii():
+        try:
+            raw = stem.encode("utf-8", "surrogateescape")  # the name's bytes on disk
+        except UnicodeEncodeError:  # a surrogate no file system gave (a str argument)
+            raw = stem.encode("utf-8", "backslashreplace")
+        stem = raw.decode("utf-8", "backslashreplace")
+    return re.sub(r"[\s\-]+", "_", stem).strip("_") or "block"
+
+
+def _missing(path: str | Path) -> ParseError:
+    """The error for a seed path that names nothing (the words of the OS and the CLI)."""
+    dangling = os.path.lexists(path)
+    return ParseError(
+        "broken symbolic link" if dangling else "no such file or directory", path=path
+    )
 
 
 def _read_text(path: Path) -> str:
     try:
         raw = read_regular_file(path, MAX_SEED_BYTES)
     except FileProblem as exc:
+        if exc.missing:
+            raise _missing(path) from None
         raise ParseError(str(exc), path=path) from None
     try:
         text = raw.decode("utf-8-sig")
@@ -396,12 +415,31 @@ def _check_tags(value: Any, path: Path, line: int) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _check_name(name: Any, path: Path, line: int) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise ParseError(
-            f"name must be a non-empty string, got {_short(name)}", path=path, line=line
-        )
-    stripped: str = name.strip()
+# What the core's name check trims (Rust's char::is_whitespace, Unicode White_Space):
+# str.isspace also counts U+001C..U+001F, which a name may consist of.
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+)
+
+
+def _check_name(name: Any, path: Path, line: int, *, exact: bool = False) -> str:
+    """A block name, stripped of outer blank space unless ``exact`` (front matter
+    ``exact: [name]``: the name as written, outer spaces and all)."""
+    if exact:
+        if not isinstance(name, str) or all(ch in _WHITE_SPACE for ch in name):
+            raise ParseError(
+                f"name must be a string with a visible character, got {_short(name)}",
+                path=path,
+                line=line,
+            )
+        stripped: str = name
+    else:
+        if not isinstance(name, str) or not name.strip():
+            raise ParseError(
+                f"name must be a non-empty string, got {_short(name)}", path=path, line=line
+            )
+        stripped = name.strip()
     n = _utf8_len(stripped, "the name", path, line)
     if n > MAX_NAME_BYTES:
         raise ParseError(
@@ -450,6 +488,49 @@ def _plain(value: Any, path: Path, line: int) -> Any:
     )
 
 
+EXACT_KEY = "exact"
+"""The front-matter key listing the fields a file holds verbatim (``name``,
+``content``): what the Markdown form would change (outer blank space, ``\\r``
+line ends, a ``---`` line that reads as front matter). ``export_markdown`` writes
+it so that every block comes back byte for byte."""
+_EXACT_FIELDS = ("name", "content")
+
+
+def _check_exact(value: Any, path: Path, line: int) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(v, str) and v in _EXACT_FIELDS for v in value)
+        or not value
+    ):
+        raise ParseError(
+            f"{EXACT_KEY} must list the fields written verbatim ({', '.join(_EXACT_FIELDS)}), "
+            f"got {_short(value)}",
+            path=path,
+            line=line,
+        )
+    return frozenset(value)
+
+
+def _exact_content(body: list[str], path: Path, line: int) -> str:
+    """The content of an ``exact: [content]`` block: its body is one JSON string
+    (escapes keep the line ends, blank space and ``---`` lines Markdown would change)."""
+    text = "\n".join(body).strip()
+    try:
+        if not text.startswith('"'):
+            raise ValueError("it does not start with '\"'")
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ParseError(
+            f'{EXACT_KEY} lists content, so the body must be one JSON string ("..."): {exc}',
+            path=path,
+            line=line,
+        ) from None
+    _utf8_len(value, "the content", path, line)
+    return str(value)
+
+
 def _block_from_section(
     sec: _Section, path: Path, first: bool, default_priority: float
 ) -> SeedBlock | None:
@@ -461,8 +542,16 @@ def _block_from_section(
     meta = dict(sec.meta)
     fm_first = sec.fm_line + 1
     lines = _key_lines(sec.fm, fm_first)
+    exact = _check_exact(meta.pop(EXACT_KEY, None), path, lines.get(EXACT_KEY, fm_first))
+    if "content" in exact:
+        # The body starts after the closing '---' of the front matter.
+        content = _exact_content(sec.body, path, sec.fm_line + len(sec.fm) + 2)
     if "name" in meta:
-        name = _check_name(meta.pop("name"), path, lines.get("name", fm_first))
+        name = _check_name(
+            meta.pop("name"), path, lines.get("name", fm_first), exact="name" in exact
+        )
+    elif "name" in exact:
+        raise ParseError(f"{EXACT_KEY} lists name, but there is no name", path=path, line=fm_first)
     elif first:
         name = stem_name(path)
     else:  # pragma: no cover - later sections are only recognised by their name
@@ -495,7 +584,14 @@ def _default_priority(path: Path, default: float | None) -> float:
 
 def parse_markdown(path: Path, *, default_priority: float | None = None) -> list[SeedBlock]:
     """Parse one Markdown seed file into blocks (file order)."""
-    text = _read_text(path)
+    return parse_markdown_text(_read_text(path), path, default_priority=default_priority)
+
+
+def parse_markdown_text(
+    text: str, path: Path, *, default_priority: float | None = None
+) -> list[SeedBlock]:
+    """Blocks of Markdown seed text as read from ``path`` (line ends already
+    ``\\n``); ``path`` names the file in errors and unnamed blocks."""
     prio = _default_priority(path, default_priority)
     blocks = []
     for k, sec in enumerate(_sections(text, path)):
@@ -571,6 +667,8 @@ def parse_file(path: PathLike) -> list[SeedBlock]:
     """Parse one seed file with the parser registered for its extension."""
     p = Path(path)
     ext = p.suffix.lower()
+    if not _exists(p):  # before the extension: "missing/" has none, and is no format
+        raise _missing(os.fspath(path))
     if ext in (".md", ".markdown"):
         with _PARSERS_LOCK:
             custom = _PARSERS.get(ext)
@@ -589,6 +687,18 @@ def parse_file(path: PathLike) -> list[SeedBlock]:
 def _known_extension(p: Path) -> bool:
     ext = p.suffix.lower()
     return ext in (".md", ".markdown") or ext in _PARSERS
+
+
+def _exists(p: Path) -> bool:
+    """False only when nothing is there (Path.exists also says False for a NUL
+    byte or a name too long, which the read reports in its own words)."""
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
 
 
 def _is_dir(p: Path) -> bool:

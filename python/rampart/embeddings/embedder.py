@@ -3,7 +3,6 @@ instance."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
@@ -530,7 +529,7 @@ def model_info(
     info.update(installed=True, model_dir=str(src.model_dir), max_length=configured or 512)
     info["dim"] = cfg.get("hidden_size")
     try:
-        ort = importlib.import_module("onnxruntime")
+        ort = _require("onnxruntime")  # telemetry off before the import
         available = list(ort.get_available_providers())
         info["onnxruntime"] = ort.__version__
     except ImportError:

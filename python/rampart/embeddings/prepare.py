@@ -253,6 +253,17 @@ def _package_version() -> str | None:
         return None
 
 
+# onnxruntime's import starts its telemetry (1DS, in the Linux wheels too), which
+# writes a device id and an event database under ~/.cache/Microsoft/DeveloperTools
+# (measured with 1.32: a fresh HOME holds both after `import onnxruntime`). Only this
+# variable, set before the first import, stops it; disable_telemetry_events() does
+# not. A value the user set (ORT_DISABLE_TELEMETRY=0 opts in) is left alone. Set
+# when this package is imported, so that code importing onnxruntime itself after
+# rampart.embeddings (tests, benchmarks, users) is covered too.
+ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+os.environ.setdefault(ORT_TELEMETRY_ENV, "1")
+
+
 def _require(module: str) -> Any:
     try:
         return importlib.import_module(module)
