@@ -147,8 +147,9 @@ test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
 test: export RAMPART_REQUIRE_SERVER = 1
-# The three hypothesis fuzzers (seed parser, registry files, tool schemas) run
-# this many seconds each: together over a minute.
+# The time-bounded hypothesis fuzzers (seed parser, registry files, tool schemas,
+# markdown export round trip, and garbage written into each real store) run this
+# many seconds each: together a few minutes.
 test: export RAMPART_FUZZ_SECONDS = 20
 
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
