@@ -268,6 +268,11 @@ class Replica:
                 raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
             seq, tail = self.store.append(self.name, entry, self.position)
             result, error = self._apply(tail, own=seq)
+        return self._settle(seq, writes_text, result, error)
+
+    def _settle(self, seq: int, writes_text: bool, result: Any, error: BaseException | None) -> Any:
+        """After this replica's own entry ``seq`` was applied (sync or async
+        write): note a checkpoint due and text to embed; the caller's outcome."""
         if seq % CHECKPOINT_EVERY == 0:
             self._checkpoint_due = seq
         if writes_text:
@@ -421,13 +426,7 @@ class Replica:
                     if low is not None and k > low:
                         break
                     del self._outcomes[k]
-        if seq % CHECKPOINT_EVERY == 0:
-            self._checkpoint_due = seq
-        if writes_text:
-            self._wrote = True
-        if error is not None:
-            raise error
-        return result
+        return self._settle(seq, writes_text, result, error)
 
     async def _ainflight(self) -> None:
         """Wait for this replica's writes in flight on this loop (their callers

@@ -745,12 +745,7 @@ class BlockRegistry:
         task_embedding: Any = None,
     ) -> list[tuple[InstructionBlock, float]]:
         """Blocks by cosine similarity to the task, descending; ties in registry order."""
-        if task_embedding is None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if threshold is not None:
-            threshold = _number(threshold, "threshold")
+        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
         if self._tool_examples is not False:
             examples = self._example_gate(task_text, task_embedding)
             if examples is not None:
@@ -846,6 +841,32 @@ class BlockRegistry:
             n = self._sep_cache[sep] = self._tok.count(sep)
         return n
 
+    def _budget_and_separator(
+        self, max_tokens: int | None, separator: str | None
+    ) -> tuple[int | None, str]:
+        budget = self.default_max_tokens if max_tokens is None else max_tokens
+        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
+            budget = _check_budget(budget)
+        return budget, DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
+
+    @staticmethod
+    def _gate_args(
+        task_text: str | None,
+        top_k: int | None,
+        threshold: float | None,
+        task_embedding: Any,
+        what: str = "relevance_threshold",
+    ) -> tuple[int | None, float | None]:
+        """The checked ``top_k`` and threshold of a gated compile or a ranking
+        (shared by the sync methods and their coroutine twins)."""
+        if task_text is not None or task_embedding is None:
+            _text(task_text, "task_text")
+        if top_k is not None:
+            top_k = _int(top_k, "top_k", minimum=0)
+        if threshold is not None:
+            threshold = _number(threshold, what)
+        return top_k, threshold
+
     def _select(
         self,
         max_tokens: int | None,
@@ -858,10 +879,7 @@ class BlockRegistry:
         dry_run: bool,
         tools_in_prompt: bool,
     ) -> tuple[str | None, _core.Selection]:
-        budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
-            budget = _check_budget(budget)
-        sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
+        budget, sep = self._budget_and_separator(max_tokens, separator)
         tools_in_prompt = bool(tools_in_prompt)
         if relevance_threshold is None and top_k is None:
             return self._core.compile(
@@ -875,12 +893,9 @@ class BlockRegistry:
             raise InvalidArgumentError(
                 "relevance_threshold/top_k need a task: pass task_text or task_embedding"
             )
-        if task_text is not None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if relevance_threshold is not None:
-            relevance_threshold = _number(relevance_threshold, "relevance_threshold")
+        top_k, relevance_threshold = self._gate_args(
+            task_text, top_k, relevance_threshold, task_embedding
+        )
         # Tool examples: one attribute read unless this registry has some.
         examples = (
             None
@@ -1553,20 +1568,14 @@ class BlockRegistry:
                 )
             )
             return res
-        budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
-            budget = _check_budget(budget)
-        sep = DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
+        budget, sep = self._budget_and_separator(max_tokens, separator)
         if task_text is None and task_embedding is None:
             raise InvalidArgumentError(
                 "relevance_threshold/top_k need a task: pass task_text or task_embedding"
             )
-        if task_text is not None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if relevance_threshold is not None:
-            relevance_threshold = _number(relevance_threshold, "relevance_threshold")
+        top_k, relevance_threshold = self._gate_args(
+            task_text, top_k, relevance_threshold, task_embedding
+        )
         q = await _aio.aquery(self, task_text, task_embedding)
         n = self._sep_tokens(sep)
         tools = bool(tools_in_prompt)
@@ -1596,12 +1605,7 @@ class BlockRegistry:
         """:meth:`find_relevant` for coroutines."""
         from rampart import _aio
 
-        if task_embedding is None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if threshold is not None:
-            threshold = _number(threshold, "threshold")
+        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
         if self._may_gate_by_examples(task_text, task_embedding):
             out: list[tuple[InstructionBlock, float]] = await _aio.off_loop(
                 lambda: self.find_relevant(task_text, top_k, threshold)
