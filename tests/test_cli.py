@@ -144,6 +144,40 @@ def test_report_shows_the_gate_rule() -> None:
 
 
 @needs_model
+def test_compile_shows_where_the_stable_prefix_ends(tmp_path: Path) -> None:
+    """SPEC §8: the human view marks the boundary, the summary and --json give it,
+    and an ungated block after a gated one is noted."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "a_rules.md").write_text(
+        "---\nname: house_rules\ngated: false\n---\nAlways run the tests first.\n",
+        encoding="utf-8",
+    )
+    (seeds / "b_skills.md").write_text(
+        "---\nname: git_skill\n---\nCommit with a clear message.\n\n"
+        "---\nname: sql_skill\n---\nWrite SQL joins carefully.\n\n"
+        "---\nname: late_rule\ngated: false\n---\nAnswer briefly.\n",
+        encoding="utf-8",
+    )
+    args = ("compile", str(seeds), "--task", "commit the fix", "--top-k", "1")
+    out = run(*args)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert (
+        text.index("house_rules") < text.index("stable prefix ends here") < text.index("block 2/3")
+    )
+    assert "stable prefix: " in text and "1 blocks (the same for every task" in text
+    assert "note: ungated block 'late_rule'" in text
+    assert "(ungated)" in text
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["stable_prefix_blocks"] == 1
+    assert 0 < data["stable_prefix_tokens"] < data["total_tokens"]
+    assert data["prompt"].startswith("Always run the tests first.")
+    assert len(data["cache_notes"]) == 1
+    assert [r["gated"] for r in data["included"]] == [False, True, False]
+
+
+@needs_model
 def test_report_shows_the_threshold_rule() -> None:
     out = run("compile", str(SEEDS), "--task", TASK, "--threshold", "0.3", "--no-prompt")
     assert out.returncode == 0, out.stderr

@@ -233,6 +233,11 @@ class CompileResult:
         return self._sel.stable_prefix_tokens
 
     @property
+    def stable_prefix_blocks(self) -> int:
+        """How many of the included blocks (from the front) form the stable prefix."""
+        return self._sel.stable_prefix_blocks
+
+    @property
     def stable_prefix_chars(self) -> int:
         """Length of that prefix in ``prompt`` (characters): ``prompt[:n]`` is the
         same for every task; the rest starts with the separator."""

@@ -146,6 +146,7 @@ def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
             "reason": r.reason,
             "score": r.score,
             "detail": r.detail,
+            "gated": r.gated,
         }
         for r in result.report
     ]
@@ -214,7 +215,16 @@ def _print_blocks(result: CompileResult, separator: str, sep_tokens: int) -> Non
         sys.stdout.write(f"{left} prompt ({result.total_tokens} tokens) {right}\n")
         sys.stdout.write(result.prompt + "\n")
     else:
+        # Where the part no task changes ends (SPEC §8): shown when a gate ran and
+        # something task-dependent follows it.
+        stable = result.stable_prefix_blocks if result.stable_prefix_blocks < len(blocks) else -1
         for k, (b, piece, cost) in enumerate(zip(blocks, pieces, result.costs), start=1):
+            if k - 1 == stable:
+                sys.stdout.write(
+                    f"{left} stable prefix ends here: the {result.stable_prefix_tokens} tokens "
+                    f"above are the same for every task (a provider can cache them); what "
+                    f"follows depends on the task {right}\n"
+                )
             own = cost - sep_tokens if k > 1 else cost
             tokens = f"{own} + {sep_tokens} separator tokens" if k > 1 else f"{cost} tokens"
             sys.stdout.write(
@@ -270,6 +280,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "threshold": args.threshold,
             "included": [r for r in rows if r["included"]],
             "excluded": [r for r in rows if not r["included"]],
+            # SPEC §8: the front no task changes, and where it is interrupted.
+            "stable_prefix_tokens": result.stable_prefix_tokens,
+            "stable_prefix_blocks": result.stable_prefix_blocks,
+            "cache_notes": result.cache_notes,
             "timing_s": {"load": load_s, "compile": compile_s},
         }
         json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
@@ -292,6 +306,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             if part
         )
         print(f"task: {args.task}\ngate: {rule} by cosine similarity to the task")
+        print(
+            f"stable prefix: {result.stable_prefix_tokens} of {result.total_tokens} tokens, "
+            f"{result.stable_prefix_blocks} blocks (the same for every task: cacheable)"
+        )
+        for note in result.cache_notes:
+            print(f"note: {note}")
     report = result.report
     ranks = _gate_ranks(report)
     width = max((len(r.name) for r in report), default=4)
@@ -300,6 +320,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         score = "" if r.score is None else f"  score {r.score:.3f}"
         rule = _gate_rule(r, ranks.get(r.index), args.top_k, args.threshold)
         why = f"  {rule}" if r.included else f"  [{r.reason}] {rule}"
+        if not r.gated:
+            why += "  (ungated)"
         print(f" {mark} {r.index:>4}  {r.name:<{width}}  {r.cost:>6} tok{score}{why}".rstrip())
     if sep_tokens and len(report) > 1:
         # inspect lists blocks alone; here a block's cost is what it adds to the prompt.
