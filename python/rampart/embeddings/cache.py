@@ -43,7 +43,43 @@ _VECTOR_FILE = "vectors.sqlite"
 _VECTOR_MAX_ROWS = 200_000  # ~300 MB at 384 dimensions; the oldest go first
 
 
-class VectorCache:
+class _SQLiteFileCache:
+    """What both on-disk caches share: one SQLite connection per thread and per
+    process (WAL), set up by the subclass's ``_SETUP`` statements, and the rule
+    that a database error turns the cache off for this process with one warning."""
+
+    _SETUP: tuple[str, ...] = ()
+    _WHAT = "cache"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._broken = False
+
+    def _conn(self) -> sqlite3.Connection:
+        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        # SQLite connections must not cross fork(): a child opens its own (the
+        # parent's stays open in the parent, untouched).
+        if c is None or self._local.pid != os.getpid():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            for statement in self._SETUP:
+                c.execute(statement)
+            self._local.conn = c
+            self._local.pid = os.getpid()
+        return c
+
+    def _fail(self, exc: Exception) -> None:
+        if not self._broken:
+            self._broken = True
+            warnings.warn(
+                f"rampart: {self._WHAT} {self.path} disabled for this process ({exc})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+class VectorCache(_SQLiteFileCache):
     """Vectors already computed, kept on disk between processes: a SQLite table keyed
     by a hash of (model id, text), holding the float32 vector and whether the text
     was truncated. A restart that embeds the same seed blocks reads them back
@@ -54,40 +90,20 @@ class VectorCache:
     database error turns the cache off for this process with one RuntimeWarning;
     embedding goes on without it. At most ``max_rows`` vectors are kept."""
 
+    _SETUP = (
+        "PRAGMA journal_mode=WAL",
+        "PRAGMA synchronous=NORMAL",
+        "CREATE TABLE IF NOT EXISTS vectors "
+        "(key BLOB PRIMARY KEY, truncated INTEGER NOT NULL, vector BLOB NOT NULL)",
+    )
+    _WHAT = "vector cache"
+
     def __init__(self, path: Path, model_id: str, dim: int, max_rows: int = _VECTOR_MAX_ROWS):
-        self.path = path
+        super().__init__(path)
         self._salt = f"{model_id}\0".encode()
         self._dim = dim
         self._max_rows = max_rows
-        self._local = threading.local()
-        self._broken = False
         self._puts = 0
-
-    def _conn(self) -> sqlite3.Connection:
-        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        # SQLite connections must not cross fork(): a child opens its own (the
-        # parent's stays open in the parent, untouched).
-        if c is None or self._local.pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS vectors "
-                "(key BLOB PRIMARY KEY, truncated INTEGER NOT NULL, vector BLOB NOT NULL)"
-            )
-            self._local.conn = c
-            self._local.pid = os.getpid()
-        return c
-
-    def _fail(self, exc: Exception) -> None:
-        if not self._broken:
-            self._broken = True
-            warnings.warn(
-                f"rampart: vector cache {self.path} disabled for this process ({exc})",
-                RuntimeWarning,
-                stacklevel=3,
-            )
 
     def key(self, text: str) -> bytes:
         """The cache key of ``text`` for this model (a salted SHA-256 prefix)."""
@@ -149,7 +165,7 @@ class VectorCache:
 _EXAMPLE_FILE = "examples.sqlite"
 
 
-class ExampleCache:
+class ExampleCache(_SQLiteFileCache):
     """Example requests generated for tools (``BlockRegistry.enrich_tools``), kept on
     disk so that a restart, another process or another replica of a shared
     registry does not ask the model again: a SQLite table keyed by a hash of
@@ -160,32 +176,14 @@ class ExampleCache:
     and a database error turns the cache off for this process with one
     RuntimeWarning (examples are then generated again, never lost)."""
 
+    _SETUP = (
+        "PRAGMA journal_mode=WAL",
+        "CREATE TABLE IF NOT EXISTS examples (key BLOB PRIMARY KEY, examples TEXT NOT NULL)",
+    )
+    _WHAT = "example cache"
+
     def __init__(self, path: Path | None = None) -> None:
-        self.path = cache_dir() / _EXAMPLE_FILE if path is None else Path(path)
-        self._local = threading.local()
-        self._broken = False
-
-    def _conn(self) -> sqlite3.Connection:
-        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if c is None or self._local.pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS examples (key BLOB PRIMARY KEY, examples TEXT NOT NULL)"
-            )
-            self._local.conn = c
-            self._local.pid = os.getpid()
-        return c
-
-    def _fail(self, exc: Exception) -> None:
-        if not self._broken:
-            self._broken = True
-            warnings.warn(
-                f"rampart: example cache {self.path} disabled for this process ({exc})",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        super().__init__(cache_dir() / _EXAMPLE_FILE if path is None else Path(path))
 
     @staticmethod
     def key(generator: str, schema_json: str) -> bytes:
