@@ -44,6 +44,14 @@ def test_gate_text_is_name_description_and_parameters_in_words() -> None:
         "- branch name: Name of the new branch"
     )
     assert tool_gate_text(ToolSchema("ping")) == "ping"
+    # The MCP title joins the head when it says more than the name; annotations.title
+    # stands in where a server sets no top-level title.
+    assert tool_gate_text(ToolSchema("ping", title="Ping a host")) == "ping (Ping a host)"
+    annotated = ToolSchema("ping", annotations={"title": "Ping  a host", "readOnlyHint": True})
+    assert tool_gate_text(annotated) == "ping (Ping a host)"
+    both = ToolSchema("ping", title="Reachability", annotations={"title": "Ping a host"})
+    assert tool_gate_text(both) == "ping (Reachability)"
+    assert tool_gate_text(ToolSchema("ping", annotations={"title": 7})) == "ping"
     with pytest.raises(InvalidArgumentError, match="takes a ToolSchema"):
         tool_gate_text({"name": "x"})  # type: ignore[arg-type]
 

@@ -865,8 +865,8 @@ def tool_gate_text(schema: ToolSchema) -> str:
     """What the relevance gate embeds for a tool block (its prompt text stays
     :func:`render_tool`'s).
 
-    The tool's name as words (and its MCP title when that says more than the
-    name), its description, then one line per top-level parameter: its name as
+    The tool's name as words (and its MCP title, or ``annotations.title``, when
+    that says more than the name), its description, then one line per top-level parameter: its name as
     words and its description. Example requests are not part of it: the gate
     embeds each of them on its own (:func:`example_texts`, docs/tool-gate.md).
     Types, required flags, bounds and JSON punctuation are left out: they are the
@@ -882,6 +882,10 @@ def tool_gate_text(schema: ToolSchema) -> str:
     description = _one_line(schema.description)
     head = _name_words(schema.name)
     title = _one_line(schema.title)
+    if not title and isinstance(schema.annotations, Mapping):
+        # MCP's older place for a display name (annotations.title), where a server
+        # sets no top-level title.
+        title = _one_line(schema.annotations.get("title"))
     if title and _name_words(title) != head:
         head += f" ({title})"
     lines = [f"{head}: {description}" if description else head]
