@@ -866,8 +866,8 @@ def tool_gate_text(schema: ToolSchema) -> str:
     :func:`render_tool`'s).
 
     The tool's name as words (and its MCP title, or ``annotations.title``, when
-    that says more than the name), its description, then one line per top-level parameter: its name as
-    words and its description. Example requests are not part of it: the gate
+    that says more than the name), its description, then one line per top-level
+    parameter: its name as words and its description. Example requests are not part of it: the gate
     embeds each of them on its own (:func:`example_texts`, docs/tool-gate.md).
     Types, required flags, bounds and JSON punctuation are left out: they are the
     same few words in every tool, so they pull all tool vectors together and away
