@@ -85,6 +85,7 @@ class BlockRegistry:
         "_replica",
         "_sep_cache",
         "_tok",
+        "_tool_adapter",
         "_tool_examples",
         "_toolgate",
         "default_max_tokens",
@@ -123,6 +124,9 @@ class BlockRegistry:
         # Tool examples (rampart.toolgate): None = not looked for yet.
         self._tool_examples: bool | None = None
         self._toolgate: Any = None
+        # The cold tool gate's query adapter (rampart.toolgate.query_adapter):
+        # None = not looked for yet, False = none, "off" = turned off, or one.
+        self._tool_adapter: Any = None
 
     @classmethod
     def _with_id(
@@ -680,6 +684,30 @@ class BlockRegistry:
             self._queries[key] = q
         return q
 
+    def _gate_query(self, task_text: str | None, task_embedding: Any) -> bytes:
+        """The task vector the cosine gate scores with: :meth:`_query`, mapped by
+        the registry's tool query adapter when it has one (docs/tool-gate.md)."""
+        return self._adapt(task_text, task_embedding, self._query(task_text, task_embedding))
+
+    def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
+        if task_embedding is not None or self._tool_adapter is False or task_text is None:
+            return q  # a caller's own vector may come from any model: never mapped
+        from rampart import toolgate
+
+        adapter = toolgate.query_adapter(self)
+        if adapter is None:
+            return q
+        # Kept beside the plain vector (the example gate reads that one), keyed by
+        # the adapter object: a repeated task pays a dict lookup, not the matvec.
+        key = (id(adapter), task_text)
+        mapped = self._queries.get(key)
+        if mapped is None:
+            mapped = adapter.map(q)
+            if len(self._queries) >= _QUERY_CACHE:
+                self._queries.clear()
+            self._queries[key] = mapped
+        return mapped
+
     def _with_vectors(self, run: Callable[[], Any]) -> Any:
         """Run a cosine-gate call, embedding blocks written meanwhile until it
         finds every block with a vector (it returns None otherwise)."""
@@ -750,7 +778,7 @@ class BlockRegistry:
             examples = self._example_gate(task_text, task_embedding)
             if examples is not None:
                 return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
-        q = self._query(task_text, task_embedding)
+        q = self._gate_query(task_text, task_embedding)
         ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
 
@@ -760,7 +788,7 @@ class BlockRegistry:
         """Cosine score of one block against the task (what the default gate uses)."""
         if task_text is None and task_embedding is None:
             raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = self._query(task_text, task_embedding)
+        q = self._gate_query(task_text, task_embedding)
         self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
         return float(self._with_vectors(lambda: self._core.score(runtime_id, q)))
 
@@ -917,7 +945,7 @@ class BlockRegistry:
             # The built-in cosine gate runs in the core: the matrix is scored
             # with the GIL released for large registries. _with_vectors embeds
             # any block still without a vector first.
-            q = self._query(task_text, task_embedding)
+            q = self._gate_query(task_text, task_embedding)
             n = self._sep_tokens(sep)
             out: tuple[str | None, _core.Selection] = self._with_vectors(
                 lambda: self._core.compile(
@@ -1198,6 +1226,8 @@ class BlockRegistry:
         )
         if any(s.examples or s.input_examples for s in schemas):
             self._examples_arrived()
+        if self._tool_adapter is False:
+            self._tool_adapter = None  # tools arrived: look for the adapter again
         return ids
 
     # ---- persistence --------------------------------------------------------------------
@@ -1576,7 +1606,9 @@ class BlockRegistry:
         top_k, relevance_threshold = self._gate_args(
             task_text, top_k, relevance_threshold, task_embedding
         )
-        q = await _aio.aquery(self, task_text, task_embedding)
+        q = self._adapt(
+            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+        )
         n = self._sep_tokens(sep)
         tools = bool(tools_in_prompt)
         prompt, sel = await _aio.with_vectors(
@@ -1611,7 +1643,9 @@ class BlockRegistry:
                 lambda: self.find_relevant(task_text, top_k, threshold)
             )
             return out
-        q = await _aio.aquery(self, task_text, task_embedding)
+        q = self._adapt(
+            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+        )
         ranked = await _aio.with_vectors(self, lambda: self._core.rank(q, top_k, threshold))
         return [(InstructionBlock(b), s) for b, s in ranked]
 
@@ -1623,7 +1657,9 @@ class BlockRegistry:
 
         if task_text is None and task_embedding is None:
             raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = await _aio.aquery(self, task_text, task_embedding)
+        q = self._adapt(
+            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+        )
         self._core.get(runtime_id)
         return float(await _aio.with_vectors(self, lambda: self._core.score(runtime_id, q)))
 

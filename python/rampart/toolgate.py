@@ -13,6 +13,11 @@ blocks) -> scores``, one score per block, higher is more relevant):
   learned from runs with :func:`add_tool_example`), plus BM25; the registry's own
   default gate once a tool block has examples (docs/tool-gate.md).
 
+And :class:`QueryAdapter`, not a gate but a map of the task's vector: the cold gate
+of a registry holding tool blocks (no examples) scores ``normalize(q + A q)``
+against the blocks' vectors instead of ``q``, with ``A`` learned on requests for
+other tools (the packaged one: :func:`packaged_adapter`, for the default model).
+
 Measured on held-out requests over 40 MCP tools (docs/tool-gate.md): BM25 alone
 on cold tool texts did not generalise from the tune half to the held-out half, but
 on top of example requests it did (ExampleGate's lexical term); the judge lifts
@@ -23,11 +28,13 @@ calls cost more than that anyway.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rampart import _core
@@ -35,7 +42,7 @@ from rampart._args import text as _text
 from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
 from rampart.embeddings.cache import ExampleCache
-from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
+from rampart.errors import BlockNotFoundError, InvalidArgumentError, ModelError, RampartError
 from rampart.registry import BlockRegistry, GateFn
 from rampart.tools import (
     MAX_EXAMPLE_CHARS,
@@ -58,6 +65,7 @@ __all__ = [
     "ExampleGate",
     "HybridGate",
     "JudgeGate",
+    "QueryAdapter",
     "add_tool_example",
     "block_examples",
     "default_gate",
@@ -67,9 +75,12 @@ __all__ = [
     "has_examples",
     "judge_prompt",
     "note_examples",
+    "packaged_adapter",
     "parse_example_block",
     "parse_examples",
     "parse_picks",
+    "query_adapter",
+    "set_query_adapter",
 ]
 
 # Words that say nothing about which tool is meant (requests are full of them).
@@ -603,6 +614,128 @@ def note_examples(registry: BlockRegistry) -> None:
     gate = registry._toolgate
     if gate is not None:
         gate._layout = None
+
+
+# ---- the cold gate's query adapter ---------------------------------------------------
+
+ADAPTER_FILE = Path(__file__).resolve().parent / "data" / "tool_adapter_minilm.npz"
+
+
+class QueryAdapter:
+    """A learned linear map of a task's vector for the cold tool gate: the gate
+    scores ``normalize(q + A q)`` against the blocks' own vectors, so only the
+    task is mapped (one d x d matrix-vector product per new task) and the core's
+    scan, the stored vectors and the example gate stay as they are.
+
+    ``A`` is trained (benches/tool_gate_adapter.py) so that requests land nearer
+    the gate text (:func:`rampart.tools.tool_gate_text`) of the tool they want
+    than that of other tools, on requests for tools other than those it is
+    evaluated on (docs/tool-gate.md). It belongs to one embedding model: a
+    registry uses it only when its model's ``model_id`` is the adapter's.
+
+    A file is a NumPy ``.npz`` with ``a`` (d x d) and ``meta`` (a JSON string with
+    ``model_id`` and the provenance); read without pickle.
+    """
+
+    __slots__ = ("a", "meta", "model_id", "path")
+
+    def __init__(self, path: str | Path) -> None:
+        import numpy as np
+
+        self.path = Path(path)
+        try:
+            with np.load(self.path, allow_pickle=False) as z:
+                a = np.asarray(z["a"], dtype=np.float32)
+                meta = json.loads(str(z["meta"]))
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelError(f"{self.path}: not a query adapter file: {exc}") from None
+        if a.ndim != 2 or a.shape[0] != a.shape[1] or not np.isfinite(a).all():
+            raise ModelError(
+                f"{self.path}: adapter matrix has shape {a.shape} or non-finite values"
+            )
+        if not isinstance(meta, dict) or not isinstance(meta.get("model_id"), str):
+            raise ModelError(f"{self.path}: adapter metadata names no model_id")
+        self.a = np.ascontiguousarray(a)
+        self.meta: dict[str, Any] = meta
+        self.model_id: str = meta["model_id"]
+
+    @property
+    def dim(self) -> int:
+        return int(self.a.shape[0])
+
+    def map(self, q: bytes) -> bytes:
+        """The mapped task vector (float32 bytes, unit length) of a task vector."""
+        import numpy as np
+
+        v = np.frombuffer(q, dtype=np.float32)
+        if v.shape[0] != self.dim:
+            raise InvalidArgumentError(
+                f"query adapter {self.path.name} maps {self.dim}-d vectors, got {v.shape[0]}-d"
+            )
+        z = v + self.a @ v
+        n = float(np.linalg.norm(z))
+        return (z / n if n > 0 else z).astype(np.float32).tobytes()
+
+    def __repr__(self) -> str:
+        return f"QueryAdapter({self.path.name!r}, model_id={self.model_id!r})"
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_adapter() -> QueryAdapter | None:
+    """The adapter shipped with rampart (for all-MiniLM-L6-v2), or None where the
+    file or numpy is missing. Loaded once per process."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return None
+    return QueryAdapter(ADAPTER_FILE) if ADAPTER_FILE.exists() else None
+
+
+def _has_tools(registry: BlockRegistry) -> bool:
+    from rampart.tools import METADATA_KEY
+
+    for b in registry._core.blocks():
+        raw = b.metadata_json
+        if raw is not None and METADATA_KEY in raw and InstructionBlock(b).tool_schema:
+            return True
+    return False
+
+
+def query_adapter(registry: BlockRegistry) -> QueryAdapter | None:
+    """The adapter the registry's cold gate maps a task's vector with, or None.
+
+    By default: the packaged adapter, when the registry holds a tool block and its
+    embedding model is the one the adapter was trained for (a registry of
+    instruction blocks only, another model, or an explicit ``task_embedding`` is
+    never mapped). Looked up once per registry object and again after its own
+    ``load_tools``; :func:`set_query_adapter` overrides it."""
+    state = registry._tool_adapter
+    if state is None:
+        state = False  # looked up: none (load_tools looks again)
+        model = registry._embedder
+        adapter = packaged_adapter() if model is not None else None
+        if (
+            adapter is not None
+            and getattr(model, "model_id", None) == adapter.model_id
+            and _has_tools(registry)
+        ):
+            state = adapter
+        registry._tool_adapter = state
+    return state if isinstance(state, QueryAdapter) else None
+
+
+def set_query_adapter(registry: BlockRegistry, adapter: QueryAdapter | None) -> None:
+    """Use ``adapter`` for this registry's cold gate whatever it holds (None: no
+    adapter, the plain cosine gate). The model is not checked: an adapter trained
+    for another model's vectors maps them meaninglessly (a dimension mismatch
+    raises at the next gated call)."""
+    if adapter is not None and not isinstance(adapter, QueryAdapter):
+        raise InvalidArgumentError(
+            f"set_query_adapter takes a QueryAdapter or None, got {adapter!r}"
+        )
+    # "off" (not False): load_tools looks for an adapter again only after False.
+    registry._tool_adapter = adapter if adapter is not None else "off"
+    registry._queries.clear()
 
 
 class _Notes(Mapping[str, str]):
