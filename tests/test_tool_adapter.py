@@ -48,10 +48,11 @@ def test_packaged_adapter_says_what_it_was_trained_on() -> None:
         assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name
     # The training requests target none of the 40 evaluation tools.
     evaluated = {
-        t["name"]
+        t.name
         for f in json.loads((DATA / "tool_gate_eval.json").read_text())["tool_files"]
-        for t in json.loads((DATA / f).read_text())["tools"]
+        for t in rampart.parse_tools(DATA / f)
     }
+    assert len(evaluated) == 40
     scale = json.loads((DATA / "tool_gate_scale.json").read_text())["requests"]
     assert not any(set(r["acceptable"]) & evaluated for r in scale if r["split"] == "tune")
     for name in sources:
@@ -113,6 +114,7 @@ def test_tool_registries_gate_with_the_mapped_task_and_others_do_not() -> None:
 
     # Tools arrive through load_tools: the same registry now maps the task.
     reg.load_tools(DATA / "mcp_git_tools.json")
+    reg.embed_pending()
     assert toolgate.query_adapter(reg) is adapter
     mapped = q + adapter.a @ q
     want = cosines(reg, mapped)
@@ -121,8 +123,8 @@ def test_tool_registries_gate_with_the_mapped_task_and_others_do_not() -> None:
     for b, s in got:
         assert s == pytest.approx(want[b.semantic_name], abs=1e-5)
         assert reg.score_block(b.runtime_id, task) == pytest.approx(s, abs=1e-6)
-    res = reg.compile(task_text=task, top_k=3, tools_in_prompt=False)
-    assert res.included == [b.semantic_name for b, _ in got[:3]]
+    res = reg.compile(task_text=task, top_k=3)  # included: in registry order
+    assert set(res.included) == {b.semantic_name for b, _ in got[:3]}
     # A caller's own vector is never mapped (it may come from any model).
     raw = dict((b.semantic_name, s) for b, s in reg.find_relevant(None, task_embedding=q))
     for name, s in cosines(reg, q).items():
@@ -167,13 +169,14 @@ def test_async_gate_maps_like_the_sync_gate() -> None:
 
     async def main() -> tuple[Any, Any, float]:
         ranked = await reg.afind_relevant(task)
-        res = await reg.acompile(task_text=task, top_k=2, tools_in_prompt=False)
+        res = await reg.acompile(task_text=task, top_k=2)
         return ranked, res, await reg.ascore_block(ranked[0][0].runtime_id, task)
 
     ranked, res, score = asyncio.run(main())
     want = reg.find_relevant(task)
     assert [(b.runtime_id, s) for b, s in ranked] == [(b.runtime_id, s) for b, s in want]
-    assert res.included == reg.compile(task_text=task, top_k=2, tools_in_prompt=False).included
+    assert res.included == reg.compile(task_text=task, top_k=2).included
+    assert set(res.included) == {b.semantic_name for b, _ in want[:2]}
     assert score == reg.score_block(want[0][0].runtime_id, task) == want[0][1]
     assert toolgate.query_adapter(reg) is not None
     reg.release()
@@ -208,8 +211,5 @@ def test_cold_gate_hit_rate_with_the_adapter_on_the_holdout() -> None:
     without = _hit_rates(reg, holdout)
     reg.release()
     assert with_adapter[1] > without[1], (with_adapter, without)
-    assert with_adapter[1] >= FLOOR_TOP3 and with_adapter[0] >= FLOOR_TOP1, with_adapter
-
-
-FLOOR_TOP3 = 0.0  # set from the measured holdout numbers below
-FLOOR_TOP1 = 0.0
+    # Measured: 54.9 / 77.7 % (206 requests) against 41.7 / 71.4 % without.
+    assert with_adapter[1] >= 0.76 and with_adapter[0] >= 0.53, with_adapter
