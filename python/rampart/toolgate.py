@@ -172,7 +172,8 @@ class BM25:
 
 class DenseGate:
     """The registry's cosine scores as a gate callable (blocks it has no vector for
-    yet are embedded first, as the built-in gate does)."""
+    yet are embedded first, as the built-in gate does; the task mapped by the
+    registry's :func:`query_adapter` when it has one, as the built-in gate is)."""
 
     def __init__(self, registry: BlockRegistry) -> None:
         if not isinstance(registry, BlockRegistry):
