@@ -213,3 +213,31 @@ def test_cold_gate_hit_rate_with_the_adapter_on_the_holdout() -> None:
     assert with_adapter[1] > without[1], (with_adapter, without)
     # Measured: 54.9 / 77.7 % (206 requests) against 41.7 / 71.4 % without.
     assert with_adapter[1] >= 0.76 and with_adapter[0] >= 0.53, with_adapter
+
+
+@needs_model
+def test_example_gate_scores_own_texts_with_the_mapped_task_and_examples_plainly() -> None:
+    from rampart.tools import with_examples
+
+    reg = rampart.BlockRegistry(embedding_model="default")
+    rule = reg.write_block("Write commit messages in the imperative mood.", "commits")
+    reg.load_tools(with_examples(DATA / "mcp_git_tools.json", {"git_log": ["who pushed lately"]}))
+    reg.embed_pending()
+    adapter = toolgate.query_adapter(reg)
+    assert adapter is not None and toolgate.default_gate(reg) is not None
+    task = "who pushed lately"
+    q = np.asarray(rampart.default_embedder().encode(task), dtype=np.float32)
+    own = _unit(reg.embedding(rule))
+    by_id = dict((b.runtime_id, s) for b, s in reg.find_relevant(task))
+    # A block with one vector (its own) scores its cosine with the mapped task ...
+    assert by_id[rule] == pytest.approx(float(own @ _unit(q + adapter.a @ q)), abs=1e-5)
+    # ... and an example is matched with the plain task: here word for word.
+    log = reg.get_by_name("git_log")[0].runtime_id
+    assert "example 'who pushed lately' (cosine 1.000)" in toolgate.ExampleGate(reg).explain(
+        task
+    ).get(log, "")
+    toolgate.set_query_adapter(reg, None)
+    gate = toolgate.ExampleGate(reg)
+    plain = dict(zip([b.runtime_id for b in reg.list_blocks()], gate(task, reg.list_blocks())))
+    assert plain[rule] == pytest.approx(float(own @ _unit(q)), abs=1e-5)
+    reg.release()
