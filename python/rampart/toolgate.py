@@ -637,7 +637,8 @@ class QueryAdapter:
     """A learned linear map of a task's vector for the cold tool gate: the gate
     scores ``normalize(q + A q)`` against the blocks' own vectors, so only the
     task is mapped (one d x d matrix-vector product per new task) and the core's
-    scan, the stored vectors and the example gate stay as they are.
+    scan and the stored vectors stay as they are. :class:`ExampleGate` scores the
+    blocks' own texts with the mapped task and example requests with the plain one.
 
     ``A`` is trained (benches/tool_gate_adapter.py) so that requests land nearer
     the gate text (:func:`rampart.tools.tool_gate_text`) of the tool they want
