@@ -709,8 +709,12 @@ def _has_tools(registry: BlockRegistry) -> bool:
 
     for b in registry._core.blocks():
         raw = b.metadata_json
-        if raw is not None and METADATA_KEY in raw and InstructionBlock(b).tool_schema:
-            return True
+        if raw is not None and METADATA_KEY in raw:
+            try:
+                if InstructionBlock(b).tool_schema is not None:
+                    return True
+            except RampartError:
+                continue  # a malformed schema raises where it is read, not in the gate
     return False
 
 
@@ -749,6 +753,9 @@ def set_query_adapter(registry: BlockRegistry, adapter: QueryAdapter | None) -> 
     # "off" (not False): load_tools looks for an adapter again only after False.
     registry._tool_adapter = adapter if adapter is not None else "off"
     registry._queries.clear()
+    gate = registry._toolgate
+    if gate is not None:
+        gate._layout = None  # its per-task scores were made with the old mapping
 
 
 class _Notes(Mapping[str, str]):
