@@ -20,11 +20,24 @@ all-MiniLM-L6-v2, ``--model all-mpnet-base-v2`` (or any model directory) for ano
 embedder, and ``--gate module:factory`` for any gate: ``factory(registry)`` returns
 a ``(task, blocks) -> scores`` callable, e.g. ``rampart.toolgate:DenseGate``.
 
+``--examples FILE`` (repeatable; the shape of tests/data/tool_gate_examples.json)
+gives the tools author-written example requests before they are loaded
+(:func:`rampart.tools.with_examples`); the registry then gates with its own default,
+:class:`~rampart.toolgate.ExampleGate`, unless ``--gate`` names another. A tool with
+no examples in any file keeps only its gate text.
+
+Each server's tools are loaded with the tag ``server:NAME`` (NAME from the file
+name, ``mcp_excel_tools.json`` -> ``excel``), as an agent loading several MCP
+servers would tag them; gates that use the server (:class:`ServerGate`) read it.
+
 A tool whose name an earlier server already uses is loaded under the name the data
 file's ``renamed`` table gives (Google Workspace's ``create_sheet`` clashes with the
 Excel server's), as an agent with many servers must do.
 
     python benches/tool_gate_scale.py [--model NAME] [--gate mod:factory] [--out results.json]
+    python benches/tool_gate_scale.py --examples tests/data/tool_gate_examples.json \
+        --examples tests/data/tool_gate_examples_scale_a.json \
+        --examples tests/data/tool_gate_examples_scale_b.json --out examples.json
 """
 
 from __future__ import annotations
@@ -39,10 +52,11 @@ from pathlib import Path
 from typing import Any
 
 import rampart
+from rampart.toolgate import SERVER_TAG, DenseGate
+from rampart.tools import load_examples, with_examples
 
 # Run as a script, benches/ is sys.path[0]: tool_gate_eval imports as a module.
 import tool_gate_eval as base_eval
-from rampart.toolgate import DenseGate
 
 DATA = base_eval.DATA
 SCALE = DATA / "tool_gate_scale.json"
@@ -66,15 +80,47 @@ def tool_defs(doc: dict[str, Any], file: str) -> list[dict[str, Any]]:
     return [dict(t, name=renamed.get(t["name"], t["name"])) for t in tools]
 
 
+def server_name(file: str) -> str:
+    """``mcp_excel_tools.json`` -> ``excel``: the server a tool file lists."""
+    stem = Path(file).name.removesuffix(".json")
+    return stem.removeprefix("mcp_").removesuffix("_tools")
+
+
+def load_example_files(files: Sequence[Path]) -> dict[str, list[str]]:
+    """Example requests per tool name from every file, in file order."""
+    out: dict[str, list[str]] = {}
+    for f in files:
+        for name, examples in load_examples(f).items():
+            out.setdefault(name, []).extend(examples)
+    return out
+
+
+def check_examples(doc: dict[str, Any], examples: dict[str, list[str]]) -> None:
+    """Every tool the example files name must be one of the scale set's tools (a
+    typo would otherwise leave a tool silently without its examples)."""
+    names = {t["name"] for tier in doc["tiers"] for f in tier for t in tool_defs(doc, f)}
+    unknown = sorted(set(examples) - names)
+    if unknown:
+        raise SystemExit(f"--examples name tools that no server lists: {unknown}")
+
+
 def build_registry(
-    doc: dict[str, Any], files: Sequence[str], model: Any
+    doc: dict[str, Any],
+    files: Sequence[str],
+    model: Any,
+    examples: dict[str, list[str]] | None = None,
 ) -> tuple[rampart.BlockRegistry, set[str]]:
     reg = rampart.BlockRegistry(embedding_model=model)
     names: set[str] = set()
     for f in files:
         defs = tool_defs(doc, f)
-        reg.load_tools({"tools": defs})
-        names.update(t["name"] for t in defs)
+        here = {t["name"] for t in defs}
+        tools: Any = {"tools": defs}
+        if examples:
+            mine = {k: v for k, v in examples.items() if k in here}
+            tools = with_examples(tools, mine) if mine else tools
+        reg.load_tools(tools, tags=[SERVER_TAG + server_name(f)])
+        names.update(here)
     reg.embed_pending()
     return reg, names
 
@@ -90,16 +136,25 @@ def in_scope(requests: Sequence[dict[str, Any]], names: set[str]) -> list[dict[s
 
 
 def evaluate(
-    doc: dict[str, Any], model: Any, factory: GateFactory, label: str
+    doc: dict[str, Any],
+    model: Any,
+    factory: GateFactory | None,
+    label: str,
+    examples: dict[str, list[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per tier: tools, requests, and base/all scores per half."""
+    """One row per tier: tools, requests, and base/all scores per half.
+    ``factory`` None: the registry's own default gate (``find_relevant``)."""
     rows: list[dict[str, Any]] = []
     files: list[str] = []
     for tier in doc["tiers"]:
         files.extend(tier)
         t0 = time.perf_counter()
-        reg, names = build_registry(doc, files, model)
-        rank = base_eval.gate_ranker(reg, factory(reg))
+        reg, names = build_registry(doc, files, model, examples)
+        rank = (
+            base_eval.find_ranker(reg)
+            if factory is None
+            else base_eval.gate_ranker(reg, factory(reg))
+        )
         base = base_eval.score(doc["base_requests"], rank)
         everything = in_scope(doc["base_requests"] + doc["requests"], names)
         result = base_eval.score(everything, rank)
@@ -108,6 +163,7 @@ def evaluate(
             "gate": label,
             "tools": len(names),
             "servers": len(files),
+            "examples": sum(len(v) for k, v in (examples or {}).items() if k in names),
             "requests": len(everything),
             "base": base,
             "all": result,
@@ -137,14 +193,21 @@ def load_factory(spec: str) -> GateFactory:
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The docs/tool-gate.md table: holdout top-1 / top-3 per tier."""
     lines = [
-        "| gate | tools | servers | base holdout top-1 / top-3 | all holdout (n) top-1 / top-3 |",
-        "| --- | ---: | ---: | --- | --- |",
+        "| gate | tools | base holdout | all holdout (n) | indirect, both halves (n) "
+        "| all tune (n) |",
+        "| --- | ---: | --- | --- | --- | --- |",
     ]
+
+    def pct(x: dict[str, float]) -> str:
+        return f"{100 * x['top1']:.1f} / {100 * x['top3']:.1f}"
+
     for r in rows:
-        b, a = r["base"]["holdout"], r["all"]["holdout"]
+        b, a, t = r["base"]["holdout"], r["all"]["holdout"], r["all"]["tune"]
+        ind = r["indirect"].get("all")
+        indirect = f"{pct(ind)} ({ind['n']})" if ind else "–"
         lines.append(
-            f"| {r['gate']} | {r['tools']} | {r['servers']} | {b['top1']:.1%} / {b['top3']:.1%} "
-            f"| ({a['n']}) {a['top1']:.1%} / {a['top3']:.1%} |"
+            f"| {r['gate']} | {r['tools']} | {pct(b)} | {pct(a)} ({a['n']}) "
+            f"| {indirect} | {pct(t)} ({t['n']}) |"
         )
     return "\n".join(lines)
 
@@ -189,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model directory; repeat to compare (default: default)",
     )
     ap.add_argument("--gate", default=None, help="module:factory, factory(registry) -> gate")
+    ap.add_argument(
+        "--examples",
+        type=Path,
+        action="append",
+        default=None,
+        help="author example requests ({'examples': {tool: [...]}}); repeatable; "
+        "the registry's default gate is then the example gate",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument(
         "--latency",
@@ -202,8 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     doc = load_scale()
     rows: list[dict[str, Any]] = []
-    factory: GateFactory = load_factory(args.gate) if args.gate else DenseGate
-    gate_name = args.gate or "dense"
+    examples = load_example_files(args.examples) if args.examples else None
+    if examples:
+        check_examples(doc, examples)
+    factory: GateFactory | None = load_factory(args.gate) if args.gate else None
+    if factory is None and not examples:
+        factory = DenseGate  # the core's cosine gate, as a callable
+    gate_name = args.gate or ("examples" if examples else "dense")
     for name in args.model or ["default"]:
         model: Any
         if name == "default":
@@ -211,13 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             model = rampart.OnnxEmbedder(name)
             label = model.name
-        rows += evaluate(doc, model, factory, f"{gate_name} {label}")
+        rows += evaluate(doc, model, factory, f"{gate_name} {label}", examples)
     print()
     print(markdown(rows))
     if args.out:
         meta = {
             "scale_requests": len(doc["requests"]),
             "base_requests": len(doc["base_requests"]),
+            "example_files": [str(f) for f in args.examples or ()],
             "python": sys.version.split()[0],
         }
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

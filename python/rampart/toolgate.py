@@ -54,6 +54,7 @@ __all__ = [
     "LEXICAL_WEIGHT",
     "MAX_LEARNED",
     "SECOND_WEIGHT",
+    "SERVER_TAG",
     "DenseGate",
     "ExampleGate",
     "HybridGate",
@@ -302,6 +303,9 @@ SECOND_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.1
 #: Learned examples kept per tool; later ones are refused (predictable, bounded).
 MAX_LEARNED = 32
+#: Prefix of the tag that names a tool block's server: ``load_tools(defs,
+#: tags=["server:github"])``. Gates that use servers (:class:`ServerGate`) read it.
+SERVER_TAG = "server:"
 _EXAMPLE_PREFIX = "Example request for tool `"
 _EXAMPLE_RE = re.compile(r"Example request for tool `([A-Za-z0-9_-]{1,64})`: (.+)", re.DOTALL)
 _TASK_CACHE = 256  # per-task scores kept for repeated requests
