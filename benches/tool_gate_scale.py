@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any
 
 import rampart
-from rampart.toolgate import SERVER_TAG, DenseGate
-from rampart.tools import load_examples, with_examples
 
 # Run as a script, benches/ is sys.path[0]: tool_gate_eval imports as a module.
 import tool_gate_eval as base_eval
+from rampart.toolgate import SERVER_TAG, DenseGate
+from rampart.tools import load_examples, with_examples
 
 DATA = base_eval.DATA
 SCALE = DATA / "tool_gate_scale.json"
@@ -141,13 +141,17 @@ def evaluate(
     factory: GateFactory | None,
     label: str,
     examples: dict[str, list[str]] | None = None,
+    tiers: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
-    """One row per tier: tools, requests, and base/all scores per half.
-    ``factory`` None: the registry's own default gate (``find_relevant``)."""
+    """One row per tier (only those numbered in ``tiers``, 1-based, when given):
+    tools, requests, and base/all scores per half. ``factory`` None: the
+    registry's own default gate (``find_relevant``)."""
     rows: list[dict[str, Any]] = []
     files: list[str] = []
-    for tier in doc["tiers"]:
+    for number, tier in enumerate(doc["tiers"], 1):
         files.extend(tier)
+        if tiers and number not in tiers:
+            continue
         t0 = time.perf_counter()
         reg, names = build_registry(doc, files, model, examples)
         rank = (
@@ -242,6 +246,69 @@ def latency(names: Sequence[str], rounds: int = 60) -> list[dict[str, Any]]:
     return out
 
 
+def gate_latency(
+    doc: dict[str, Any], examples: dict[str, list[str]] | None, rounds: int = 60
+) -> dict[str, Any]:
+    """Milliseconds of the registry's default gate at the largest tier, in process:
+    for a new request once it is embedded (the embedding is timed by ``--latency``),
+    the gate's scoring (``ExampleGate.scores``, what the registry's compile calls)
+    and a whole ``compile(task_text, top_k=5)`` of another new request; for a
+    repeated request, both again. Medians over ``rounds`` requests, wall clock and
+    this process's CPU time (on a shared machine the wall clock also counts waiting
+    for a core)."""
+    import statistics
+
+    from rampart.toolgate import default_gate
+
+    files = [f for tier in doc["tiers"] for f in tier]
+    reg, names = build_registry(doc, files, rampart.default_embedder(), examples)
+    gate = default_gate(reg) or DenseGate(reg)
+    blocks = reg.list_blocks()
+    requests = [r["request"] for r in doc["requests"]]
+    texts = requests[:rounds]
+    others = requests[rounds : 2 * rounds]  # new requests for the compile timing
+    reg.compile(task_text="warm up", top_k=5, tools_in_prompt=False)  # builds the layout
+    scores = getattr(gate, "scores", None) or (lambda t: gate(t, blocks))
+    times: dict[str, list[float]] = {}
+
+    def timed(key: str, call: Callable[[], Any]) -> None:
+        w0, c0 = time.perf_counter(), time.process_time()
+        call()
+        w1, c1 = time.perf_counter(), time.process_time()
+        times.setdefault(key + "_ms", []).append((w1 - w0) * 1e3)
+        times.setdefault(key + "_cpu_ms", []).append((c1 - c0) * 1e3)
+
+    for t, other in zip(texts, others):
+        # The embeddings, kept by the registry (a few dozen tasks): not timed here;
+        # the pause lets the model's worker threads, which spin a while after each
+        # run, go idle, as they are by the time an agent's next request arrives.
+        reg._query(t, None)
+        reg._query(other, None)
+        time.sleep(0.05)
+        timed("new_request_gate", lambda t=t: scores(t))
+        timed("repeated_request_gate", lambda t=t: scores(t))
+        timed("new_request_compile", lambda o=other: reg.compile(task_text=o, top_k=5))
+        timed("repeated_request_compile", lambda o=other: reg.compile(task_text=o, top_k=5))
+    layout = getattr(gate, "_layout", None)
+    row: dict[str, Any] = {
+        "gate": type(gate).__name__,
+        "tools": len(names),
+        "vectors": int(layout.vectors.shape[0]) if layout is not None else len(blocks),
+        "n": len(texts),
+        **{k: statistics.median(v) for k, v in times.items()},
+    }
+    print(
+        f"{row['gate']} over {row['tools']} tools ({row['vectors']} vectors), medians over "
+        f"{row['n']} requests, wall / CPU ms:"
+    )
+    for key in ("new_request_gate", "repeated_request_gate", "new_request_compile"):
+        print(f"  {key:26s} {row[key + '_ms']:8.3f} / {row[key + '_cpu_ms']:.3f}")
+    key = "repeated_request_compile"
+    print(f"  {key:26s} {row[key + '_ms']:8.3f} / {row[key + '_cpu_ms']:.3f}")
+    reg.release()
+    return row
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -266,6 +333,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only time one new request per --model (median ms) and exit",
     )
+    ap.add_argument(
+        "--tiers",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[],
+        help="only these tiers, 1-based and comma-separated (e.g. 1,6: 40 and 479 tools)",
+    )
+    ap.add_argument(
+        "--gate-latency",
+        action="store_true",
+        help="only time the default gate at the largest tier (with --examples: the "
+        "example gate) for new and repeated requests, and exit",
+    )
     args = ap.parse_args(argv)
     if args.latency:
         latency(args.model or ["default"])
@@ -276,6 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     examples = load_example_files(args.examples) if args.examples else None
     if examples:
         check_examples(doc, examples)
+    if args.gate_latency:
+        got = gate_latency(doc, examples)
+        if args.out:
+            args.out.write_text(json.dumps(got, indent=1) + "\n")
+        return 0
     factory: GateFactory | None = load_factory(args.gate) if args.gate else None
     if factory is None and not examples:
         factory = DenseGate  # the core's cosine gate, as a callable
@@ -287,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             model = rampart.OnnxEmbedder(name)
             label = model.name
-        rows += evaluate(doc, model, factory, f"{gate_name} {label}", examples)
+        rows += evaluate(doc, model, factory, f"{gate_name} {label}", examples, args.tiers)
     print()
     print(markdown(rows))
     if args.out:

@@ -51,10 +51,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BM25",
     "EXAMPLE_TAG",
+    "HUB_NEIGHBOURS",
+    "HUB_WEIGHT",
     "LEXICAL_WEIGHT",
+    "MAX_HUB_PROBES",
     "MAX_LEARNED",
     "SECOND_WEIGHT",
     "SERVER_TAG",
+    "SERVER_WEIGHT",
     "DenseGate",
     "ExampleGate",
     "HybridGate",
@@ -295,12 +299,26 @@ class JudgeGate:
 #: Tag of the blocks :func:`add_tool_example` writes (one learned request each).
 EXAMPLE_TAG = "tool-example"
 #: Weight of a tool's second-best vector: score = (best + w x second) / (1 + w).
-#: Chosen on the tune halves (docs/tool-gate.md); a block with one vector scores
-#: its plain cosine, so thresholds keep their meaning.
-SECOND_WEIGHT = 1.0
+#: Chosen on the tune halves at 479 tools (docs/tool-gate.md, Scale); a block with
+#: one vector scores its plain cosine, so thresholds keep their meaning.
+SECOND_WEIGHT = 2.0
 #: Weight of the lexical signal (BM25 over gate text and examples, divided by the
-#: task's best): chosen on the tune halves.
-LEXICAL_WEIGHT = 0.1
+#: task's best): chosen on the tune halves at 479 tools.
+LEXICAL_WEIGHT = 0.2
+#: Weight of the server signal: the task's cosine with the centroid of every vector
+#: of the tool's server (tag :data:`SERVER_TAG`), minus its mean over the servers.
+#: Tools without a server tag get none. Chosen on the tune halves at 479 tools.
+SERVER_WEIGHT = 0.2
+#: Weight of the hub correction: each tool loses ``w x`` its hubness, the mean of
+#: its :data:`HUB_NEIGHBOURS` best scores for *other* tools' example requests
+#: (centred over the tools), so a tool that is close to every request ("search",
+#: "get") stops winning requests meant for others. Chosen on the tune halves.
+HUB_WEIGHT = 0.5
+#: How many other tools' example requests a tool's hubness averages over.
+HUB_NEIGHBOURS = 50
+#: Most example requests used as proxy queries for hubness (a deterministic,
+#: evenly spaced subset beyond that): bounds the layout's work and memory.
+MAX_HUB_PROBES = 4096
 #: Learned examples kept per tool; later ones are refused (predictable, bounded).
 MAX_LEARNED = 32
 #: Prefix of the tag that names a tool block's server: ``load_tools(defs,
@@ -432,12 +450,89 @@ class _Layout:
         pad = len(owner)
         self.index = np.array([p + [pad] * (width - len(p)) for p in per], dtype=np.intp)
         self.multi = np.array([len(p) > 1 for p in per], dtype=bool)
+        # Runtime id -> row of the blocks a report notes (tools with examples).
+        self.noted = {self.ids[i]: int(i) for i in (self.multi & ~self.hidden).nonzero()[0]}
         self.lexical = BM25(docs) if gate.lexical_weight else None
         self.tasks: dict[str, tuple[list[float], Mapping[str, str]]] = {}
+        is_tool = np.array([s is not None for s in schemas], dtype=bool) & ~self.hidden
+        owner_arr = np.array(owner, dtype=np.intp)
+        # Servers: the centroid of every vector (own and examples) of each server's
+        # tools; a block without a server tag points at the extra zero row.
+        names = [_server(b) if t else None for b, t in zip(blocks, is_tool)]
+        servers = sorted({x for x in names if x is not None})
+        self.server_of = np.array(
+            [servers.index(x) if x is not None else len(servers) for x in names], dtype=np.intp
+        )
+        self.centroids: Any = None
+        if gate.server_weight and len(servers) > 1:
+            cent = np.zeros((len(servers) + 1, self.vectors.shape[1]), dtype=np.float64)
+            # Row len(servers) collects the untagged blocks' vectors and is dropped.
+            np.add.at(cent, self.server_of[owner_arr], self.vectors)
+            cent = cent[: len(servers)]
+            norms = np.linalg.norm(cent, axis=1, keepdims=True)
+            self.centroids = np.ascontiguousarray(cent / np.maximum(norms, 1e-12), np.float32)
+        # Hubness: a constant per tool, computed once per layout (no request needed).
+        self.bias = np.zeros(n)
+        if gate.hub_weight:
+            self.bias = -gate.hub_weight * _hubness(
+                self, owner_arr, is_tool, gate.second_weight, HUB_NEIGHBOURS
+            )
 
 
 class _Stale(Exception):
     """A block lost or lacks its vector while the layout was built: retry."""
+
+
+def _server(block: InstructionBlock) -> str | None:
+    """The server a tool block's :data:`SERVER_TAG` tag names (the first), else None."""
+    for tag in block.tags:
+        if tag.startswith(SERVER_TAG) and len(tag) > len(SERVER_TAG):
+            return tag[len(SERVER_TAG) :]
+    return None
+
+
+def _hubness(layout: _Layout, owner: Any, is_tool: Any, w: float, k: int) -> Any:
+    """Per block: how well it scores (as the gate scores, without the lexical and
+    server terms) the example requests of *other* tools, as the mean of its ``k``
+    best such scores, centred over the tool blocks (0 for every other block).
+
+    The example rows serve as proxy queries (what people ask for the other tools),
+    so no evaluation request is needed. Work: one matrix product per chunk of at
+    most :data:`MAX_HUB_PROBES` probes; memory: (k + chunk) x blocks."""
+    import numpy as np
+
+    n = len(layout.index)
+    probes = np.array([r for r, lab in enumerate(layout.labels) if lab is not None], np.intp)
+    out = np.zeros(n)
+    if not is_tool.any() or len(probes) < 2:
+        return out
+    if len(probes) > MAX_HUB_PROBES:
+        probes = probes[np.linspace(0, len(probes) - 1, MAX_HUB_PROBES).astype(np.intp)]
+    k = min(k, len(probes) - 1)
+    best_k = np.full((0, n), -np.inf, dtype=np.float32)
+    pad = np.full((1,), -np.inf, dtype=np.float32)
+    chunk = 256
+    for start in range(0, len(probes), chunk):
+        rows = probes[start : start + chunk]
+        sims = layout.vectors[rows] @ layout.vectors.T  # probes x vectors
+        sims = np.hstack([sims, np.broadcast_to(pad, (len(rows), 1))])
+        grid = sims[:, layout.index]  # probes x blocks x width
+        if grid.shape[2] > 1 and w:
+            top2 = -np.partition(-grid, 1, axis=2)[:, :, :2]
+            second = np.where(layout.multi, top2[:, :, 1], top2[:, :, 0])
+            score = (top2[:, :, 0] + w * second) / (1 + w)
+        else:
+            score = grid.max(axis=2)
+        score[np.arange(len(rows)), owner[rows]] = -np.inf  # a tool's own examples
+        both = np.vstack([best_k, score.astype(np.float32)])
+        best_k = -np.partition(-both, k - 1, axis=0)[:k] if len(both) > k else both
+    finite = np.where(np.isfinite(best_k), best_k, np.nan)
+    with np.errstate(all="ignore"):
+        hub = np.nanmean(finite, axis=0)
+    hub = np.where(is_tool & np.isfinite(hub), hub, 0.0)
+    if is_tool.any():
+        hub[is_tool] -= hub[is_tool].mean()
+    return hub
 
 
 class ExampleGate:
@@ -451,8 +546,14 @@ class ExampleGate:
     ``(best + w x second) / (1 + w)`` over its vectors (``w`` =
     :data:`SECOND_WEIGHT`; a block with one vector scores its cosine), plus
     ``lexical_weight`` x BM25 of the task against its gate text and examples,
-    divided by the task's best BM25 score (names, paths, identifiers). Learned-
-    example blocks score ``-inf``: they inform their tool, never the prompt.
+    divided by the task's best BM25 score (names, paths, identifiers). Two terms
+    for registries with many tools (chosen at 479 tools, docs/tool-gate.md):
+    ``server_weight`` x the task's cosine with the centroid of the tool's server
+    (the block's ``server:NAME`` tag, :data:`SERVER_TAG`; centred over the servers,
+    none for untagged tools or a single server), and minus ``hub_weight`` x the
+    tool's hubness (:data:`HUB_WEIGHT`: how well it matches other tools' example
+    requests, centred over the tools). Learned-example blocks score ``-inf``: they
+    inform their tool, never the prompt.
 
     No model call at request time beyond the task's embedding (cached per task).
     ``explain`` gives, per block, which text matched (what ``CompileResult.report``
@@ -465,15 +566,28 @@ class ExampleGate:
         *,
         second_weight: float = SECOND_WEIGHT,
         lexical_weight: float = LEXICAL_WEIGHT,
+        server_weight: float = SERVER_WEIGHT,
+        hub_weight: float = HUB_WEIGHT,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(f"ExampleGate needs a BlockRegistry, got {registry!r}")
-        for value, what in ((second_weight, "second_weight"), (lexical_weight, "lexical_weight")):
-            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+        for value, what in (
+            (second_weight, "second_weight"),
+            (lexical_weight, "lexical_weight"),
+            (server_weight, "server_weight"),
+            (hub_weight, "hub_weight"),
+        ):
+            if not (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and 0 <= value < float("inf")
+            ):
                 raise InvalidArgumentError(f"ExampleGate {what} must be a number >= 0")
         self.registry = registry
         self.second_weight = float(second_weight)
         self.lexical_weight = float(lexical_weight)
+        self.server_weight = float(server_weight)
+        self.hub_weight = float(hub_weight)
         #: Generated examples by schema key (see :func:`enrich_tools`).
         self.generated: dict[str, list[str]] = {}
         self._layout: _Layout | None = None
@@ -514,7 +628,10 @@ class ExampleGate:
         if hit is not None:
             return view, hit[0], hit[1]
         q = np.frombuffer(self.registry._query(task_text, None), dtype=np.float32)
-        sims = np.append(layout.vectors @ q, -np.inf)
+        # einsum, not ``@``: OpenBLAS runs a matrix-vector product this size on all
+        # its threads, and on a busy machine waiting for a descheduled one cost a
+        # median 15 ms against 0.2 ms on one core (docs/tool-gate.md, Scale).
+        sims = np.append(np.einsum("ij,j->i", layout.vectors, q), -np.inf)
         grid = sims[layout.index]
         best_at = grid.argmax(axis=1)
         rows = np.arange(len(grid))
@@ -532,7 +649,11 @@ class ExampleGate:
             top = lex.max(initial=0.0)
             if top > 0:
                 score = score + self.lexical_weight * lex / top
-        score = np.where(layout.hidden, -np.inf, score)
+        if layout.centroids is not None:
+            near = layout.centroids @ q
+            near = np.append(near - near.mean(), 0.0)  # untagged blocks: the 0 at the end
+            score = score + self.server_weight * near[layout.server_of]
+        score = np.where(layout.hidden, -np.inf, score + layout.bias)
         why = _Notes(layout, best_at, best)
         out = score.tolist()
         if len(layout.tasks) >= _TASK_CACHE:
@@ -617,7 +738,7 @@ class _Notes(Mapping[str, str]):
         self._layout = layout
         self._best_at = best_at
         self._best = best
-        self._rows = {layout.ids[i]: int(i) for i in (layout.multi & ~layout.hidden).nonzero()[0]}
+        self._rows = layout.noted  # shared by every task of the layout: built once
 
     def __getitem__(self, runtime_id: str) -> str:
         i = self._rows[runtime_id]
