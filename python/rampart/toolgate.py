@@ -27,6 +27,7 @@ import json
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -108,9 +109,17 @@ def terms(text: str) -> list[str]:
 class BM25:
     """Okapi BM25 over a fixed list of documents (k1 = 1.2, b = 0.75)."""
 
-    def __init__(self, documents: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(
+        self,
+        documents: Sequence[str],
+        k1: float = 1.2,
+        b: float = 0.75,
+        *,
+        tokenised: Sequence[list[str]] | None = None,
+    ) -> None:
+        """``tokenised``: the documents' :func:`terms`, when the caller has them."""
         self.k1, self.b = k1, b
-        docs = [terms(d) for d in documents]
+        docs = list(tokenised) if tokenised is not None else [terms(d) for d in documents]
         self._lengths = [len(d) for d in docs]
         self._avg = (sum(self._lengths) / len(docs)) if docs else 0.0
         df: dict[str, int] = {}
@@ -119,7 +128,7 @@ class BM25:
                 df[w] = df.get(w, 0) + 1
         n = len(docs)
         self._idf = {w: math.log(1 + (n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
-        self._tf = [{w: d.count(w) for w in set(d)} for d in docs]
+        self._tf = [dict(Counter(d)) for d in docs]
 
     def scores(self, query: str) -> list[float]:
         """The BM25 score of every document for ``query``, in document order."""
@@ -385,7 +394,13 @@ class _Layout:
         self.generation = -1  # set by the gate once the layout is in use
         self.ids = tuple(b.runtime_id for b in natives)
         blocks = [InstructionBlock(b) for b in natives]
-        schemas = [b.tool_schema for b in blocks]
+        # A block never changes under its runtime id: what is parsed from it (the
+        # schema, its gate text and own examples, its server) is kept by the gate
+        # across layouts, so a write elsewhere does not re-parse 479 schemas.
+        memo = gate._parsed
+        parsed_blocks = [memo.get(i) or _parse_block(b) for i, b in zip(self.ids, blocks)]
+        gate._parsed = dict(zip(self.ids, parsed_blocks))
+        schemas = [pb[0] for pb in parsed_blocks]
         learned: dict[str, list[str]] = {}
         self.hidden = np.zeros(n, dtype=bool)  # learned-example blocks: never in a prompt
         for i, native in enumerate(natives):
@@ -399,7 +414,10 @@ class _Layout:
         labels: list[str | None] = []  # None: the block's own text
         texts: list[str] = []
         docs: list[str] = []
-        for i, (b, native, schema) in enumerate(zip(blocks, natives, schemas)):
+        extras: list[tuple[str, ...]] = []
+        for i, (native, (schema, gate_text, own_examples, _)) in enumerate(
+            zip(natives, parsed_blocks)
+        ):
             raw = core.embedding(native)
             if raw is None:  # written after the caller embedded: scored next call
                 raise _Stale
@@ -408,11 +426,13 @@ class _Layout:
             labels.append(None)
             extra: list[str] = []
             if schema is not None:
-                extra = block_examples(b)
-                extra += gate.generated.get(_schema_key(schema), [])
+                extra = list(own_examples)
+                if gate.generated:
+                    extra += gate.generated.get(_schema_key(schema), [])
                 extra += [f"{e}" for e in learned.get(schema.name, [])]
                 extra = [e for e in dict.fromkeys(extra) if e]
-            docs.append("\n".join([b.gate_text, *extra]))
+            extras.append(tuple(extra))
+            docs.append("\n".join([gate_text, *extra]))
             for e in extra:
                 owner.append(i)
                 labels.append(e)
@@ -421,15 +441,29 @@ class _Layout:
         own = np.frombuffer(b"".join(rows), dtype=np.float32).reshape(len(rows), dim)
         if texts:
             # Through the model's own batch (the default model's vector cache keeps
-            # them across restarts), never per request.
-            matrix, edim, _ = encode_texts(reg._model(), texts)
-            ex = np.frombuffer(matrix, dtype=np.float32).reshape(len(texts), edim)
-            if edim != dim:
+            # them across restarts), never per request; the gate keeps them by text
+            # across layouts (for this model: a new model starts afresh).
+            model = reg._model()
+            known = gate._example_vectors if gate._example_model is model else {}
+            missing = [t for t in dict.fromkeys(texts) if t not in known]
+            if missing:
+                matrix, edim, _ = encode_texts(model, missing)
+                if edim != dim:
+                    raise InvalidArgumentError(
+                        f"registry {reg.label!r}: example vectors have {edim} dimensions, "
+                        f"block vectors {dim}; the blocks were embedded by another model"
+                    )
+                new = np.frombuffer(matrix, dtype=np.float32).reshape(len(missing), edim)
+                new = new / np.maximum(np.linalg.norm(new, axis=1, keepdims=True), 1e-12)
+                known = {**known, **dict(zip(missing, new))}
+            ex = np.stack([known[t] for t in texts])
+            if ex.shape[1] != dim:
                 raise InvalidArgumentError(
-                    f"registry {reg.label!r}: example vectors have {edim} dimensions, block "
-                    f"vectors {dim}; the blocks were embedded by another model"
+                    f"registry {reg.label!r}: example vectors have {ex.shape[1]} dimensions, "
+                    f"block vectors {dim}; the blocks were embedded by another model"
                 )
-            ex = ex / np.maximum(np.linalg.norm(ex, axis=1, keepdims=True), 1e-12)
+            gate._example_vectors = {t: known[t] for t in texts}  # only the current ones
+            gate._example_model = model
             vectors = np.vstack([own[: len(rows)], ex])
             # Row order: all block rows first, then example rows; owner/labels follow.
             order = [k for k in range(len(owner)) if labels[k] is None] + [
@@ -452,35 +486,70 @@ class _Layout:
         self.multi = np.array([len(p) > 1 for p in per], dtype=bool)
         # Runtime id -> row of the blocks a report notes (tools with examples).
         self.noted = {self.ids[i]: int(i) for i in (self.multi & ~self.hidden).nonzero()[0]}
-        self.lexical = BM25(docs) if gate.lexical_weight else None
+        self.lexical: BM25 | None = None
+        if gate.lexical_weight:
+            key = tuple(docs)
+            if gate._bm25 is not None and gate._bm25[0] == key:
+                self.lexical = gate._bm25[1]
+            else:
+                # Each document's terms are kept by text: a new block costs its own.
+                memo_terms = gate._terms
+                tokenised = [memo_terms.get(d) or terms(d) for d in docs]
+                gate._terms = dict(zip(docs, tokenised))
+                self.lexical = BM25(docs, tokenised=tokenised)
+                gate._bm25 = (key, self.lexical)
         self.tasks: dict[str, tuple[list[float], Mapping[str, str]]] = {}
         is_tool = np.array([s is not None for s in schemas], dtype=bool) & ~self.hidden
         owner_arr = np.array(owner, dtype=np.intp)
         # Servers: the centroid of every vector (own and examples) of each server's
         # tools; a block without a server tag points at the extra zero row.
-        names = [_server(b) if t else None for b, t in zip(blocks, is_tool)]
+        names = [pb[3] if t else None for pb, t in zip(parsed_blocks, is_tool)]
         servers = sorted({x for x in names if x is not None})
         self.server_of = np.array(
             [servers.index(x) if x is not None else len(servers) for x in names], dtype=np.intp
         )
         self.centroids: Any = None
         if gate.server_weight and len(servers) > 1:
-            cent = np.zeros((len(servers) + 1, self.vectors.shape[1]), dtype=np.float64)
-            # Row len(servers) collects the untagged blocks' vectors and is dropped.
-            np.add.at(cent, self.server_of[owner_arr], self.vectors)
-            cent = cent[: len(servers)]
+            row_server = self.server_of[owner_arr]
+            cent = np.stack(
+                [
+                    self.vectors[row_server == k].sum(axis=0, dtype=np.float64)
+                    for k in range(len(servers))
+                ]
+            )
             norms = np.linalg.norm(cent, axis=1, keepdims=True)
             self.centroids = np.ascontiguousarray(cent / np.maximum(norms, 1e-12), np.float32)
         # Hubness: a constant per tool, computed once per layout (no request needed).
         self.bias = np.zeros(n)
         if gate.hub_weight:
-            self.bias = -gate.hub_weight * _hubness(
-                self, owner_arr, is_tool, gate.second_weight, HUB_NEIGHBOURS
+            # Hubness depends only on the tools and their examples: a write of any
+            # other block (a lesson, a note) reuses it.
+            hub_key = (
+                gate.second_weight,
+                tuple((self.ids[i], extras[i]) for i in is_tool.nonzero()[0]),
             )
+            if gate._hub is not None and gate._hub[0] == hub_key:
+                by_id = gate._hub[1]
+                hub = np.array([by_id.get(i, 0.0) for i in self.ids])
+            else:
+                hub = _hubness(self, owner_arr, is_tool, gate.second_weight, HUB_NEIGHBOURS)
+                gate._hub = (hub_key, {i: float(h) for i, h in zip(self.ids, hub) if h})
+            self.bias = -gate.hub_weight * hub
 
 
 class _Stale(Exception):
     """A block lost or lacks its vector while the layout was built: retry."""
+
+
+def _parse_block(
+    block: InstructionBlock,
+) -> tuple[ToolSchema | None, str, tuple[str, ...], str | None]:
+    """What a layout reads from a block: its tool schema, gate text, own example
+    requests and server (None where it has none)."""
+    schema = block.tool_schema
+    if schema is None:
+        return None, block.gate_text, (), None
+    return schema, block.gate_text, tuple(block_examples(block)), _server(block)
 
 
 def _server(block: InstructionBlock) -> str | None:
@@ -591,6 +660,16 @@ class ExampleGate:
         #: Generated examples by schema key (see :func:`enrich_tools`).
         self.generated: dict[str, list[str]] = {}
         self._layout: _Layout | None = None
+        # Kept across layouts (each pruned to the current blocks when a layout is
+        # built): parsed blocks by runtime id, example vectors by text (for one
+        # model), the BM25 index by its documents and each document's terms,
+        # hubness by tools and examples.
+        self._parsed: dict[str, tuple[ToolSchema | None, str, tuple[str, ...], str | None]] = {}
+        self._example_vectors: dict[str, Any] = {}
+        self._example_model: Any = None
+        self._bm25: tuple[tuple[str, ...], BM25] | None = None
+        self._terms: dict[str, list[str]] = {}
+        self._hub: tuple[Any, dict[str, float]] | None = None
         self._lock = threading.Lock()
 
     def _current(self) -> tuple[_core.OrderView, _Layout]:
