@@ -55,7 +55,7 @@ import rampart
 
 # Run as a script, benches/ is sys.path[0]: tool_gate_eval imports as a module.
 import tool_gate_eval as base_eval
-from rampart.toolgate import SERVER_TAG, DenseGate
+from rampart.toolgate import SERVER_TAG, DenseGate, ExampleGate
 from rampart.tools import load_examples, with_examples
 
 DATA = base_eval.DATA
@@ -269,6 +269,10 @@ def gate_latency(
     others = requests[rounds : 2 * rounds]  # new requests for the compile timing
     reg.compile(task_text="warm up", top_k=5, tools_in_prompt=False)  # builds the layout
     scores = getattr(gate, "scores", None) or (lambda t: gate(t, blocks))
+    # Baseline in the same loop: the example gate without its scale terms (the
+    # default before the 479-tool tuning).
+    plain = ExampleGate(reg, second_weight=1, lexical_weight=0.1, server_weight=0, hub_weight=0)
+    plain.scores("warm up")
     times: dict[str, list[float]] = {}
 
     def timed(key: str, call: Callable[[], Any]) -> None:
@@ -287,6 +291,7 @@ def gate_latency(
         time.sleep(0.05)
         timed("new_request_gate", lambda t=t: scores(t))
         timed("repeated_request_gate", lambda t=t: scores(t))
+        timed("new_request_plain_gate", lambda t=t: plain.scores(t))
         timed("new_request_compile", lambda o=other: reg.compile(task_text=o, top_k=5))
         timed("repeated_request_compile", lambda o=other: reg.compile(task_text=o, top_k=5))
     layout = getattr(gate, "_layout", None)
@@ -301,7 +306,12 @@ def gate_latency(
         f"{row['gate']} over {row['tools']} tools ({row['vectors']} vectors), medians over "
         f"{row['n']} requests, wall / CPU ms:"
     )
-    for key in ("new_request_gate", "repeated_request_gate", "new_request_compile"):
+    for key in (
+        "new_request_gate",
+        "new_request_plain_gate",
+        "repeated_request_gate",
+        "new_request_compile",
+    ):
         print(f"  {key:26s} {row[key + '_ms']:8.3f} / {row[key + '_cpu_ms']:.3f}")
     key = "repeated_request_compile"
     print(f"  {key:26s} {row[key + '_ms']:8.3f} / {row[key + '_cpu_ms']:.3f}")
