@@ -186,6 +186,13 @@ def evaluate(
     return rows
 
 
+def previous_example_gate(registry: rampart.BlockRegistry) -> ExampleGate:
+    """The example gate as it was before its weights were chosen at 479 tools (mean of
+    the two best matches, 0.1 x BM25, no server or hub term), for comparison:
+    ``--gate tool_gate_scale:previous_example_gate``."""
+    return ExampleGate(registry, second_weight=1, lexical_weight=0.1, server_weight=0, hub_weight=0)
+
+
 def load_factory(spec: str) -> GateFactory:
     module, _, attr = spec.partition(":")
     if not attr:

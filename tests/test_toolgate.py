@@ -582,12 +582,6 @@ def _scale_tools() -> tuple[dict[str, Any], list[tuple[str, list[dict[str, Any]]
     return doc, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool_gate_examples_scale_a.json's obsidian_get_periodic_note example "
-    '"open today\'s daily note" is scale request 187 (holdout) word for word; the lead '
-    "removes it (the example files are not this test's to edit); then drop this mark",
-)
 def test_scale_examples_are_disjoint_from_every_evaluation_request() -> None:
     from rampart.tools import load_examples
 

@@ -317,7 +317,7 @@ LEXICAL_WEIGHT = 0.2
 #: Weight of the server signal: the task's cosine with the centroid of every vector
 #: of the tool's server (tag :data:`SERVER_TAG`), minus its mean over the servers.
 #: Tools without a server tag get none. Chosen on the tune halves at 479 tools.
-SERVER_WEIGHT = 0.2
+SERVER_WEIGHT = 0.1
 #: Weight of the hub correction: each tool loses ``w x`` its hubness, the mean of
 #: its :data:`HUB_NEIGHBOURS` best scores for *other* tools' example requests
 #: (centred over the tools), so a tool that is close to every request ("search",
