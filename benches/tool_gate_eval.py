@@ -45,14 +45,17 @@ SETS = {
 }
 EXAMPLES = DATA / "tool_gate_examples.json"
 STREAM = DATA / "tool_gate_stream.json"
-SECOND_WEIGHTS = (0.0, 0.3, 0.5, 1.0)
-LEXICAL_WEIGHTS = (0.0, 0.03, 0.05, 0.1)
+SECOND_WEIGHTS = (0.0, 0.5, 1.0, 2.0)
+LEXICAL_WEIGHTS = (0.0, 0.05, 0.1, 0.2)
 HYBRID_WEIGHTS = (0.05, 0.1, 0.2, 0.3)
 
 import rampart  # noqa: E402
 from rampart.toolgate import (  # noqa: E402
+    HUB_WEIGHT,
     LEXICAL_WEIGHT,
     SECOND_WEIGHT,
+    SERVER_TAG,
+    SERVER_WEIGHT,
     DenseGate,
     ExampleGate,
     HybridGate,
@@ -72,10 +75,21 @@ Ranker = Callable[[str], list[str]]  # task -> tool names, best first
 Requests = dict[str, list[dict[str, Any]]]
 
 
+# Tool name -> the server that lists it (``mcp_git_tools.json`` -> ``git``): tool
+# blocks are tagged ``server:NAME`` as an agent loading each MCP server would tag them
+# (the example gate's server term reads it; docs/tool-gate.md, Scale).
+SERVER_OF: dict[str, str] = {}
+
+
 def load() -> tuple[Requests, list[ToolSchema], list[str]]:
     docs = {k: json.loads((DATA / f).read_text(encoding="utf-8")) for k, f in SETS.items()}
     files = docs["natural"]["tool_files"]
-    tools = [t for f in files for t in parse_tools(DATA / f)]
+    tools = []
+    for f in files:
+        server = Path(f).name.removesuffix(".json").removeprefix("mcp_").removesuffix("_tools")
+        for t in parse_tools(DATA / f):
+            SERVER_OF[t.name] = server
+            tools.append(t)
     return {k: d["requests"] for k, d in docs.items()}, tools, files
 
 
@@ -134,8 +148,13 @@ def matrix_ranker(embed: Any, texts: list[str], names: list[str]) -> Ranker:
 
 
 def registry(tools: Sequence[ToolSchema]) -> rampart.BlockRegistry:
+    """One registry holding ``tools``, each server's loaded with its ``server:`` tag."""
     reg = rampart.BlockRegistry(embedding_model="default")
-    reg.load_tools(list(tools))
+    by_server: dict[str, list[ToolSchema]] = {}
+    for t in tools:
+        by_server.setdefault(SERVER_OF.get(t.name, ""), []).append(t)
+    for server, group in by_server.items():
+        reg.load_tools(group, tags=[SERVER_TAG + server] if server else None)
     reg.embed_pending()
     return reg
 
@@ -263,33 +282,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # ---- author examples -------------------------------------------------------------
     reg = registry(enriched)
+    bare = {"server_weight": 0.0, "hub_weight": 0.0}
     add(
         "examples: max cosine only",
-        gate_ranker(reg, ExampleGate(reg, second_weight=0, lexical_weight=0)),
+        gate_ranker(reg, ExampleGate(reg, second_weight=0, lexical_weight=0, **bare)),
     )
+    add(
+        "examples: + second best (w = 1), no lexical",
+        gate_ranker(reg, ExampleGate(reg, second_weight=1, lexical_weight=0, **bare)),
+    )
+    add(
+        "examples: + 0.1 x BM25 (the default until the 479-tool tuning)",
+        gate_ranker(reg, ExampleGate(reg, second_weight=1, lexical_weight=0.1, **bare)),
+    )
+    # The defaults were chosen on the tune halves at 479 tools (tool_gate_scale.py);
+    # this grid shows what these 40 tools' tune halves alone would pick.
     grid = {}
     for sw in SECOND_WEIGHTS:
         for lw in LEXICAL_WEIGHTS:
             grid[(sw, lw)] = tune_only(
-                gate_ranker(reg, ExampleGate(reg, second_weight=sw, lexical_weight=lw))
+                gate_ranker(reg, ExampleGate(reg, second_weight=sw, lexical_weight=lw, **bare))
             )
     (sw, lw), got = max(grid.items(), key=lambda kv: kv[1])
     print(
-        "  tune grid (second, lexical) -> top-3/top-1: "
+        "  tune grid (second, lexical; no server, no hub) -> top-3/top-1: "
         + ", ".join(f"{k}: {v[0]:.1%}/{v[1]:.1%}" for k, v in grid.items())
     )
-    print(f"  best on tune: second_weight={sw}, lexical_weight={lw}")
+    print(f"  best on these tune halves: second_weight={sw}, lexical_weight={lw}")
     if (sw, lw) != (SECOND_WEIGHT, LEXICAL_WEIGHT):
         print(
-            f"  NOTE: the defaults are {SECOND_WEIGHT}/{LEXICAL_WEIGHT}; "
-            "the tune half now picks others"
+            f"  NOTE: the defaults are {SECOND_WEIGHT}/{LEXICAL_WEIGHT} (chosen at 479 tools); "
+            "the 40-tool tune halves alone pick others"
         )
     add(
-        f"examples: + second best x{sw}, no lexical",
-        gate_ranker(reg, ExampleGate(reg, second_weight=sw, lexical_weight=0)),
+        f"examples: w = {SECOND_WEIGHT}, {LEXICAL_WEIGHT} x BM25",
+        gate_ranker(reg, ExampleGate(reg, **bare)),
     )
     add(
-        "examples: default gate (registry's own, find_relevant)",
+        f"examples: ... + {SERVER_WEIGHT} x server",
+        gate_ranker(reg, ExampleGate(reg, hub_weight=0)),
+    )
+    add(
+        f"examples: ... + {HUB_WEIGHT} x hub correction (default gate, find_relevant)",
         find_ranker(reg),
         tuned={"second_weight": sw, "lexical_weight": lw},
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -449,13 +450,195 @@ def test_example_gate_hit_rate_on_the_holdout() -> None:
     """A floor under the measured enriched numbers (docs/tool-gate.md)."""
     from rampart.tools import load_examples, with_examples
 
-    doc, tools = load_eval()
+    doc, _ = load_eval()
     reg = rampart.BlockRegistry(embedding_model="default")
-    reg.load_tools(with_examples(tools, load_examples(EXAMPLES)))
+    examples = load_examples(EXAMPLES)
+    for f in doc["tool_files"]:  # each server's tools tagged with it, as the benches do
+        names = {t.name for t in parse_tools(DATA / f)}
+        mine = {k: v for k, v in examples.items() if k in names}
+        reg.load_tools(with_examples(DATA / f, mine), tags=[f"server:{server_of(f)}"])
     holdout = [r for r in doc["requests"] if r["split"] == "holdout"]
     top1, top3 = hit_rates(reg, holdout)
     reg.release()
-    assert top3 >= 0.93 and top1 >= 0.70, (top1, top3)
+    assert top3 >= 0.89 and top1 >= 0.78, (top1, top3)
+
+
+def server_of(file: str) -> str:
+    """``mcp_git_tools.json`` -> ``git`` (the benches' server names)."""
+    return Path(file).name.removesuffix(".json").removeprefix("mcp_").removesuffix("_tools")
+
+
+def _tagged_registry() -> tuple[rampart.BlockRegistry, Any]:
+    """git and time tools, each server's tagged, git_log and convert_time with
+    examples, one instruction block; the hashing embedder."""
+    from rampart.tools import with_examples
+
+    from tests.test_gate import HashingEmbedder
+
+    emb = HashingEmbedder()
+    reg = rampart.BlockRegistry(embedding_model=emb)
+    reg.write_block("Dates are written as ISO 8601.", "dates", "seed")
+    examples = {
+        "git_log": ["who has been pushing lately", "history of the parser"],
+        "convert_time": ["what is 9am Tokyo time in Lisbon"],
+    }
+    for f in ("mcp_git_tools.json", "mcp_time_tools.json"):
+        mine = {k: v for k, v in examples.items() if k in {t.name for t in parse_tools(DATA / f)}}
+        reg.load_tools(with_examples(DATA / f, mine), tags=[f"server:{server_of(f)}"])
+    return reg, emb
+
+
+def _scores(gate: Any, task: str) -> dict[str, float]:
+    view, scores, _ = gate.scores(task)
+    return {rampart.InstructionBlock(b).semantic_name: s for b, s in zip(view.blocks(), scores)}
+
+
+def test_example_gate_server_term_is_the_centred_cosine_with_each_servers_centroid() -> None:
+    import numpy as np
+    from rampart.toolgate import ExampleGate, block_examples
+
+    reg, emb = _tagged_registry()
+    task = "what time is it in Lisbon while I read the git history"
+    plain = _scores(ExampleGate(reg, server_weight=0, hub_weight=0), task)
+    served = _scores(ExampleGate(reg, server_weight=0.5, hub_weight=0), task)
+    q = emb.encode(task)
+    near = {}
+    for server in ("git", "time"):
+        rows = []
+        for b in reg.find_by_tag(f"server:{server}"):
+            rows.append(reg.embedding(b.runtime_id))
+            rows += [emb.encode(e) for e in block_examples(b)]
+        c = np.mean(rows, axis=0)
+        near[server] = float(q @ (c / np.linalg.norm(c)))
+    centre = sum(near.values()) / 2
+    for b in reg.list_blocks():
+        server = next((t[7:] for t in b.tags if t.startswith("server:")), None)
+        want = 0.5 * (near[server] - centre) if server else 0.0
+        assert served[b.semantic_name] - plain[b.semantic_name] == pytest.approx(want, abs=1e-5)
+    assert near["git"] != near["time"]  # the test compares something
+    reg.release()
+    # Untagged tools (or a single server) get no server term.
+    untagged = example_registry()
+    a = _scores(ExampleGate(untagged, server_weight=0, hub_weight=0), task)
+    assert _scores(ExampleGate(untagged, server_weight=0.5, hub_weight=0), task) == a
+    untagged.release()
+
+
+def test_example_gate_hub_term_is_a_constant_per_tool_that_penalises_generic_tools() -> None:
+    from rampart.toolgate import ExampleGate
+
+    from tests.test_gate import HashingEmbedder
+
+    def tool(name: str, description: str, examples: list[str]) -> dict[str, Any]:
+        schema = {"type": "object", "properties": {}}
+        return {"name": name, "description": description, "inputSchema": schema,
+                "examples": examples}  # fmt: skip
+
+    reg = rampart.BlockRegistry(embedding_model=HashingEmbedder())
+    reg.write_block("Answer briefly.", "style", "seed")
+    reg.load_tools(
+        [
+            tool("find_anything", "find mail calendar events notes contacts", []),
+            tool("read_mail", "read mail", ["show my mail", "any new mail from Bob"]),
+            tool("list_events", "list calendar events", ["calendar events next week"]),
+            tool("open_note", "open notes", ["open my notes on rust", "show notes"]),
+        ]
+    )
+    plain = ExampleGate(reg, server_weight=0, hub_weight=0)
+    hubbed = ExampleGate(reg, server_weight=0, hub_weight=0.5)
+    shifts = []
+    for task in ("mail from Bob", "calendar for Friday", "rust notes"):
+        a, b = _scores(plain, task), _scores(hubbed, task)
+        shifts.append({k: b[k] - a[k] for k in a})
+    for other in shifts[1:]:  # the same shift whatever the task
+        assert other == pytest.approx(shifts[0], abs=1e-6)
+    shift = shifts[0]
+    assert shift["style"] == 0.0  # blocks that are not tools: none
+    tools = {k: v for k, v in shift.items() if k != "style"}
+    assert sum(tools.values()) == pytest.approx(0.0, abs=1e-6)  # centred over the tools
+    assert min(tools, key=tools.__getitem__) == "find_anything"  # the generic one loses most
+    for bad in ({"server_weight": -1}, {"hub_weight": True}, {"hub_weight": float("inf")}):
+        with pytest.raises(InvalidArgumentError, match="must be a number"):
+            ExampleGate(reg, **bad)
+    reg.release()
+
+
+SCALE = DATA / "tool_gate_scale.json"
+SCALE_EXAMPLES = (
+    DATA / "tool_gate_examples_scale_a.json",
+    DATA / "tool_gate_examples_scale_b.json",
+)
+
+
+def _scale_tools() -> tuple[dict[str, Any], list[tuple[str, list[dict[str, Any]]]]]:
+    """The scale set and, per server file in tier order, its (renamed) tool definitions."""
+    doc = json.loads(SCALE.read_text(encoding="utf-8"))
+    out = []
+    for f in (f for tier in doc["tiers"] for f in tier):
+        raw = json.loads((DATA / f).read_text(encoding="utf-8"))
+        defs = raw["tools"] if "tools" in raw else raw["result"]["tools"]
+        renamed = doc.get("renamed", {}).get(f, {})
+        out.append((f, [dict(t, name=renamed.get(t["name"], t["name"])) for t in defs]))
+    return doc, out
+
+
+def test_scale_examples_are_disjoint_from_every_evaluation_request() -> None:
+    from rampart.tools import load_examples
+
+    doc, servers = _scale_tools()
+    new_tools = {t["name"] for f, defs in servers for t in defs} - {t.name for t in load_eval()[1]}
+    files = [load_examples(f) for f in SCALE_EXAMPLES]
+    assert not set(files[0]) & set(files[1])
+    assert set(files[0]) | set(files[1]) == new_tools and len(new_tools) == 439
+
+    def norm(text: str) -> str:
+        return " ".join(text.lower().split())
+
+    evaluated = {
+        norm(r["request"])
+        for path in (SCALE, EVAL, INDIRECT, FSGIT)
+        for r in json.loads(path.read_text(encoding="utf-8"))["requests"]
+    }
+    taught = {norm(e) for table in files for v in table.values() for e in v}
+    assert sorted(evaluated & taught) == []
+
+
+@needs_model
+def test_example_gate_at_479_tools() -> None:
+    """At the scale set's largest tier (479 tools of 18 servers, every tool with author
+    examples): the default example gate keeps a floor under its measured holdout
+    top-3, and its server and hub terms do not lose on the tune half against the
+    same weights without them (docs/tool-gate.md, Scale)."""
+    from rampart.toolgate import ExampleGate
+    from rampart.tools import load_examples, with_examples
+
+    doc, servers = _scale_tools()
+    examples: dict[str, list[str]] = {}
+    for f in (EXAMPLES, *SCALE_EXAMPLES):
+        for k, v in load_examples(f).items():
+            examples.setdefault(k, []).extend(v)
+    reg = rampart.BlockRegistry(embedding_model="default")
+    for f, defs in servers:
+        mine = {k: v for k, v in examples.items() if k in {t["name"] for t in defs}}
+        reg.load_tools(with_examples({"tools": defs}, mine), tags=[f"server:{server_of(f)}"])
+    base = json.loads(EVAL.read_text(encoding="utf-8"))["requests"]
+    requests = base + doc["requests"]
+    gates = {
+        "default": ExampleGate(reg),
+        "plain": ExampleGate(reg, server_weight=0, hub_weight=0),
+    }
+    tools = [b for b in reg.list_blocks() if b.tool_schema is not None]
+    hits: dict[tuple[str, str], list[bool]] = {}
+    for r in requests:
+        for name, gate in gates.items():
+            scores = gate(r["request"], tools)
+            top = sorted(range(len(tools)), key=lambda i: -scores[i])[:3]
+            hit = bool({tools[i].semantic_name for i in top} & set(r["acceptable"]))
+            hits.setdefault((name, r["split"]), []).append(hit)
+    reg.release()
+    rate = {k: sum(v) / len(v) for k, v in hits.items()}
+    assert rate["default", "holdout"] >= 0.86, rate
+    assert rate["default", "tune"] >= rate["plain", "tune"], rate
 
 
 def test_cli_tools_enrich_writes_examples_that_with_examples_loads(

@@ -33,6 +33,7 @@ import json
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,9 +59,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BM25",
     "EXAMPLE_TAG",
+    "HUB_NEIGHBOURS",
+    "HUB_WEIGHT",
     "LEXICAL_WEIGHT",
+    "MAX_HUB_PROBES",
     "MAX_LEARNED",
     "SECOND_WEIGHT",
+    "SERVER_TAG",
+    "SERVER_WEIGHT",
     "DenseGate",
     "ExampleGate",
     "HybridGate",
@@ -114,9 +120,17 @@ def terms(text: str) -> list[str]:
 class BM25:
     """Okapi BM25 over a fixed list of documents (k1 = 1.2, b = 0.75)."""
 
-    def __init__(self, documents: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(
+        self,
+        documents: Sequence[str],
+        k1: float = 1.2,
+        b: float = 0.75,
+        *,
+        tokenised: Sequence[list[str]] | None = None,
+    ) -> None:
+        """``tokenised``: the documents' :func:`terms`, when the caller has them."""
         self.k1, self.b = k1, b
-        docs = [terms(d) for d in documents]
+        docs = list(tokenised) if tokenised is not None else [terms(d) for d in documents]
         self._lengths = [len(d) for d in docs]
         self._avg = (sum(self._lengths) / len(docs)) if docs else 0.0
         df: dict[str, int] = {}
@@ -125,7 +139,7 @@ class BM25:
                 df[w] = df.get(w, 0) + 1
         n = len(docs)
         self._idf = {w: math.log(1 + (n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
-        self._tf = [{w: d.count(w) for w in set(d)} for d in docs]
+        self._tf = [dict(Counter(d)) for d in docs]
 
     def scores(self, query: str) -> list[float]:
         """The BM25 score of every document for ``query``, in document order."""
@@ -306,14 +320,31 @@ class JudgeGate:
 #: Tag of the blocks :func:`add_tool_example` writes (one learned request each).
 EXAMPLE_TAG = "tool-example"
 #: Weight of a tool's second-best vector: score = (best + w x second) / (1 + w).
-#: Chosen on the tune halves (docs/tool-gate.md); a block with one vector scores
-#: its plain cosine, so thresholds keep their meaning.
-SECOND_WEIGHT = 1.0
+#: Chosen on the tune halves at 479 tools (docs/tool-gate.md, Scale); a block with
+#: one vector scores its plain cosine, so thresholds keep their meaning.
+SECOND_WEIGHT = 2.0
 #: Weight of the lexical signal (BM25 over gate text and examples, divided by the
-#: task's best): chosen on the tune halves.
-LEXICAL_WEIGHT = 0.1
+#: task's best): chosen on the tune halves at 479 tools.
+LEXICAL_WEIGHT = 0.2
+#: Weight of the server signal: the task's cosine with the centroid of every vector
+#: of the tool's server (tag :data:`SERVER_TAG`), minus its mean over the servers.
+#: Tools without a server tag get none. Chosen on the tune halves at 479 tools.
+SERVER_WEIGHT = 0.1
+#: Weight of the hub correction: each tool loses ``w x`` its hubness, the mean of
+#: its :data:`HUB_NEIGHBOURS` best scores for *other* tools' example requests
+#: (centred over the tools), so a tool that is close to every request ("search",
+#: "get") stops winning requests meant for others. Chosen on the tune halves.
+HUB_WEIGHT = 0.5
+#: How many other tools' example requests a tool's hubness averages over.
+HUB_NEIGHBOURS = 50
+#: Most example requests used as proxy queries for hubness (a deterministic,
+#: evenly spaced subset beyond that): bounds the layout's work and memory.
+MAX_HUB_PROBES = 4096
 #: Learned examples kept per tool; later ones are refused (predictable, bounded).
 MAX_LEARNED = 32
+#: Prefix of the tag that names a tool block's server: ``load_tools(defs,
+#: tags=["server:github"])``. Gates that use servers (:class:`ServerGate`) read it.
+SERVER_TAG = "server:"
 _EXAMPLE_PREFIX = "Example request for tool `"
 _EXAMPLE_RE = re.compile(r"Example request for tool `([A-Za-z0-9_-]{1,64})`: (.+)", re.DOTALL)
 _TASK_CACHE = 256  # per-task scores kept for repeated requests
@@ -375,7 +406,13 @@ class _Layout:
         self.generation = -1  # set by the gate once the layout is in use
         self.ids = tuple(b.runtime_id for b in natives)
         blocks = [InstructionBlock(b) for b in natives]
-        schemas = [b.tool_schema for b in blocks]
+        # A block never changes under its runtime id: what is parsed from it (the
+        # schema, its gate text and own examples, its server) is kept by the gate
+        # across layouts, so a write elsewhere does not re-parse 479 schemas.
+        memo = gate._parsed
+        parsed_blocks = [memo.get(i) or _parse_block(b) for i, b in zip(self.ids, blocks)]
+        gate._parsed = dict(zip(self.ids, parsed_blocks))
+        schemas = [pb[0] for pb in parsed_blocks]
         learned: dict[str, list[str]] = {}
         self.hidden = np.zeros(n, dtype=bool)  # learned-example blocks: never in a prompt
         for i, native in enumerate(natives):
@@ -389,7 +426,10 @@ class _Layout:
         labels: list[str | None] = []  # None: the block's own text
         texts: list[str] = []
         docs: list[str] = []
-        for i, (b, native, schema) in enumerate(zip(blocks, natives, schemas)):
+        extras: list[tuple[str, ...]] = []
+        for i, (native, (schema, gate_text, own_examples, _)) in enumerate(
+            zip(natives, parsed_blocks)
+        ):
             raw = core.embedding(native)
             if raw is None:  # written after the caller embedded: scored next call
                 raise _Stale
@@ -398,11 +438,13 @@ class _Layout:
             labels.append(None)
             extra: list[str] = []
             if schema is not None:
-                extra = block_examples(b)
-                extra += gate.generated.get(_schema_key(schema), [])
+                extra = list(own_examples)
+                if gate.generated:
+                    extra += gate.generated.get(_schema_key(schema), [])
                 extra += [f"{e}" for e in learned.get(schema.name, [])]
                 extra = [e for e in dict.fromkeys(extra) if e]
-            docs.append("\n".join([b.gate_text, *extra]))
+            extras.append(tuple(extra))
+            docs.append("\n".join([gate_text, *extra]))
             for e in extra:
                 owner.append(i)
                 labels.append(e)
@@ -411,15 +453,29 @@ class _Layout:
         own = np.frombuffer(b"".join(rows), dtype=np.float32).reshape(len(rows), dim)
         if texts:
             # Through the model's own batch (the default model's vector cache keeps
-            # them across restarts), never per request.
-            matrix, edim, _ = encode_texts(reg._model(), texts)
-            ex = np.frombuffer(matrix, dtype=np.float32).reshape(len(texts), edim)
-            if edim != dim:
+            # them across restarts), never per request; the gate keeps them by text
+            # across layouts (for this model: a new model starts afresh).
+            model = reg._model()
+            known = gate._example_vectors if gate._example_model is model else {}
+            missing = [t for t in dict.fromkeys(texts) if t not in known]
+            if missing:
+                matrix, edim, _ = encode_texts(model, missing)
+                if edim != dim:
+                    raise InvalidArgumentError(
+                        f"registry {reg.label!r}: example vectors have {edim} dimensions, "
+                        f"block vectors {dim}; the blocks were embedded by another model"
+                    )
+                new = np.frombuffer(matrix, dtype=np.float32).reshape(len(missing), edim)
+                new = new / np.maximum(np.linalg.norm(new, axis=1, keepdims=True), 1e-12)
+                known = {**known, **dict(zip(missing, new))}
+            ex = np.stack([known[t] for t in texts])
+            if ex.shape[1] != dim:
                 raise InvalidArgumentError(
-                    f"registry {reg.label!r}: example vectors have {edim} dimensions, block "
-                    f"vectors {dim}; the blocks were embedded by another model"
+                    f"registry {reg.label!r}: example vectors have {ex.shape[1]} dimensions, "
+                    f"block vectors {dim}; the blocks were embedded by another model"
                 )
-            ex = ex / np.maximum(np.linalg.norm(ex, axis=1, keepdims=True), 1e-12)
+            gate._example_vectors = {t: known[t] for t in texts}  # only the current ones
+            gate._example_model = model
             vectors = np.vstack([own[: len(rows)], ex])
             # Row order: all block rows first, then example rows; owner/labels follow.
             order = [k for k in range(len(owner)) if labels[k] is None] + [
@@ -440,12 +496,124 @@ class _Layout:
         pad = len(owner)
         self.index = np.array([p + [pad] * (width - len(p)) for p in per], dtype=np.intp)
         self.multi = np.array([len(p) > 1 for p in per], dtype=bool)
-        self.lexical = BM25(docs) if gate.lexical_weight else None
+        # Runtime id -> row of the blocks a report notes (tools with examples).
+        self.noted = {self.ids[i]: int(i) for i in (self.multi & ~self.hidden).nonzero()[0]}
+        self.lexical: BM25 | None = None
+        if gate.lexical_weight:
+            key = tuple(docs)
+            if gate._bm25 is not None and gate._bm25[0] == key:
+                self.lexical = gate._bm25[1]
+            else:
+                # Each document's terms are kept by text: a new block costs its own.
+                memo_terms = gate._terms
+                tokenised = [memo_terms.get(d) or terms(d) for d in docs]
+                gate._terms = dict(zip(docs, tokenised))
+                self.lexical = BM25(docs, tokenised=tokenised)
+                gate._bm25 = (key, self.lexical)
         self.tasks: dict[str, tuple[list[float], Mapping[str, str]]] = {}
+        is_tool = np.array([s is not None for s in schemas], dtype=bool) & ~self.hidden
+        owner_arr = np.array(owner, dtype=np.intp)
+        # Servers: the centroid of every vector (own and examples) of each server's
+        # tools; a block without a server tag points at the extra zero row.
+        names = [pb[3] if t else None for pb, t in zip(parsed_blocks, is_tool)]
+        servers = sorted({x for x in names if x is not None})
+        self.server_of = np.array(
+            [servers.index(x) if x is not None else len(servers) for x in names], dtype=np.intp
+        )
+        self.centroids: Any = None
+        if gate.server_weight and len(servers) > 1:
+            row_server = self.server_of[owner_arr]
+            cent = np.stack(
+                [
+                    self.vectors[row_server == k].sum(axis=0, dtype=np.float64)
+                    for k in range(len(servers))
+                ]
+            )
+            norms = np.linalg.norm(cent, axis=1, keepdims=True)
+            self.centroids = np.ascontiguousarray(cent / np.maximum(norms, 1e-12), np.float32)
+        # Hubness: a constant per tool, computed once per layout (no request needed).
+        self.bias = np.zeros(n)
+        if gate.hub_weight:
+            # Hubness depends only on the tools and their examples: a write of any
+            # other block (a lesson, a note) reuses it.
+            hub_key = (
+                gate.second_weight,
+                tuple((self.ids[i], extras[i]) for i in is_tool.nonzero()[0]),
+            )
+            if gate._hub is not None and gate._hub[0] == hub_key:
+                by_id = gate._hub[1]
+                hub = np.array([by_id.get(i, 0.0) for i in self.ids])
+            else:
+                hub = _hubness(self, owner_arr, is_tool, gate.second_weight, HUB_NEIGHBOURS)
+                gate._hub = (hub_key, {i: float(h) for i, h in zip(self.ids, hub) if h})
+            self.bias = -gate.hub_weight * hub
 
 
 class _Stale(Exception):
     """A block lost or lacks its vector while the layout was built: retry."""
+
+
+def _parse_block(
+    block: InstructionBlock,
+) -> tuple[ToolSchema | None, str, tuple[str, ...], str | None]:
+    """What a layout reads from a block: its tool schema, gate text, own example
+    requests and server (None where it has none)."""
+    schema = block.tool_schema
+    if schema is None:
+        return None, block.gate_text, (), None
+    return schema, block.gate_text, tuple(block_examples(block)), _server(block)
+
+
+def _server(block: InstructionBlock) -> str | None:
+    """The server a tool block's :data:`SERVER_TAG` tag names (the first), else None."""
+    for tag in block.tags:
+        if tag.startswith(SERVER_TAG) and len(tag) > len(SERVER_TAG):
+            return tag[len(SERVER_TAG) :]
+    return None
+
+
+def _hubness(layout: _Layout, owner: Any, is_tool: Any, w: float, k: int) -> Any:
+    """Per block: how well it scores (as the gate scores, without the lexical and
+    server terms) the example requests of *other* tools, as the mean of its ``k``
+    best such scores, centred over the tool blocks (0 for every other block).
+
+    The example rows serve as proxy queries (what people ask for the other tools),
+    so no evaluation request is needed. Work: one matrix product per chunk of at
+    most :data:`MAX_HUB_PROBES` probes; memory: (k + chunk) x blocks."""
+    import numpy as np
+
+    n = len(layout.index)
+    probes = np.array([r for r, lab in enumerate(layout.labels) if lab is not None], np.intp)
+    out = np.zeros(n)
+    if not is_tool.any() or len(probes) < 2:
+        return out
+    if len(probes) > MAX_HUB_PROBES:
+        probes = probes[np.linspace(0, len(probes) - 1, MAX_HUB_PROBES).astype(np.intp)]
+    k = min(k, len(probes) - 1)
+    best_k = np.full((0, n), -np.inf, dtype=np.float32)
+    pad = np.full((1,), -np.inf, dtype=np.float32)
+    chunk = 256
+    for start in range(0, len(probes), chunk):
+        rows = probes[start : start + chunk]
+        sims = layout.vectors[rows] @ layout.vectors.T  # probes x vectors
+        sims = np.hstack([sims, np.broadcast_to(pad, (len(rows), 1))])
+        grid = sims[:, layout.index]  # probes x blocks x width
+        if grid.shape[2] > 1 and w:
+            top2 = -np.partition(-grid, 1, axis=2)[:, :, :2]
+            second = np.where(layout.multi, top2[:, :, 1], top2[:, :, 0])
+            score = (top2[:, :, 0] + w * second) / (1 + w)
+        else:
+            score = grid.max(axis=2)
+        score[np.arange(len(rows)), owner[rows]] = -np.inf  # a tool's own examples
+        both = np.vstack([best_k, score.astype(np.float32)])
+        best_k = -np.partition(-both, k - 1, axis=0)[:k] if len(both) > k else both
+    finite = np.where(np.isfinite(best_k), best_k, np.nan)
+    with np.errstate(all="ignore"):
+        hub = np.nanmean(finite, axis=0)
+    hub = np.where(is_tool & np.isfinite(hub), hub, 0.0)
+    if is_tool.any():
+        hub[is_tool] -= hub[is_tool].mean()
+    return hub
 
 
 class ExampleGate:
@@ -459,8 +627,14 @@ class ExampleGate:
     ``(best + w x second) / (1 + w)`` over its vectors (``w`` =
     :data:`SECOND_WEIGHT`; a block with one vector scores its cosine), plus
     ``lexical_weight`` x BM25 of the task against its gate text and examples,
-    divided by the task's best BM25 score (names, paths, identifiers). Learned-
-    example blocks score ``-inf``: they inform their tool, never the prompt.
+    divided by the task's best BM25 score (names, paths, identifiers). Two terms
+    for registries with many tools (chosen at 479 tools, docs/tool-gate.md):
+    ``server_weight`` x the task's cosine with the centroid of the tool's server
+    (the block's ``server:NAME`` tag, :data:`SERVER_TAG`; centred over the servers,
+    none for untagged tools or a single server), and minus ``hub_weight`` x the
+    tool's hubness (:data:`HUB_WEIGHT`: how well it matches other tools' example
+    requests, centred over the tools). Learned-example blocks score ``-inf``: they
+    inform their tool, never the prompt.
 
     No model call at request time beyond the task's embedding (cached per task).
     ``explain`` gives, per block, which text matched (what ``CompileResult.report``
@@ -473,18 +647,41 @@ class ExampleGate:
         *,
         second_weight: float = SECOND_WEIGHT,
         lexical_weight: float = LEXICAL_WEIGHT,
+        server_weight: float = SERVER_WEIGHT,
+        hub_weight: float = HUB_WEIGHT,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(f"ExampleGate needs a BlockRegistry, got {registry!r}")
-        for value, what in ((second_weight, "second_weight"), (lexical_weight, "lexical_weight")):
-            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+        for value, what in (
+            (second_weight, "second_weight"),
+            (lexical_weight, "lexical_weight"),
+            (server_weight, "server_weight"),
+            (hub_weight, "hub_weight"),
+        ):
+            if not (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and 0 <= value < float("inf")
+            ):
                 raise InvalidArgumentError(f"ExampleGate {what} must be a number >= 0")
         self.registry = registry
         self.second_weight = float(second_weight)
         self.lexical_weight = float(lexical_weight)
+        self.server_weight = float(server_weight)
+        self.hub_weight = float(hub_weight)
         #: Generated examples by schema key (see :func:`enrich_tools`).
         self.generated: dict[str, list[str]] = {}
         self._layout: _Layout | None = None
+        # Kept across layouts (each pruned to the current blocks when a layout is
+        # built): parsed blocks by runtime id, example vectors by text (for one
+        # model), the BM25 index by its documents and each document's terms,
+        # hubness by tools and examples.
+        self._parsed: dict[str, tuple[ToolSchema | None, str, tuple[str, ...], str | None]] = {}
+        self._example_vectors: dict[str, Any] = {}
+        self._example_model: Any = None
+        self._bm25: tuple[tuple[str, ...], BM25] | None = None
+        self._terms: dict[str, list[str]] = {}
+        self._hub: tuple[Any, dict[str, float]] | None = None
         self._lock = threading.Lock()
 
     def _current(self) -> tuple[_core.OrderView, _Layout]:
@@ -523,7 +720,11 @@ class ExampleGate:
             return view, hit[0], hit[1]
         reg = self.registry
         raw = reg._query(task_text, None)
-        sims = layout.vectors @ np.frombuffer(raw, dtype=np.float32)
+        # einsum, not ``@``: OpenBLAS runs a matrix-vector product this size on all
+        # its threads, and on a busy machine waiting for a descheduled one cost a
+        # median 15 ms against 0.2 ms on one core (docs/tool-gate.md, Scale).
+        q = np.frombuffer(raw, dtype=np.float32)
+        sims = np.einsum("ij,j->i", layout.vectors, q)
         mapped = reg._adapt(task_text, None, raw)
         if mapped is not raw:
             # The blocks' own texts are scored as the cold gate scores them (the
@@ -532,7 +733,9 @@ class ExampleGate:
             # author examples, +1.3 to +3.7 points with 1-3 learned per tool
             # (docs/tool-gate.md). Block rows come first in the layout.
             n = len(layout.ids)
-            sims[:n] = layout.vectors[:n] @ np.frombuffer(mapped, dtype=np.float32)
+            sims[:n] = np.einsum(
+                "ij,j->i", layout.vectors[:n], np.frombuffer(mapped, dtype=np.float32)
+            )
         sims = np.append(sims, -np.inf)
         grid = sims[layout.index]
         best_at = grid.argmax(axis=1)
@@ -551,7 +754,11 @@ class ExampleGate:
             top = lex.max(initial=0.0)
             if top > 0:
                 score = score + self.lexical_weight * lex / top
-        score = np.where(layout.hidden, -np.inf, score)
+        if layout.centroids is not None:
+            near = layout.centroids @ q
+            near = np.append(near - near.mean(), 0.0)  # untagged blocks: the 0 at the end
+            score = score + self.server_weight * near[layout.server_of]
+        score = np.where(layout.hidden, -np.inf, score + layout.bias)
         why = _Notes(layout, best_at, best)
         out = score.tolist()
         if len(layout.tasks) >= _TASK_CACHE:
@@ -766,7 +973,7 @@ class _Notes(Mapping[str, str]):
         self._layout = layout
         self._best_at = best_at
         self._best = best
-        self._rows = {layout.ids[i]: int(i) for i in (layout.multi & ~layout.hidden).nonzero()[0]}
+        self._rows = layout.noted  # shared by every task of the layout: built once
 
     def __getitem__(self, runtime_id: str) -> str:
         i = self._rows[runtime_id]
