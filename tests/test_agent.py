@@ -433,7 +433,10 @@ def test_mcp_session_tools(registry: Any, backends: Any) -> None:
         # the SDK's server hides the exception's text; the flag and tool name come back
         assert bad.is_error and "broken" in bad.output
         assert run.untrusted_reads == ["latest_tag", "broken"]  # MCP output is a stranger's
-    assert registry.get_by_name("latest_tag")[0].tool_schema is not None
+    tool = registry.get_by_name("latest_tag")[0]
+    assert tool.tool_schema is not None
+    # tagged with the server's own name, for the example gate's server term
+    assert "server:release-tools" in tool.tags
 
 
 def test_session_without_mcp_package_is_a_clear_error(
@@ -897,3 +900,20 @@ def test_find_tools_brings_back_a_tool_the_gate_hid(backends: Any) -> None:
         Agent(reg, model(server, backends), [find_tools], top_k=1)
     Agent(reg, model(server, backends), [find_tools])  # ungated: no fallback, no clash
     reg.release()
+
+
+def test_server_tag_bounds_a_strangers_server_name() -> None:
+    from rampart.agent import _server_tags
+
+    class Info:
+        name = "my  evil\nserver" + "x" * 100
+
+    class Session:
+        server_info: Any = Info()
+
+    assert _server_tags(Session()) == ["server:" + ("my-evil-server" + "x" * 100)[:64]]
+    Session.server_info = None  # a server that did not say its name: no tag
+    assert _server_tags(Session()) == []
+    Info.name = " \t"
+    Session.server_info = Info()
+    assert _server_tags(Session()) == []

@@ -782,7 +782,7 @@ class Agent:
                 "tool: rename it, or pass tool_search=False"
             )
 
-    def _load(self, definitions: list[dict[str, Any]]) -> None:
+    def _load(self, definitions: list[dict[str, Any]], tags: Sequence[str] = ()) -> None:
         """Write tool blocks for the definitions the registry does not hold yet.
         Pinned (not evictable), so the model's ``forget`` cannot drop a tool."""
         if not definitions:
@@ -790,13 +790,15 @@ class Agent:
         have = {s.name for b in self.registry.find_by_tag("tool") if (s := b.tool_schema)}
         new = [d for d in definitions if _definition_name(d) not in have]
         if new:
-            self.registry.load_tools(new, evictable=False)
+            self.registry.load_tools(new, evictable=False, tags=list(tags))
 
     async def _list_mcp(self) -> None:
         if self._mcp_listed:
             return
-        definitions = []
+        listings: list[tuple[list[dict[str, Any]], list[str]]] = []
         for session in self._sessions:
+            definitions: list[dict[str, Any]] = []
+            listings.append((definitions, _server_tags(session)))
             tools: list[Any] = []
             cursor = None
             while True:  # every page of the listing
@@ -813,7 +815,8 @@ class Agent:
                 self._check_search_clash(t.name, "an MCP session")
                 self._mcp_tools[t.name] = session
                 definitions.append(t.model_dump(mode="json", by_alias=True, exclude_none=True))
-        self._load(definitions)
+        for definitions, tags in listings:
+            self._load(definitions, tags)
         self._mcp_listed = True
 
     # ---- running ----------------------------------------------------------------------------
@@ -1415,6 +1418,20 @@ class Agent:
                 elif entry.status == "confirmed" and entry.decided_by == run.trajectory_id:
                     entry.status, entry.decided_by, entry.block_id = "pending", None, None
         return n
+
+
+def _server_tags(session: Any) -> list[str]:
+    """``["server:NAME"]`` for an MCP session whose server said its name at
+    initialisation (``session.server_info``), else ``[]``: the example gate weighs
+    how close a request is to each server's tools (rampart.toolgate.SERVER_TAG).
+    The name comes from a stranger: one line, at most 64 characters."""
+    from rampart.toolgate import SERVER_TAG
+
+    name = getattr(getattr(session, "server_info", None), "name", None)
+    if not isinstance(name, str):
+        return []
+    name = "-".join(name.split())[:64]
+    return [SERVER_TAG + name] if name else []
 
 
 def _definition_name(d: Mapping[str, Any]) -> str:
