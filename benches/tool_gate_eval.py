@@ -292,11 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         gate_ranker(reg, ExampleGate(reg, second_weight=1, lexical_weight=0, **bare)),
     )
     add(
-        "examples: + 0.1 x BM25 (the default until the 479-tool tuning)",
+        "examples: w = 1, 0.1 x BM25 (the default before the 479-tool tuning)",
         gate_ranker(reg, ExampleGate(reg, second_weight=1, lexical_weight=0.1, **bare)),
     )
-    # The defaults were chosen on the tune halves at 479 tools (tool_gate_scale.py);
-    # this grid shows what these 40 tools' tune halves alone would pick.
+    # The defaults were chosen on the tune halves at 40 and 479 tools together
+    # (tool_gate_select.py); this grid shows what these 40 tools' tune halves alone,
+    # without the server and hub terms, would pick.
     grid = {}
     for sw in SECOND_WEIGHTS:
         for lw in LEXICAL_WEIGHTS:
@@ -311,8 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  best on these tune halves: second_weight={sw}, lexical_weight={lw}")
     if (sw, lw) != (SECOND_WEIGHT, LEXICAL_WEIGHT):
         print(
-            f"  NOTE: the defaults are {SECOND_WEIGHT}/{LEXICAL_WEIGHT} (chosen at 479 tools); "
-            "the 40-tool tune halves alone pick others"
+            f"  NOTE: the defaults are {SECOND_WEIGHT}/{LEXICAL_WEIGHT} (chosen at 40 + 479 "
+            "tools, tool_gate_select.py); the 40-tool tune halves alone pick others"
         )
     add(
         f"examples: w = {SECOND_WEIGHT}, {LEXICAL_WEIGHT} x BM25",

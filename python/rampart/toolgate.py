@@ -319,21 +319,27 @@ class JudgeGate:
 
 #: Tag of the blocks :func:`add_tool_example` writes (one learned request each).
 EXAMPLE_TAG = "tool-example"
+#: The four weights below were chosen together, with the query adapter on (the
+#: default), on tune halves only (benches/tool_gate_select.py; docs/tool-gate.md,
+#: "Choosing the weights"): the most top-3 hits summed over the 40-tool tune halves
+#: (natural + indirect, 162 requests) and the 479-tool tune half (296), ties by top-1,
+#: then the simpler setting, over second {1, 2} x lexical {0.1, 0.2} x server {0, 0.1}
+#: x hub {0, 0.5}. The winner (435 of 458 top-3) is the setting first chosen at 479
+#: tools without the adapter.
 #: Weight of a tool's second-best vector: score = (best + w x second) / (1 + w).
-#: Chosen on the tune halves at 479 tools (docs/tool-gate.md, Scale); a block with
-#: one vector scores its plain cosine, so thresholds keep their meaning.
+#: A block with one vector scores its plain cosine, so thresholds keep their meaning.
 SECOND_WEIGHT = 2.0
 #: Weight of the lexical signal (BM25 over gate text and examples, divided by the
-#: task's best): chosen on the tune halves at 479 tools.
+#: task's best).
 LEXICAL_WEIGHT = 0.2
 #: Weight of the server signal: the task's cosine with the centroid of every vector
 #: of the tool's server (tag :data:`SERVER_TAG`), minus its mean over the servers.
-#: Tools without a server tag get none. Chosen on the tune halves at 479 tools.
+#: Tools without a server tag get none.
 SERVER_WEIGHT = 0.1
 #: Weight of the hub correction: each tool loses ``w x`` its hubness, the mean of
 #: its :data:`HUB_NEIGHBOURS` best scores for *other* tools' example requests
 #: (centred over the tools), so a tool that is close to every request ("search",
-#: "get") stops winning requests meant for others. Chosen on the tune halves.
+#: "get") stops winning requests meant for others.
 HUB_WEIGHT = 0.5
 #: How many other tools' example requests a tool's hubness averages over.
 HUB_NEIGHBOURS = 50
@@ -628,7 +634,8 @@ class ExampleGate:
     :data:`SECOND_WEIGHT`; a block with one vector scores its cosine), plus
     ``lexical_weight`` x BM25 of the task against its gate text and examples,
     divided by the task's best BM25 score (names, paths, identifiers). Two terms
-    for registries with many tools (chosen at 479 tools, docs/tool-gate.md):
+    for registries with many tools (all weights chosen on tune halves at 40 and 479
+    tools, docs/tool-gate.md):
     ``server_weight`` x the task's cosine with the centroid of the tool's server
     (the block's ``server:NAME`` tag, :data:`SERVER_TAG`; centred over the servers,
     none for untagged tools or a single server), and minus ``hub_weight`` x the
