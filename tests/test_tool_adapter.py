@@ -212,7 +212,7 @@ def test_cold_gate_hit_rate_with_the_adapter_on_the_holdout() -> None:
     reg.release()
     assert with_adapter[1] > without[1], (with_adapter, without)
     # Measured: 52.9 / 77.7 % (206 requests) against 41.7 / 71.4 % without.
-    assert with_adapter[1] >= 0.76 and with_adapter[0] >= 0.51, with_adapter
+    assert with_adapter[1] >= 0.77 and with_adapter[0] >= 0.52, with_adapter
 
 
 @needs_model

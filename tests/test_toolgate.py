@@ -109,7 +109,8 @@ def test_default_gate_hit_rate_on_the_evaluation_set() -> None:
         reg.load_tools(DATA / f)
     top1, top3 = hit_rates(reg, doc["requests"])
     reg.release()
-    assert top3 >= 0.76 and top1 >= 0.50, (top1, top3)
+    # Measured with the query adapter: 61.8 / 83.8 % (204 requests, both halves).
+    assert top3 >= 0.82 and top1 >= 0.60, (top1, top3)
 
 
 def test_no_request_is_a_paraphrase_of_a_description() -> None:
@@ -460,7 +461,8 @@ def test_example_gate_hit_rate_on_the_holdout() -> None:
     holdout = [r for r in doc["requests"] if r["split"] == "holdout"]
     top1, top3 = hit_rates(reg, holdout)
     reg.release()
-    assert top3 >= 0.89 and top1 >= 0.78, (top1, top3)
+    # Measured: 81.4 / 93.1 % (102 natural holdout requests; docs/tool-gate.md).
+    assert top3 >= 0.92 and top1 >= 0.80, (top1, top3)
 
 
 def server_of(file: str) -> str:
@@ -637,7 +639,9 @@ def test_example_gate_at_479_tools() -> None:
             hits.setdefault((name, r["split"]), []).append(hit)
     reg.release()
     rate = {k: sum(v) / len(v) for k, v in hits.items()}
-    assert rate["default", "holdout"] >= 0.86, rate
+    # Measured: 89.2 % holdout top-3 (286 requests), 94.6 % tune against 92.6 % for
+    # the same weights without the server and hub terms.
+    assert rate["default", "holdout"] >= 0.88, rate
     assert rate["default", "tune"] >= rate["plain", "tune"], rate
 
 
