@@ -316,7 +316,12 @@ class Sandbox:
         return target
 
     def repo(self, repo_path: Any) -> None:
-        if not isinstance(repo_path, str) or self.path(repo_path) != self.project:
+        """Refuse a ``repo_path`` other than the project (the only repository here)."""
+        try:
+            ok = self.path(repo_path) == self.project
+        except ToolError:
+            ok = False
+        if not ok:
             raise ToolError(
                 f"{repo_path!r} is not a git repository (the project is {self.project})"
             )
@@ -1103,16 +1108,16 @@ def gate_misses(
         result = registry.compile(
             None, task_text=t.text.format(url=url), top_k=top_k, tools_in_prompt=False
         )
-        out[t.name] = [s.name for b in result.included if (s := b.tool_schema)]
+        out[t.name] = [d["function"]["name"] for d in result.tools()]
     return out
 
 
 def _agent(
     condition: str, reg: BlockRegistry, model: Backend, tools: list[Any], kw: dict[str, Any]
 ) -> Agent:
-    if condition == "all":
-        return Agent(reg, model, tools, **kw)
     top_k = kw.pop("top_k")
+    if condition == "all":  # no gate, so no find_tools either
+        return Agent(reg, model, tools, **kw)
     search = condition == "gated+find_tools"
     return Agent(reg, model, tools, top_k=top_k, tool_search=search, **kw)
 

@@ -658,6 +658,33 @@ def _add_agent_parser(sub: Any) -> None:
     d.add_argument("--no-ceiling", action="store_true", help="skip the hand-written-rules runs")
     d.add_argument("--no-embed", action="store_true", help="text similarity for duplicate rules")
     d.set_defaults(func=_cmd_agent_demo)
+    t = asub.add_parser(
+        "tools-demo",
+        help="tool tasks: gated tools + find_tools vs all tools vs gated only",
+        description="Tasks that each need one of the 40 MCP tools of tests/data, run in a "
+        "sandbox where the tools really act; success per condition, gate misses, "
+        "find_tools recoveries, prompt tokens per call (docs/agent.md).",
+    )
+    t.add_argument(
+        "--model",
+        default="qwen2.5-coder-1.5b",
+        help="GGUF alias or path, or a model name with --base-url",
+    )
+    t.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
+    t.add_argument("--seeds", default="0", help="comma list (default 0)")
+    t.add_argument("--top-k", type=int, default=5, help="tools the gate offers (default 5)")
+    t.add_argument("--max-steps", type=int, default=4, help="model calls per task (default 4)")
+    t.add_argument("--temperature", type=float, default=0.0)
+    t.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
+    t.add_argument("--tasks", default=None, help="comma list of task names (default: all)")
+    t.add_argument(
+        "--conditions",
+        default=None,
+        help="comma list among gated+find_tools,all,gated (default: all three)",
+    )
+    t.add_argument("--data", default=None, help="folder with the mcp_*_tools.json lists")
+    t.add_argument("--out", default=None, help="folder for summary.json")
+    t.set_defaults(func=_cmd_agent_tools_demo)
 
 
 def _cmd_agent_demo(args: argparse.Namespace) -> int:
@@ -673,6 +700,24 @@ def _cmd_agent_demo(args: argparse.Namespace) -> int:
         out=args.out,
         ceiling=not args.no_ceiling,
         embed=not args.no_embed,
+    )
+
+
+def _cmd_agent_tools_demo(args: argparse.Namespace) -> int:
+    from rampart.agent_tools_demo import cli_tools_demo
+
+    return cli_tools_demo(
+        model=args.model,
+        base_url=args.base_url,
+        seeds=args.seeds,
+        top_k=args.top_k,
+        max_steps=args.max_steps,
+        temperature=args.temperature,
+        threads=args.threads,
+        tasks=args.tasks,
+        conditions=args.conditions,
+        data=args.data,
+        out=args.out,
     )
 
 
