@@ -241,26 +241,29 @@ def _llama_ready() -> str | None:
 
 
 def test_one_task_end_to_end_with_qwen(tmp_path: Path) -> None:
-    """'switch to dev' with Qwen2.5-Coder-1.5B, every tool offered: the model calls
-    git_checkout and the sandbox's HEAD moves (one task, one condition: short)."""
+    """'switch to dev' with Qwen2.5-Coder-1.5B behind the gate (top 5 + find_tools, a
+    short prompt): the model calls git_checkout and the sandbox's HEAD moves. One
+    task, one condition, two steps at most: short."""
     missing = _llama_ready()
     if missing:
         assert not REQUIRED, f"RAMPART_REQUIRE_LLAMA=1 but the Qwen model is missing: {missing}"
         pytest.skip(missing)
-    from rampart.embeddings import default_embedder
     from rampart.llm import LlamaCppBackend
 
+    condition = "gated+find_tools"
     try:
+        from rampart.embeddings import default_embedder
+
         embedder: Any = default_embedder()
-    except Exception:  # the gate is off in the "all" condition: any embedder will do
-        embedder = HashingEmbedder()
+    except Exception:  # no MiniLM here: every tool offered, so no gate to embed for
+        embedder, condition = HashingEmbedder(), "all"
     task = next(t for t in TASKS if t.name == "switch")
     backend = LlamaCppBackend("qwen2.5-coder-1.5b", n_ctx=8192, n_threads=1)
     try:
         s = run_tools_demo(
             backend,
             tasks=[task],
-            conditions=["all"],
+            conditions=[condition],
             max_steps=2,
             embedding_model=embedder,
             data_dir=DATA,

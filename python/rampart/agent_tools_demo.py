@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import html
 import http.server
 import json
@@ -337,16 +338,24 @@ class Sandbox:
         sb = self
 
         def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+            # The agent feeds an exception's text back as the tool's result; a refusal
+            # reads as the servers' own messages, anything else names its type.
+            @functools.wraps(fn)  # keeps the signature, so tool_schema(call) works too
             def call(**kwargs: Any) -> Any:
                 try:
                     return fn(**kwargs)
                 except ToolError as exc:
                     raise RuntimeError(str(exc)) from None
-                except (OSError, sqlite3.Error, ValueError, KeyError) as exc:
+                except (
+                    OSError,
+                    sqlite3.Error,
+                    ValueError,
+                    KeyError,
+                    TypeError,
+                    AttributeError,
+                ) as exc:
                     raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
 
-            call.__name__ = fn.__name__
-            call.__doc__ = fn.__doc__
             return call
 
         # filesystem
@@ -748,7 +757,7 @@ class Sandbox:
             if not m:
                 raise ToolError(f"this demo reaches only http://127.0.0.1, not {url}")
             with urllib.request.urlopen(str(url), timeout=10) as resp:
-                body = resp.read(_MAX_READ).decode("utf-8", "replace")
+                body: str = resp.read(_MAX_READ).decode("utf-8", "replace")
             if not raw:
                 body = html.unescape(re.sub(r"<[^>]+>", " ", body))
                 body = re.sub(r"[ \t]+", " ", body).strip()
@@ -806,7 +815,7 @@ class Sandbox:
             sb.insights.append(str(insight))
             return "Insight added to memo"
 
-        fns = [
+        fns: list[Callable[..., Any]] = [
             read_text_file,
             read_multiple_files,
             write_file,
@@ -1223,15 +1232,18 @@ def run_tools_demo(
                     rows.append(row)
                     say(
                         f"{condition:17s} seed {seed} {task.name:12s} "
-                        f"{'ok  ' if row['success'] else 'FAIL'} calls {row['called']}"
+                        f"{'ok  ' if row['success'] else 'FAIL'} {row['seconds']:6.1f} s "
+                        f"{row['prompt_tokens_per_call']:5.0f} tok/call {row['called']}"
                     )
+                    summary = _summarise(
+                        rows, chosen, offered, model, top_k, max_steps, temperature
+                    )
+                    summary["seconds"] = round(time.perf_counter() - t0, 1)
+                    if out is not None:  # after every run: a run cut short keeps its rows
+                        out.mkdir(parents=True, exist_ok=True)
+                        text = json.dumps(summary, indent=2) + "\n"
+                        (out / "summary.json").write_text(text, encoding="utf-8")
             say(f"{condition}: {time.perf_counter() - seconds:.0f} s")
-            summary = _summarise(rows, chosen, offered, model, top_k, max_steps, temperature)
-            summary["seconds"] = round(time.perf_counter() - t0, 1)
-            if out is not None:  # after every condition: a run cut short keeps its numbers
-                out.mkdir(parents=True, exist_ok=True)
-                text = json.dumps(summary, indent=2) + "\n"
-                (out / "summary.json").write_text(text, encoding="utf-8")
     return summary
 
 
