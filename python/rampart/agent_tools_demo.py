@@ -1149,6 +1149,11 @@ def _row(task: ToolTask, condition: str, run: Run, gated: bool) -> dict[str, Any
         "called": called,
         "needed_called": bool(needed_called),
         "find_tools_calls": len(searched),
+        # What the model asked find_tools for, and the names it was given back.
+        "find_tools_queries": [
+            r.call.arguments[:200] for r in run.tool_results if r.call.name == TOOL_SEARCH
+        ],
+        "found_tools": list(run.found_tools),
         "find_tools_found_needed": found,
         # The gate hid the tool, find_tools turned it up, and the model then called it.
         "recovered": bool(
