@@ -279,18 +279,23 @@ class Sandbox:
     # -- reading the state (for checkers and tests) --
 
     def current_branch(self) -> str:
+        """The branch HEAD is on."""
         return self.git("rev-parse", "--abbrev-ref", "HEAD").strip()
 
     def branches(self) -> list[str]:
+        """The local branches."""
         return self.git("branch", "--format=%(refname:short)").split()
 
     def staged(self) -> list[str]:
+        """The paths staged for the next commit."""
         return self.git("diff", "--cached", "--name-only").split()
 
     def head_message(self) -> str:
+        """The subject line of the last commit."""
         return self.git("log", "-1", "--format=%s").strip()
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` on the project database (for checkers)."""
         con = sqlite3.connect(self.db)
         try:
             return con.execute(sql, params).fetchall()
@@ -298,6 +303,7 @@ class Sandbox:
             con.close()
 
     def graph(self) -> dict[str, Any]:
+        """The knowledge graph as the memory tools keep it."""
         data: dict[str, Any] = json.loads(self.graph_file.read_text())
         return data
 
