@@ -184,7 +184,7 @@ class Sandbox:
     # -- building --
 
     def git(self, *args: str, date: str | None = None) -> str:
-        """Run git in the project; its stdout (GitError-free: a failure raises ToolError)."""
+        """Run git in the project and return its stdout; a failure raises ToolError."""
         env = {**os.environ, **_GIT_ENV}
         if date:
             env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
