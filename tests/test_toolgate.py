@@ -718,6 +718,55 @@ def test_examples_travel_through_a_shared_registrys_journal(tmp_path: Any) -> No
         b.close()
 
 
+def test_a_replica_that_found_no_examples_notices_ones_another_replica_writes(
+    tmp_path: Any,
+) -> None:
+    """A replica decides once that its registry has no tool examples (the cheap
+    path for its gated compiles); examples another replica writes later, taught by
+    its runs or loaded with their tools, switch it to the example gate at once."""
+    from rampart.tools import with_examples
+
+    from tests.test_gate import HashingEmbedder
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    b = rampart.BlockRegistry.open(url, "tools", HashingEmbedder())
+    try:
+        a.load_tools(DATA / "mcp_git_tools.json")
+        b.sync()
+        task = "who has been pushing lately"
+        b.compile(task_text=task, top_k=3, tools_in_prompt=False)
+        assert b._tool_examples is False  # decided: the core's scan
+        a.add_tool_example("git_log", task, trajectory_id="run-1")
+        b.sync()
+        r = b.compile(task_text=task, top_k=1, tools_in_prompt=False)
+        assert [t["function"]["name"] for t in r.tools("openai")] == ["git_log"]
+        row = next(x for x in r.report if x.name == "git_log")
+        assert "best match: example" in row.detail
+        # The same for author examples arriving with a tool another replica loads.
+        c = rampart.BlockRegistry.open(url, "more", HashingEmbedder())
+        d = rampart.BlockRegistry.open(url, "more", HashingEmbedder())
+        try:
+            c.load_tools(DATA / "mcp_git_tools.json")
+            d.sync()
+            d.compile(task_text="is it late in Oslo", top_k=1, tools_in_prompt=False)
+            assert d._tool_examples is False
+            c.load_tools(
+                with_examples(
+                    DATA / "mcp_time_tools.json", {"get_current_time": ["is it late in Oslo"]}
+                )
+            )
+            d.sync()
+            r = d.compile(task_text="is it late in Oslo", top_k=1, tools_in_prompt=False)
+            assert [t["function"]["name"] for t in r.tools("openai")] == ["get_current_time"]
+        finally:
+            c.close()
+            d.close()
+    finally:
+        a.close()
+        b.close()
+
+
 @pytest.mark.parametrize("trusted", [True, False])
 def test_an_agent_learns_tool_examples_from_successful_runs(trusted: bool) -> None:
     """Issue 17: a successful run that called tool T for request X makes X an example

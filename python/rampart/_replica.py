@@ -94,6 +94,7 @@ class ReplicaHost(Protocol):
     def _core(self) -> _core.Registry: ...
     def _settings(self) -> str: ...
     def _embed_written(self) -> None: ...
+    def _blocks_arrived(self, runtime_ids: list[str]) -> None: ...
 
 
 class Replica:
@@ -147,6 +148,7 @@ class Replica:
         result: Any = None
         error: BaseException | None = None
         core = self._core()
+        written: list[str] = []  # blocks the entries wrote (their ids come back)
         for seq, data in entries:
             if seq <= self.position:
                 continue
@@ -185,12 +187,22 @@ class Replica:
                 # fail the same way in every replica, so skipping keeps them equal.
                 self._skip(seq, seq, f"{type(e).__name__}: {e}")
                 err = RegistryFileError(f"shared registry {self.name!r}: entry {seq}: {e}")
+            # Another replica's writes (this one's own went through its registry's
+            # methods, which already note examples they bring).
+            if seq != own and isinstance(out, str):
+                written.append(out)
+            elif seq != own and isinstance(out, list):
+                written += [x for x in out if isinstance(x, str)]
             if seq == own:
                 result, error = out, err
             if self._floors:
                 with self._olock:
                     self._outcomes[seq] = (out, err)
             self.position = seq
+        if written:
+            reg = self._reg()
+            if reg is not None:
+                reg._blocks_arrived(written)
         return result, error
 
     def _skip(self, first: int, last: int, why: str) -> None:

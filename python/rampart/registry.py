@@ -147,6 +147,18 @@ class BlockRegistry:
         if self._embedder is not None:
             self.embed_pending()
 
+    def _blocks_arrived(self, runtime_ids: list[str]) -> None:
+        """A shared replica applied journal entries that wrote these blocks (any
+        replica's, under the replica's lock). A registry that found no tool examples
+        looks at just these: one another replica wrote (an author's tool, a run's
+        learned example) switches it to the example gate, as its own write would."""
+        if self._tool_examples is not False:
+            return
+        from rampart import toolgate
+
+        if toolgate.has_examples(self, runtime_ids):
+            toolgate.note_examples(self)
+
     # ---- construction from seeds -------------------------------------------------
 
     @classmethod

@@ -34,7 +34,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -800,15 +800,28 @@ class ExampleGate:
         return out if top_k is None else out[:top_k]
 
 
-def has_examples(registry: BlockRegistry) -> bool:
-    """Whether some tool block of the registry has example requests (its own,
+def has_examples(registry: BlockRegistry, runtime_ids: Sequence[str] | None = None) -> bool:
+    """Whether some tool block of the registry (or of ``runtime_ids``, blocks
+    that just arrived; gone ones are skipped) has example requests (its own,
     generated or learned): then the registry gates with :class:`ExampleGate`."""
     gate = registry._toolgate
     if gate is not None and gate.generated:
         return True
-    # Once per registry object (then only examples arriving through it re-arm the
-    # gate): every block, since a seed may declare a tool without the "tool" tag.
-    for b in registry._core.blocks():
+    core = registry._core
+    if runtime_ids is None:
+        # Once per registry object (then only examples arriving through it, or a
+        # shared registry's journal, re-arm the gate): every block, since a seed
+        # may declare a tool without the "tool" tag.
+        blocks: Iterable[_core.Block] = core.blocks()
+    else:
+        found = []
+        for i in runtime_ids:
+            try:
+                found.append(core.get(i))
+            except BlockNotFoundError:  # written, then gone in the same batch
+                continue
+        blocks = found
+    for b in blocks:
         if _is_example_block(b):
             return True
         raw = b.metadata_json
