@@ -15,6 +15,7 @@ import rampart
 from rampart.errors import InvalidArgumentError, ModelError
 
 from tests.conftest import DATA, needs_model
+from tests.test_toolgate import hit_rates
 
 np = pytest.importorskip("numpy")
 toolgate = pytest.importorskip("rampart.toolgate")
@@ -182,15 +183,6 @@ def test_async_gate_maps_like_the_sync_gate() -> None:
     reg.release()
 
 
-def _hit_rates(reg: rampart.BlockRegistry, requests: list[dict[str, Any]]) -> tuple[float, float]:
-    top1 = top3 = 0
-    for r in requests:
-        ranked = [b.semantic_name for b, _ in reg.find_relevant(r["request"], top_k=3)]
-        top1 += ranked[0] in r["acceptable"]
-        top3 += bool(set(ranked) & set(r["acceptable"]))
-    return top1 / len(requests), top3 / len(requests)
-
-
 @needs_model
 def test_cold_gate_hit_rate_with_the_adapter_on_the_holdout() -> None:
     """A floor under the measured cold numbers with the adapter (docs/tool-gate.md),
@@ -206,9 +198,9 @@ def test_cold_gate_hit_rate_with_the_adapter_on_the_holdout() -> None:
     for f in doc["tool_files"]:
         reg.load_tools(DATA / f)
     assert toolgate.query_adapter(reg) is not None
-    with_adapter = _hit_rates(reg, holdout)
+    with_adapter = hit_rates(reg, holdout)
     toolgate.set_query_adapter(reg, None)
-    without = _hit_rates(reg, holdout)
+    without = hit_rates(reg, holdout)
     reg.release()
     assert with_adapter[1] > without[1], (with_adapter, without)
     # Measured: 52.9 / 77.7 % (206 requests) against 41.7 / 71.4 % without.

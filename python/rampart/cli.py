@@ -634,6 +634,17 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent_model_args(p: argparse.ArgumentParser) -> None:
+    """The model options every ``rampart agent`` experiment takes."""
+    p.add_argument(
+        "--model",
+        default="qwen2.5-coder-1.5b",
+        help="GGUF alias or path, or a model name with --base-url",
+    )
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
+
+
 def _add_agent_parser(sub: Any) -> None:
     ag = sub.add_parser("agent", help="the agent loop: rerun its learning experiment")
     asub = ag.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
@@ -644,16 +655,10 @@ def _add_agent_parser(sub: Any) -> None:
         "before learning, after learning from the training tasks, and with hand-written "
         "rules, per seed (docs/agent.md).",
     )
-    d.add_argument(
-        "--model",
-        default="qwen2.5-coder-1.5b",
-        help="GGUF alias or path, or a model name with --base-url",
-    )
-    d.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
+    _agent_model_args(d)
     d.add_argument("--seeds", default="0,1,2", help="comma list (default 0,1,2)")
     d.add_argument("--per-convention", type=int, default=2, help="train/held-out tasks each (1-3)")
     d.add_argument("--temperature", type=float, default=0.7)
-    d.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
     d.add_argument("--out", default=None, help="folder for summary.json")
     d.add_argument("--no-ceiling", action="store_true", help="skip the hand-written-rules runs")
     d.add_argument("--no-embed", action="store_true", help="text similarity for duplicate rules")
@@ -665,17 +670,11 @@ def _add_agent_parser(sub: Any) -> None:
         "sandbox where the tools really act; success per condition, gate misses, "
         "find_tools recoveries, prompt tokens per call (docs/agent.md).",
     )
-    t.add_argument(
-        "--model",
-        default="qwen2.5-coder-1.5b",
-        help="GGUF alias or path, or a model name with --base-url",
-    )
-    t.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
+    _agent_model_args(t)
     t.add_argument("--seeds", default="0", help="comma list (default 0)")
     t.add_argument("--top-k", type=int, default=5, help="tools the gate offers (default 5)")
     t.add_argument("--max-steps", type=int, default=4, help="model calls per task (default 4)")
     t.add_argument("--temperature", type=float, default=0.0)
-    t.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
     t.add_argument("--tasks", default=None, help="comma list of task names (default: all)")
     t.add_argument(
         "--conditions",
