@@ -415,7 +415,7 @@ def test_learned_examples_survive_save_and_load(tmp_path: Any) -> None:
 def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) -> None:
     from rampart.embeddings.cache import ExampleCache
     from rampart.llm import OpenAIBackend
-    from rampart.toolgate import enrich_tools, parse_examples
+    from rampart.toolgate import ENRICH_PROMPT, enrich_tools, parse_examples
 
     from tests import fake_openai as fake
 
@@ -436,9 +436,10 @@ def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) ->
         assert len(server.payloads) == n_tools
         backend.close()
     assert out["git_log"] == ["first request", "second request"]
-    first = server.payloads[0]["messages"]
-    assert "example requests" in first[0]["content"]
-    assert first[1]["content"].startswith("Tool `git_status`")  # the tool as render_tool says
+    (first,) = server.payloads[0]["messages"]  # one user message: the tool, then the ask
+    assert first["role"] == "user"
+    assert first["content"].startswith("Tool `git_status`")  # the tool as render_tool says
+    assert first["content"].endswith(ENRICH_PROMPT.format(n=2))
     assert again._tool_examples is True
     row = next(iter(again.find_relevant("first request", top_k=1)))
     assert row[0].tool_schema is not None

@@ -836,7 +836,9 @@ def _cmd_tools_enrich(args: argparse.Namespace) -> int:
             raise InvalidArgumentError("--base-url needs --model (the server's model name)")
         backend = OpenAIBackend(args.base_url, args.model, native_tools=False)
     else:
-        backend = LlamaCppBackend(args.model or "smollm2", n_ctx=2048, native_tools=False)
+        backend = LlamaCppBackend(
+            args.model or "smollm2", n_ctx=2048, n_threads=args.threads, native_tools=False
+        )
     cache = None if args.no_cache else ExampleCache()
     out: dict[str, list[str]] = {}
     try:
@@ -869,6 +871,12 @@ def _add_tools_parser(sub: Any) -> None:
     e.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint instead")
     e.add_argument("-n", type=_int_in(1, 64), default=5, help="examples per tool (default 5)")
     e.add_argument("--out", default=None, help="write the JSON here (default: stdout)")
+    e.add_argument(
+        "--threads",
+        type=_int_in(1, 256),
+        default=None,
+        help="llama.cpp threads (default: all cores; 1 is faster on a busy machine)",
+    )
     e.add_argument("--no-cache", action="store_true", help="ask the model even when cached")
     e.set_defaults(func=_cmd_tools_enrich)
 
