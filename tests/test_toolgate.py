@@ -447,6 +447,33 @@ def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) ->
     again.release()
 
 
+def test_parse_examples_on_real_model_replies() -> None:
+    """Replies Qwen2.5-Coder-1.5B really gave (tests/data/tool_gate_enrich_replies.json):
+    numbered and bulleted lines, quoted values, calls written out and, under the
+    first prompt, the tool's own description and parameter list copied back. Each entry holds the
+    lines a reader kept by hand; the parser must keep exactly those."""
+    from rampart.toolgate import parse_examples
+    from rampart.tools import render_tool
+
+    doc = json.loads((DATA / "tool_gate_enrich_replies.json").read_text(encoding="utf-8"))
+    assert len(doc["replies"]) >= 10
+    for r in doc["replies"]:
+        schema = next(t for t in parse_tools(DATA / r["file"]) if t.name == r["tool"])
+        got = parse_examples(r["reply"], 5, tool_text=render_tool(schema), name=schema.name)
+        assert got == r["kept"], r["tool"]
+        assert len({" ".join(g.casefold().split()) for g in got}) == len(got)
+        for g in got:
+            assert not re.match(r"\s*(?:[-*•]|\d+[.)])\s", g), g
+            assert not (g[0] == g[-1] and g[0] in "\"'`"), g
+            assert g.count('"') % 2 == 0, g  # a quoted value keeps both its quotes
+    # Copied descriptions and parameter lists, and calls written out (`git_log
+    # /path/to/repo 5`), yield nothing; without the tool's text and name the same
+    # lines would have passed as requests.
+    copies = [r for r in doc["replies"] if not r["kept"]]
+    assert {r["prompt"] for r in copies} == {"system-message", "after-tool"}
+    assert all(parse_examples(r["reply"], 5) for r in copies)
+
+
 @needs_model
 def test_example_gate_hit_rate_on_the_holdout() -> None:
     """A floor under the measured enriched numbers (docs/tool-gate.md)."""

@@ -1138,16 +1138,49 @@ def _unquote(text: str) -> str:
     return text
 
 
-def parse_examples(reply: str, limit: int, *, tool_text: str = "") -> list[str]:
+# What render_tool writes besides the description: its labels and parameter lines
+# ("- path (string, required): ..."). A reply line shaped like them is a copy.
+_TOOL_LABEL = re.compile(r"^(?:tool\b|hints?:|parameters?:)", re.IGNORECASE)
+_PARAM_LINE = re.compile(r"^[\w.-]+ \((?:string|number|integer|boolean|array|object)\b")
+# Six words in a row shared with the tool's text make a line a copy; five did not
+# tell "Read the complete contents of the file x.txt" (a request) from a copy.
+_ECHO_RUN = 6
+# A name that is an identifier, not a word ("git_log", "readFile"): a line starting
+# with it is a call. A line starting with a plain-word name ("fetch") is a request.
+_IDENTIFIER = re.compile(r"[_\d]|[a-z][A-Z]|-")
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def _word_runs(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + _ECHO_RUN]) for i in range(len(words) - _ECHO_RUN + 1)}
+
+
+def _copied(words: list[str], runs: set[tuple[str, ...]], joined: str) -> bool:
+    if len(words) >= 3 and f" {' '.join(words)} " in joined:
+        return True
+    return not runs.isdisjoint(_word_runs(words))
+
+
+def parse_examples(reply: str, limit: int, *, tool_text: str = "", name: str = "") -> list[str]:
     """Example requests from a model's reply: one per line, list marks and enclosing
-    quotes stripped; dropped: empty lines, lines without a letter and code fences,
-    headings (ending in ``:``), duplicates (ignoring case), and lines found in
-    ``tool_text`` (the tool as the model was shown it: a small model copies its
-    description back; lines of four words or more, so a short request such as "list
-    files" survives). At most ``limit``."""
+    quotes stripped. Dropped: empty lines, lines without a letter, code fences,
+    headings (ending in ``:``), duplicates (ignoring case and spacing), and copies
+    of ``tool_text`` (the tool as the model was shown it; a small model copies its
+    description and parameter list back, sometimes with a word changed): a line
+    shaped like render_tool's labels or parameter lines, a line of three words or
+    more found whole in the tool's text, or one sharing six words in a row with it
+    (a short request such as "list files" survives); and a line that starts with the
+    tool's ``name`` when that is an identifier: a call written out (``git_log
+    /path/to/repo 5``), not a request.
+    At most ``limit``."""
     out: list[str] = []
     seen: set[str] = set()
-    echo = " ".join(tool_text.split()).casefold()
+    tool_words = _words(tool_text)
+    runs = _word_runs(tool_words)
+    joined = f" {' '.join(tool_words)} "
     for line in reply.splitlines():
         text = _unquote(_LINE_MARK.sub("", line).strip())
         folded = " ".join(text.split()).casefold()
@@ -1157,7 +1190,9 @@ def parse_examples(reply: str, limit: int, *, tool_text: str = "") -> list[str]:
             or text.startswith("```")
             or text.endswith(":")
             or folded in seen
-            or (len(folded.split()) >= 4 and folded.rstrip(".") in echo)
+            or (tool_text and (_TOOL_LABEL.match(text) or _PARAM_LINE.match(text)))
+            or (_IDENTIFIER.search(name) and text.startswith(name))
+            or _copied(_words(text), runs, joined)
         ):
             continue
         seen.add(folded)
@@ -1191,8 +1226,9 @@ def generate_examples(
         {"role": "user", "content": f"{tool_text}\n\n{ENRICH_PROMPT.format(n=n)}"},
     ]
     reply = backend.chat(messages, temperature=0.0, seed=seed, max_tokens=48 * n)
-    examples = parse_examples(reply.text, n, tool_text=tool_text)
-    if cache is not None and examples:
+    examples = parse_examples(reply.text, n, tool_text=tool_text, name=schema.name)
+    if cache is not None:
+        # Even an empty list: at temperature 0 the same model answers the same again.
         cache.put(key, examples)
     return examples
 
