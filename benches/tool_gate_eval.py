@@ -22,7 +22,7 @@ the learning curve (tests/data/tool_gate_stream.json taught one example per tool
 a time with ``add_tool_example``); ``--openai URL MODEL``: another embedding model
 behind an OpenAI-compatible endpoint; ``--judge MODEL``: the LLM judge.
 
-    python benches/tool_gate_eval.py [--out results.json] [--enrich smollm2]
+    python benches/tool_gate_eval.py [--out results.json] [--enrich qwen2.5-coder-1.5b]
     make toolgate-eval
 """
 
