@@ -22,18 +22,30 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 
 from rampart._files import atomic_write  # noqa: E402
 from rampart.embeddings.cache import ExampleCache  # noqa: E402
-from rampart.llm import LlamaCppBackend  # noqa: E402
+from rampart.llm import LlamaCppBackend, Reply  # noqa: E402
 from rampart.toolgate import ENRICH_PROMPT, generate_examples  # noqa: E402
 from rampart.tools import parse_tools  # noqa: E402
 from tool_gate_scale import load_scale, tool_defs  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "tool_gate_examples_generated_qwen.json"
+
+
+class _Recording(LlamaCppBackend):
+    """The backend, keeping its last reply's text (to see why a tool got no examples)."""
+
+    last: str | None = None
+
+    def chat(self, *args: Any, **kwargs: Any) -> Reply:
+        reply = super().chat(*args, **kwargs)
+        self.last = reply.text
+        return reply
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,12 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=5, help="examples per tool (default 5)")
     ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--replies", type=Path, default=None, help="append each raw model reply here (JSONL)"
+    )
     args = ap.parse_args(argv)
 
     doc = load_scale()
     files = [f for tier in doc["tiers"] for f in tier]
     schemas = [s for f in files for s in parse_tools({"tools": tool_defs(doc, f)})]
-    backend = LlamaCppBackend(args.model, n_ctx=2048, n_threads=args.threads, native_tools=False)
+    backend = _Recording(args.model, n_ctx=2048, n_threads=args.threads, native_tools=False)
     cache = ExampleCache()
     out: dict[str, list[str]] = {}
     asked = 0
@@ -62,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asked += 1
                 spent += took
             out[schema.name] = examples
+            if args.replies is not None and backend.last is not None:
+                with open(args.replies, "a", encoding="utf-8") as f:
+                    row = {"tool": schema.name, "s": round(took, 1), "reply": backend.last}
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                backend.last = None
             print(f"[{i + 1}/{len(schemas)}] {schema.name}: {len(examples)} in {took:.1f} s")
             text = json.dumps(
                 {

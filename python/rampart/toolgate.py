@@ -1142,9 +1142,13 @@ def _unquote(text: str) -> str:
 # ("- path (string, required): ..."). A reply line shaped like them is a copy.
 _TOOL_LABEL = re.compile(r"^(?:tool\b|hints?:|parameters?:)", re.IGNORECASE)
 _PARAM_LINE = re.compile(r"^[\w.-]+ \((?:string|number|integer|boolean|array|object)\b")
-# Six words in a row shared with the tool's text make a line a copy; five did not
-# tell "Read the complete contents of the file x.txt" (a request) from a copy.
+# A line is a copy when most of its words (_ECHO_SHARE) lie in runs of six or more
+# (_ECHO_RUN) shared with the tool's text. Runs of five did not tell "Read the
+# complete contents of the file x.txt" (a request) from a copy; any shared run of
+# six dropped every request for a tool with a short description ("Get the workbook
+# file as an embedded base64 resource for data.xlsx").
 _ECHO_RUN = 6
+_ECHO_SHARE = 0.6
 # A name that is an identifier, not a word ("git_log", "readFile"): a line starting
 # with it is a call. A line starting with a plain-word name ("fetch") is a request.
 _IDENTIFIER = re.compile(r"[_\d]|[a-z][A-Z]|-")
@@ -1161,7 +1165,11 @@ def _word_runs(words: list[str]) -> set[tuple[str, ...]]:
 def _copied(words: list[str], runs: set[tuple[str, ...]], joined: str) -> bool:
     if len(words) >= 3 and f" {' '.join(words)} " in joined:
         return True
-    return not runs.isdisjoint(_word_runs(words))
+    covered = [False] * len(words)
+    for i in range(len(words) - _ECHO_RUN + 1):
+        if tuple(words[i : i + _ECHO_RUN]) in runs:
+            covered[i : i + _ECHO_RUN] = [True] * _ECHO_RUN
+    return sum(covered) >= _ECHO_SHARE * len(words) > 0
 
 
 def parse_examples(reply: str, limit: int, *, tool_text: str = "", name: str = "") -> list[str]:
@@ -1171,8 +1179,9 @@ def parse_examples(reply: str, limit: int, *, tool_text: str = "", name: str = "
     of ``tool_text`` (the tool as the model was shown it; a small model copies its
     description and parameter list back, sometimes with a word changed): a line
     shaped like render_tool's labels or parameter lines, a line of three words or
-    more found whole in the tool's text, or one sharing six words in a row with it
-    (a short request such as "list files" survives); and a line that starts with the
+    more found whole in the tool's text (a short request such as "list files"
+    survives), or one whose words lie mostly (60 %) in runs of six or more shared
+    with it; and a line that starts with the
     tool's ``name`` when that is an identifier: a call written out (``git_log
     /path/to/repo 5``), not a request.
     At most ``limit``."""
