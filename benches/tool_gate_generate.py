@@ -40,11 +40,11 @@ OUT = ROOT / "tests" / "data" / "tool_gate_examples_generated_qwen.json"
 class _Recording(LlamaCppBackend):
     """The backend, keeping its last reply's text (to see why a tool got no examples)."""
 
-    last: str | None = None
+    last: tuple[str, int | None] | None = None
 
     def chat(self, *args: Any, **kwargs: Any) -> Reply:
         reply = super().chat(*args, **kwargs)
-        self.last = reply.text
+        self.last = (reply.text, reply.completion_tokens)
         return reply
 
 
@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out[schema.name] = examples
             if args.replies is not None and backend.last is not None:
                 with open(args.replies, "a", encoding="utf-8") as f:
-                    row = {"tool": schema.name, "s": round(took, 1), "reply": backend.last}
+                    row = {"tool": schema.name, "s": round(took, 1), "reply": backend.last[0]}
+                    row["completion_tokens"] = backend.last[1]
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                 backend.last = None
             print(f"[{i + 1}/{len(schemas)}] {schema.name}: {len(examples)} in {took:.1f} s")

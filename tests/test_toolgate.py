@@ -449,8 +449,9 @@ def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) ->
 
 def test_parse_examples_on_real_model_replies() -> None:
     """Replies Qwen2.5-Coder-1.5B really gave (tests/data/tool_gate_enrich_replies.json):
-    numbered and bulleted lines, quoted values, calls written out and, under the
-    first prompt, the tool's own description and parameter list copied back. Each entry holds the
+    numbered and bulleted lines, quoted values, calls written out, a reply cut at the
+    token limit and, under the first prompt, the tool's own description and parameter
+    list copied back. Each entry holds the
     lines a reader kept by hand; the parser must keep exactly those."""
     from rampart.toolgate import parse_examples
     from rampart.tools import render_tool
@@ -459,7 +460,13 @@ def test_parse_examples_on_real_model_replies() -> None:
     assert len(doc["replies"]) >= 10
     for r in doc["replies"]:
         schema = next(t for t in parse_tools(DATA / r["file"]) if t.name == r["tool"])
-        got = parse_examples(r["reply"], 5, tool_text=render_tool(schema), name=schema.name)
+        got = parse_examples(
+            r["reply"],
+            5,
+            tool_text=render_tool(schema),
+            name=schema.name,
+            truncated=r.get("truncated", False),
+        )
         assert got == r["kept"], r["tool"]
         assert len({" ".join(g.casefold().split()) for g in got}) == len(got)
         for g in got:
@@ -472,6 +479,10 @@ def test_parse_examples_on_real_model_replies() -> None:
     copies = [r for r in doc["replies"] if not r["kept"]]
     assert {r["prompt"] for r in copies} == {"system-message", "after-tool"}
     assert all(parse_examples(r["reply"], 5) for r in copies)
+    # A reply cut at the token limit loses its unfinished last line, and only that.
+    (cut,) = [r for r in doc["replies"] if r.get("truncated")]
+    whole = parse_examples(cut["reply"], 5)
+    assert whole[:-1] == parse_examples(cut["reply"], 5, truncated=True)
 
 
 @needs_model

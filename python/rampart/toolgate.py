@@ -1172,7 +1172,9 @@ def _copied(words: list[str], runs: set[tuple[str, ...]], joined: str) -> bool:
     return sum(covered) >= _ECHO_SHARE * len(words) > 0
 
 
-def parse_examples(reply: str, limit: int, *, tool_text: str = "", name: str = "") -> list[str]:
+def parse_examples(
+    reply: str, limit: int, *, tool_text: str = "", name: str = "", truncated: bool = False
+) -> list[str]:
     """Example requests from a model's reply: one per line, list marks and enclosing
     quotes stripped. Dropped: empty lines, lines without a letter, code fences,
     headings (ending in ``:``), duplicates (ignoring case and spacing), and copies
@@ -1183,14 +1185,17 @@ def parse_examples(reply: str, limit: int, *, tool_text: str = "", name: str = "
     survives), or one whose words lie mostly (60 %) in runs of six or more shared
     with it; and a line that starts with the
     tool's ``name`` when that is an identifier: a call written out (``git_log
-    /path/to/repo 5``), not a request.
-    At most ``limit``."""
+    /path/to/repo 5``), not a request. ``truncated``: the reply was cut at the token
+    limit, so its last line is unfinished and dropped. At most ``limit``."""
     out: list[str] = []
     seen: set[str] = set()
     tool_words = _words(tool_text)
     runs = _word_runs(tool_words)
     joined = f" {' '.join(tool_words)} "
-    for line in reply.splitlines():
+    lines = reply.splitlines()
+    if truncated:
+        lines = lines[:-1]
+    for line in lines:
         text = _unquote(_LINE_MARK.sub("", line).strip())
         folded = " ".join(text.split()).casefold()
         if (
@@ -1234,8 +1239,10 @@ def generate_examples(
     messages: list[Mapping[str, Any]] = [
         {"role": "user", "content": f"{tool_text}\n\n{ENRICH_PROMPT.format(n=n)}"},
     ]
-    reply = backend.chat(messages, temperature=0.0, seed=seed, max_tokens=48 * n)
-    examples = parse_examples(reply.text, n, tool_text=tool_text, name=schema.name)
+    max_tokens = 48 * n
+    reply = backend.chat(messages, temperature=0.0, seed=seed, max_tokens=max_tokens)
+    cut = reply.completion_tokens is not None and reply.completion_tokens >= max_tokens
+    examples = parse_examples(reply.text, n, tool_text=tool_text, name=schema.name, truncated=cut)
     if cache is not None:
         # Even an empty list: at temperature 0 the same model answers the same again.
         cache.put(key, examples)
