@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 from rampart._files import atomic_write  # noqa: E402
 from rampart.embeddings.cache import ExampleCache  # noqa: E402
 from rampart.llm import LlamaCppBackend, Reply  # noqa: E402
-from rampart.toolgate import ENRICH_PROMPT, generate_examples  # noqa: E402
+from rampart.toolgate import ENRICH_PROMPT, example_key, generate_examples  # noqa: E402
 from rampart.tools import parse_tools  # noqa: E402
 from tool_gate_scale import load_scale, tool_defs  # noqa: E402
 
@@ -57,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--replies", type=Path, default=None, help="append each raw model reply here (JSONL)"
     )
+    ap.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="ask the model nothing: write the tools the cache holds, up to the first it lacks",
+    )
     args = ap.parse_args(argv)
 
     doc = load_scale()
@@ -71,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for i, schema in enumerate(schemas):
             t0 = time.perf_counter()
+            if args.cached_only:
+                hit = cache.get(example_key(schema, backend, n=args.n))
+                if hit is None:
+                    break
             examples = generate_examples(schema, backend, n=args.n, cache=cache)
             took = time.perf_counter() - t0
             if took > 1.0:  # a cache hit takes microseconds; anything slower asked the model

@@ -77,6 +77,7 @@ __all__ = [
     "default_gate",
     "enrich_tools",
     "example_block_text",
+    "example_key",
     "generate_examples",
     "has_examples",
     "judge_prompt",
@@ -1216,6 +1217,16 @@ def parse_examples(
     return out
 
 
+def example_key(schema: ToolSchema, backend: Backend, *, n: int = 5, seed: int = 0) -> bytes:
+    """The :class:`ExampleCache` key of ``schema``'s examples from ``backend``: the
+    backend's ``describe()``, the prompt, ``n``, ``seed`` and the schema without its
+    examples (an edited description or another prompt gets new ones)."""
+    if type(n) is not int or not 1 <= n <= MAX_EXAMPLES:
+        raise InvalidArgumentError(f"n must be an int from 1 to {MAX_EXAMPLES}, got {n!r}")
+    generator = json.dumps([backend.describe(), ENRICH_PROMPT, n, seed], sort_keys=True)
+    return ExampleCache.key(generator, _schema_key(schema))
+
+
 def generate_examples(
     schema: ToolSchema,
     backend: Backend,
@@ -1227,10 +1238,7 @@ def generate_examples(
     """``n`` example requests for one tool from ``backend`` (any rampart.llm
     backend), read from ``cache`` when this generator already wrote them for this
     schema (key: the backend's ``describe()`` and the schema without examples)."""
-    if type(n) is not int or not 1 <= n <= MAX_EXAMPLES:
-        raise InvalidArgumentError(f"n must be an int from 1 to {MAX_EXAMPLES}, got {n!r}")
-    generator = json.dumps([backend.describe(), ENRICH_PROMPT, n, seed], sort_keys=True)
-    key = ExampleCache.key(generator, _schema_key(schema))
+    key = example_key(schema, backend, n=n, seed=seed)
     if cache is not None:
         hit = cache.get(key)
         if hit is not None:
