@@ -1274,6 +1274,11 @@ def enrich_tools(
     process, on another replica) reads them back without a model call. To store
     them *in* the tool blocks (saved, journaled), write them out and load the tools
     with :func:`rampart.tools.with_examples` (``rampart tools enrich`` does).
+
+    Measure before relying on it: the examples of a small local model
+    (Qwen2.5-Coder-1.5B) scored below the cold gate on rampart's evaluation
+    (docs/tool-gate.md, "Generated examples"), since they are near-copies of the
+    description with one value changed; author examples, or learned ones, pay.
     """
     store = ExampleCache() if cache is True else (cache or None)
     out: dict[str, list[str]] = {}
