@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from rampart.agent import Agent, Run
 from rampart.errors import InvalidArgumentError
@@ -255,7 +255,7 @@ def run_demo(
     embedding_model: Any = None,
     ceiling: bool = True,
     out: Path | None = None,
-    progress: TextIO | None = sys.stderr,
+    progress: TextIO | Literal["stderr"] | None = "stderr",
 ) -> dict[str, Any]:
     """Run the experiment; returns (and writes to ``out``/summary.json) per-seed held-out
     success before, after learning and with hand-written rules, and every run's row."""
@@ -268,7 +268,10 @@ def run_demo(
 
     def say(msg: str) -> None:
         if progress is not None:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=progress, flush=True)
+            # "stderr": sys.stderr when the message is written, not the stream that
+            # was sys.stderr at import (a test's captured one is closed afterwards).
+            stream = sys.stderr if progress == "stderr" else progress
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=stream, flush=True)
 
     for seed in seeds:
         reg = base_registry(embedding_model)
@@ -377,6 +380,32 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_seeds(seeds: str) -> list[int]:
+    """``--seeds 0,1,2`` of the ``rampart agent`` experiments."""
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise InvalidArgumentError(f"--seeds must be a comma list of ints, got {seeds!r}") from None
+    if not seed_list:
+        raise InvalidArgumentError("--seeds names no seed")
+    return seed_list
+
+
+def experiment_backend(
+    model: str, base_url: str | None, threads: int | None, n_ctx: int
+) -> Backend:
+    """The model of a ``rampart agent`` experiment: an OpenAI-compatible server, or
+    llama.cpp in process."""
+    from rampart.llm import LlamaCppBackend, OpenAIBackend
+
+    if base_url:
+        return OpenAIBackend(base_url, model, concurrency=1)
+    # One thread by default: on a shared or small machine, llama.cpp's worker
+    # threads spin-wait at every barrier, and two threads on a contended pair of
+    # cores ran ~4x slower than one (docs/agent.md).
+    return LlamaCppBackend(model, n_ctx=n_ctx, n_threads=threads or 1)
+
+
 def cli_demo(
     *,
     model: str,
@@ -390,22 +419,8 @@ def cli_demo(
     embed: bool,
 ) -> int:
     """``rampart agent demo``: run the experiment and print its summary."""
-    from rampart.llm import LlamaCppBackend, OpenAIBackend
-
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise InvalidArgumentError(f"--seeds must be a comma list of ints, got {seeds!r}") from None
-    if not seed_list:
-        raise InvalidArgumentError("--seeds names no seed")
-    backend: Backend
-    if base_url:
-        backend = OpenAIBackend(base_url, model, concurrency=1)
-    else:
-        # One thread by default: on a shared or small machine, llama.cpp's worker
-        # threads spin-wait at every barrier, and two threads on a contended pair of
-        # cores ran ~4x slower than one (docs/agent.md).
-        backend = LlamaCppBackend(model, n_ctx=4096, n_threads=threads or 1)
+    seed_list = parse_seeds(seeds)
+    backend = experiment_backend(model, base_url, threads, n_ctx=4096)
     embedder = None
     if embed:
         from rampart.embeddings import default_embedder

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rampart.agent import TOOL_SEARCH, Agent, Run
@@ -1192,7 +1192,7 @@ def run_tools_demo(
     embedding_model: Any = None,
     data_dir: str | os.PathLike[str] | None = None,
     out: Path | None = None,
-    progress: TextIO | None = sys.stderr,
+    progress: TextIO | Literal["stderr"] | None = "stderr",
 ) -> dict[str, Any]:
     """Run every task under every condition and seed, each in a fresh sandbox; returns
     (and writes to ``out``/summary.json after each condition) the per-condition rates
@@ -1211,7 +1211,10 @@ def run_tools_demo(
 
     def say(msg: str) -> None:
         if progress is not None:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=progress, flush=True)
+            # "stderr": sys.stderr when the message is written, not the stream that
+            # was sys.stderr at import (a test's captured one is closed afterwards).
+            stream = sys.stderr if progress == "stderr" else progress
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=stream, flush=True)
 
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
@@ -1342,12 +1345,9 @@ def cli_tools_demo(
     out: str | None,
 ) -> int:
     """``rampart agent tools-demo``: run the experiment and print its table."""
-    from rampart.llm import LlamaCppBackend, OpenAIBackend
+    from rampart.agent_demo import experiment_backend, parse_seeds
 
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise InvalidArgumentError(f"--seeds must be a comma list of ints, got {seeds!r}") from None
+    seed_list = parse_seeds(seeds)
     chosen = TASKS
     if tasks:
         names = [n.strip() for n in tasks.split(",") if n.strip()]
@@ -1357,12 +1357,8 @@ def cli_tools_demo(
             raise InvalidArgumentError(f"--tasks: unknown {bad}; known: {', '.join(known)}")
         chosen = [known[n] for n in names]
     conds = tuple(c.strip() for c in conditions.split(",")) if conditions else CONDITIONS
-    backend: Backend
-    if base_url:
-        backend = OpenAIBackend(base_url, model, concurrency=1)
-    else:
-        # 40 MCP schemas render to ~4k tokens: the "all" condition needs the room.
-        backend = LlamaCppBackend(model, n_ctx=8192, n_threads=threads or 1)
+    # 40 MCP schemas render to ~4k tokens: the "all" condition needs the room.
+    backend = experiment_backend(model, base_url, threads, n_ctx=8192)
     try:
         summary = run_tools_demo(
             backend,
