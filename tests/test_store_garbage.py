@@ -643,6 +643,36 @@ def test_a_row_ahead_of_the_sequence_stops_no_append(
         raw.close()
 
 
+def _replicas_survive_a_planted_row(
+    url: str, plant: Callable[[int], None], last: Callable[[], int], *, late: bool = False
+) -> None:
+    """Two replicas write around a row a foreign client planted at the next sequence
+    number (``plant(n)``); they converge, the follower still delivers another
+    replica's write, and (``late``) a replica opened afterwards converges too."""
+    a = opened(url)
+    b = opened(url)
+    try:
+        bounded(lambda: a.write_block("one", "b1"), "write")
+        plant(last() + 1)
+        bounded(lambda: a.write_block("two", "b2"), "write")
+        bounded(lambda: b.write_block("three", "b3"), "write")
+        converged([a, b])
+        assert len(a) == 3
+        # The follower is alive: another replica's write still arrives.
+        rid = bounded(lambda: b.write_block("four", "b4"), "write")
+        bounded(a.sync, "sync()")
+        assert rid in a
+        if late:
+            c = opened(url)
+            try:
+                converged([a, b, c])
+            finally:
+                c.close()
+    finally:
+        a.close()
+        b.close()
+
+
 @pytest.mark.parametrize(
     ("seq_of", "entry"),
     [
@@ -660,24 +690,10 @@ def test_sqlite_values_of_the_wrong_type_are_skipped(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     caplog.set_level(logging.WARNING, logger="rampart.shared")
-    a = opened(url)
-    b = opened(url)
     raw = RawSQLite(url)
     try:
-        bounded(lambda: a.write_block("one", "b1"), "write")
-        n = raw.last() + 1
-        raw.row(seq_of(n), entry)
-        bounded(lambda: a.write_block("two", "b2"), "write")
-        bounded(lambda: b.write_block("three", "b3"), "write")
-        converged([a, b])
-        assert len(a) == 3
-        # The follower is alive: another replica's write still arrives.
-        rid = bounded(lambda: b.write_block("four", "b4"), "write")
-        bounded(a.sync, "sync()")
-        assert rid in a
+        _replicas_survive_a_planted_row(url, lambda n: raw.row(seq_of(n), entry), raw.last)
     finally:
-        a.close()
-        b.close()
         raw.close()
 
 
@@ -704,28 +720,12 @@ def test_postgres_values_a_foreign_client_can_write_are_skipped(
 ) -> None:
     url = postgres_server.url
     caplog.set_level(logging.WARNING, logger="rampart.shared")
-    a = opened(url)
-    b = opened(url)
     raw = RawPostgres(url)
     try:
-        bounded(lambda: a.write_block("one", "b1"), "write")
-        n = raw.last() + 1
-        raw.row(seq_of(n), entry, name)
-        bounded(lambda: a.write_block("two", "b2"), "write")
-        bounded(lambda: b.write_block("three", "b3"), "write")
-        converged([a, b])
-        assert len(a) == 3
-        rid = bounded(lambda: b.write_block("four", "b4"), "write")
-        bounded(a.sync, "sync()")
-        assert rid in a
-        late = opened(url)
-        try:
-            converged([a, b, late])
-        finally:
-            late.close()
+        _replicas_survive_a_planted_row(
+            url, lambda n: raw.row(seq_of(n), entry, name), raw.last, late=True
+        )
     finally:
-        a.close()
-        b.close()
         raw.close()
 
 

@@ -380,21 +380,7 @@ def _explain_body(key: str, old: Any, new: Any, golden: Mapping[str, Any]) -> li
     elif isinstance(before, str) and isinstance(after, str):
         blame = _string_blame(golden, before, _first_diff(before, after))
     lines = [f"  body {key!r}: {path or '(top level)'}: {what}" + (f", {blame}" if blame else "")]
-    import difflib
-
-    diff = list(
-        difflib.unified_diff(
-            _dumps(old).splitlines(),
-            _dumps(new).splitlines(),
-            f"golden {key}",
-            f"current {key}",
-            n=1,
-            lineterm="",
-        )
-    )
-    if len(diff) > MAX_DIFF_LINES:
-        diff = [*diff[:MAX_DIFF_LINES], f"... ({len(diff) - MAX_DIFF_LINES} more lines)"]
-    lines += ["    " + line for line in diff]
+    lines += _text_diff(_dumps(old), _dumps(new), key)
     return lines
 
 
