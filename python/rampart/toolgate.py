@@ -467,11 +467,6 @@ class _Layout:
             missing = [t for t in dict.fromkeys(texts) if t not in known]
             if missing:
                 matrix, edim, _ = encode_texts(model, missing)
-                if edim != dim:
-                    raise InvalidArgumentError(
-                        f"registry {reg.label!r}: example vectors have {edim} dimensions, "
-                        f"block vectors {dim}; the blocks were embedded by another model"
-                    )
                 new = np.frombuffer(matrix, dtype=np.float32).reshape(len(missing), edim)
                 new = new / np.maximum(np.linalg.norm(new, axis=1, keepdims=True), 1e-12)
                 known = {**known, **dict(zip(missing, new))}
@@ -732,18 +727,22 @@ class ExampleGate:
         # its threads, and on a busy machine waiting for a descheduled one cost a
         # median 15 ms against 0.2 ms on one core (docs/tool-gate.md, Scale).
         q = np.frombuffer(raw, dtype=np.float32)
-        sims = np.einsum("ij,j->i", layout.vectors, q)
         mapped = reg._adapt(task_text, None, raw)
-        if mapped is not raw:
+        if mapped is raw:
+            sims = np.einsum("ij,j->i", layout.vectors, q)
+        else:
             # The blocks' own texts are scored as the cold gate scores them (the
             # task mapped by the registry's query adapter); examples are requests
             # and are matched plainly. Chosen on the tune halves: top-3 equal with
             # author examples, +1.3 to +3.7 points with 1-3 learned per tool
-            # (docs/tool-gate.md). Block rows come first in the layout.
+            # (docs/tool-gate.md). Block rows come first in the layout, so each
+            # row is multiplied once.
             n = len(layout.ids)
+            sims = np.empty(len(layout.vectors), dtype=np.float32)
             sims[:n] = np.einsum(
                 "ij,j->i", layout.vectors[:n], np.frombuffer(mapped, dtype=np.float32)
             )
+            sims[n:] = np.einsum("ij,j->i", layout.vectors[n:], q)
         sims = np.append(sims, -np.inf)
         grid = sims[layout.index]
         best_at = grid.argmax(axis=1)
