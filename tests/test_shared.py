@@ -434,6 +434,39 @@ def test_sqlite_store_unavailable(tmp_path: Path) -> None:
         rampart.BlockRegistry.open(f"sqlite:///{tmp_path}/missing/dir/x.db", "a")
 
 
+def test_sqlite_open_waits_for_a_creator_holding_the_lock(tmp_path: Path) -> None:
+    """Workers that start together: one holds the writer lock on a fresh file
+    (still in rollback mode) while the others open it. SQLite answers the switch
+    to WAL with BUSY at once there, without its busy handler; the store waits
+    within its timeout instead of failing (CI saw uvicorn's second worker die)."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "x.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other(x)")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        reg = rampart.BlockRegistry.open(f"sqlite:///{path}", "a", label=None)
+        reg.close()
+    finally:
+        release.join()
+    holder.close()
+    # Held past the timeout: a typed error that names the file, not a hang.
+    fresh = tmp_path / "y.db"
+    other = sqlite3.connect(fresh, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE other(x)")
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"y\.db.*locked"):
+            rampart.BlockRegistry.open(f"sqlite:///{fresh}?timeout=0.2", "a", label=None)
+    finally:
+        other.execute("COMMIT")
+        other.close()
+
+
 def test_garbage_entry_is_skipped_by_every_replica(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -113,6 +113,32 @@ def _path_of(url: str) -> tuple[Path, dict[str, str]]:
     return Path(urllib.parse.unquote(raw)), query
 
 
+# SQLite's primary result codes (its C API; named in the sqlite3 module only
+# from Python 3.11).
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)  # Python >= 3.11
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(e) or "busy" in str(e)
+
+
+def _retry_busy(step: Any, deadline: float) -> Any:
+    """Run ``step()``, again after a short, growing sleep while SQLite answers
+    BUSY, until ``deadline`` (then the last error propagates)."""
+    pause = 0.001
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def _checked(row: Any) -> tuple[int, bytes] | None:
     # SQLite keeps the types it was given: a seq stored as TEXT is damage.
     if row is None or not isinstance(row[0], int):
@@ -177,18 +203,27 @@ class SQLiteStore:
             conn = sqlite3.connect(
                 uri, timeout=self.timeout, isolation_level=None, check_same_thread=True, uri=True
             )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        if not self._schema_ready:
-            if self.create_missing:
-                conn.executescript(_SCHEMA)
-            else:
-                found = conn.execute(
-                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
-                    "('rampart_registries', 'rampart_journal', 'rampart_checkpoints')"
-                ).fetchone()
-                self._has_schema = found[0] == 3
-            self._schema_ready = True
+        try:
+            deadline = time.monotonic() + self.timeout
+            # Switching a fresh file to WAL takes an exclusive lock, and SQLite
+            # answers BUSY at once there instead of calling its busy handler:
+            # workers that start together (uvicorn --workers, a fork pool) would
+            # fail to open. Retried here, within the same timeout.
+            _retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"), deadline)
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            if not self._schema_ready:
+                if self.create_missing:
+                    _retry_busy(lambda: conn.executescript(_SCHEMA), deadline)
+                else:
+                    found = conn.execute(
+                        "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
+                        "('rampart_registries', 'rampart_journal', 'rampart_checkpoints')"
+                    ).fetchone()
+                    self._has_schema = found[0] == 3
+                self._schema_ready = True
+        except BaseException:
+            conn.close()  # a half-set-up connection must not stay open
+            raise
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
