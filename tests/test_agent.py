@@ -15,7 +15,7 @@ from rampart.errors import InvalidArgumentError
 from rampart.llm import OpenAIBackend
 
 from tests import fake_openai as fake
-from tests.conftest import import_or_skip, words
+from tests.conftest import ROOT, import_or_skip, words
 from tests.test_gate import HashingEmbedder
 
 RULE = "Write changelog dates as DD.MM.YYYY, e.g. 05.03.2025."
@@ -257,6 +257,7 @@ def test_tool_errors_are_fed_back(registry: Any, backends: Any) -> None:
                 ("release_date", {"nope": 1}),  # wrong parameter
                 ("release_date", "[1, 2]"),  # not an object
                 ("drop_tables", {}),  # no such tool
+                ("release_date", "[" * 100_000),  # nested past any recursion limit
             ],
         ),
         ("I could not find it.", []),
@@ -270,6 +271,7 @@ def test_tool_errors_are_fed_back(registry: Any, backends: Any) -> None:
     assert outs[0] == "error: KeyError: 'unknown version 9.9'"
     assert "not JSON" in outs[1] and "TypeError" in outs[2] and "JSON object" in outs[3]
     assert "no tool 'drop_tables'" in outs[4] and "release_date" in outs[4]
+    assert "not JSON (it nests deeper than 64 levels)" in outs[5]
 
 
 def test_tool_results_are_bounded(registry: Any, backends: Any) -> None:
@@ -508,6 +510,66 @@ def test_parse_text_tool_calls() -> None:
     prose = 'Use {"name": "git_log"} in your config.'
     assert parse_text_tool_calls(prose, known) == (prose, ())
     assert parse_text_tool_calls("<tool_call>{oops</tool_call>", known)[1] == ()
+
+
+def test_parse_text_tool_calls_in_doubled_braces() -> None:
+    """Real replies of Qwen2.5-Coder-1.5B from the tools demo
+    (benches/agent_tools_demo_qwen.json): a call per line, wrapped in an extra pair
+    of braces, with the closing ones miscounted."""
+    from rampart.llm import parse_text_tool_calls
+
+    known = ["create_table", "append_insight", "git_checkout"]
+    replies = json.loads((ROOT / "benches" / "agent_tools_demo_qwen.json").read_text())
+    answers = {
+        r["answer"]
+        for experiment in replies.values()
+        for r in experiment["runs"]
+        if r["answer"].startswith("{{")
+    }
+    assert len(answers) >= 3
+    for answer in answers:
+        text, calls = parse_text_tool_calls(answer, known)
+        assert text == "" and calls, answer
+        for c in calls:
+            assert c.name in known and isinstance(json.loads(c.arguments), dict)
+    text, calls = parse_text_tool_calls(
+        '{{"name": "git_checkout", "arguments": {"branch_name": "dev"}}}}', known
+    )
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("git_checkout", {"branch_name": "dev"})
+    ]
+    # Every line a call to a known tool, or nothing counts.
+    for reply in (
+        '{{"name": "git_checkout", "arguments": {}}}\nthen I will commit',
+        '{{"name": "rm_rf", "arguments": {}}}',
+        '{{"name": "git_checkout", "arguments": {}}} trailing words',
+        "{{not json}}",
+        "\n".join(['{{"name": "git_checkout", "arguments": {}}}'] * 17),
+    ):
+        assert parse_text_tool_calls(reply, known)[1] == (), reply
+
+
+def test_model_written_json_cannot_recurse_without_bound() -> None:
+    """Hostile nesting in a reply or in a call's arguments (a model steered by a
+    tool's output can write anything) is text or a refused call, never a
+    RecursionError out of the agent loop."""
+    from rampart import _http
+    from rampart.llm import parse_text_tool_calls
+
+    deep = "[" * 200_000
+    known = ["git_log"]
+    for reply in (
+        f"<tool_call>{deep}</tool_call>",
+        deep,
+        "{{" + deep,
+        '{"name": "git_log", "arguments": ' + "[" * 100 + "]" * 100 + "}",
+    ):
+        assert parse_text_tool_calls(reply, known)[1] == ()
+    with pytest.raises(ValueError, match="nests deeper"):
+        _http.loads_text(deep)
+    with pytest.raises(ValueError, match="nests deeper"):
+        _http.loads_text("[" * 70 + "]" * 70)
+    assert _http.loads_text("[" * 60 + "]" * 60) is not None
 
 
 # ---- the learning demo's plumbing, with a deterministic model -------------------------

@@ -238,3 +238,19 @@ def test_find_tools_enables_a_tool_the_gate_hid() -> None:
     with pytest.raises(InvalidArgumentError, match="tool_search=False"):
         RampartInstructions(reg, top_k=1).agent("c", tools=[clash])
     reg.release()
+
+
+def test_find_tools_refuses_arguments_nested_past_the_bound() -> None:
+    """Arguments are model-written JSON: nesting past any recursion limit is an
+    error string fed back to the model, not a RecursionError in the runner."""
+    import asyncio
+
+    from tests.conftest import words
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(HashingEmbedder(), tokeniser=words)
+    tool = RampartInstructions(reg, top_k=1).find_tools_tool()
+    for raw in ("[" * 100_000, "{oops"):
+        out = asyncio.run(tool.on_invoke_tool(None, raw))
+        assert out.startswith("error: the arguments of find_tools are not JSON"), out
+    reg.release()

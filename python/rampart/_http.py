@@ -63,6 +63,7 @@ __all__ = [
     "JSONClient",
     "check_header",
     "loads",
+    "loads_text",
 ]
 
 #: Deepest JSON nesting accepted in an answer. OpenAI-shaped answers nest 5 levels;
@@ -214,6 +215,21 @@ def loads(raw: bytes, url: str) -> Any:
             kind="body",
             retryable=True,
         )
+    return value
+
+
+def loads_text(text: str) -> Any:
+    """JSON a model wrote inside its answer (tool-call arguments travel as a JSON
+    *string*, and text-mode models write calls into their prose), under the same
+    nesting bound as an answer: ``ValueError`` when it is not JSON or nests deeper
+    than :data:`MAX_JSON_DEPTH` — never a ``RecursionError``, however deep.
+    Numbers are not bounded here: a tool's own argument checks see them."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
+    if type(value) in (dict, list) and not _depth_within(value, MAX_JSON_DEPTH):
+        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels")
     return value
 
 

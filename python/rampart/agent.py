@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from rampart import _http
 from rampart.block import CompileResult, InstructionBlock
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
@@ -1033,7 +1034,7 @@ class Agent:
 
     def _arguments(self, call: ToolCall) -> dict[str, Any] | str:
         try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
+            args = _http.loads_text(call.arguments) if call.arguments.strip() else {}
         except ValueError as exc:
             return (
                 f"error: the arguments of {call.name!r} are not JSON ({exc}): {call.arguments:.200}"

@@ -241,16 +241,17 @@ def parse_text_tool_calls(text: str, known: Sequence[str]) -> tuple[str, tuple[T
     """Tool calls a model wrote as text: in its chat template's syntax
     (``<tool_call>{"name", "arguments"}</tool_call>``, what Qwen2.5's template asks
     for), or, when that is the whole reply, as one bare or fenced JSON object
-    ``{"name", "arguments"}`` (what Qwen2.5-Coder-1.5B often writes instead). Returns
-    the text without them, and the calls. Only names in ``known`` count, so prose that
-    happens to hold the tag does not become a call; a body that is not JSON is left in
-    the text."""
+    ``{"name", "arguments"}`` or one call per line in doubled braces (what
+    Qwen2.5-Coder-1.5B often writes instead). Returns the text without them, and the
+    calls. Only names in ``known`` count, so prose that happens to hold the tag does
+    not become a call; a body that is not JSON (or nests deeper than
+    ``_http.MAX_JSON_DEPTH``) is left in the text."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     last = 0
     for m in _TOOL_CALL.finditer(text):
         try:
-            call = _call_object(json.loads(m.group(1)), known)
+            call = _call_object(_http.loads_text(m.group(1)), known)
         except ValueError:
             continue
         if call is None:
@@ -263,12 +264,50 @@ def parse_text_tool_calls(text: str, known: Sequence[str]) -> tuple[str, tuple[T
         fenced = _FENCED_JSON.match(text)
         body = fenced.group(1) if fenced else text
         try:
-            call = _call_object(json.loads(body), known)
+            call = _call_object(_http.loads_text(body), known)
         except ValueError:
             call = None
         if call is not None:
             return "", (call,)
+        lined = _calls_per_line(text, known)
+        if lined:
+            return "", lined
     return "".join(kept).strip(), tuple(calls)
+
+
+# A reply of more lines than this is prose, not a list of calls.
+_MAX_CALL_LINES = 16
+_DECODER = json.JSONDecoder()
+
+
+def _calls_per_line(text: str, known: Sequence[str]) -> tuple[ToolCall, ...]:
+    """The reply as one call object per line, each possibly in extra braces —
+    ``{{"name": ..., "arguments": {...}}}``, what Qwen2.5-Coder-1.5B wrote in the
+    tools demo (saved replies in ``benches/agent_tools_demo_qwen.json``). Every
+    line must be a call to a known tool, else none counts: prose that quotes a
+    call stays prose."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines or len(lines) > _MAX_CALL_LINES:
+        return ()
+    calls: list[ToolCall] = []
+    for line in lines:
+        opening = len(line) - len(line.lstrip("{"))
+        if opening < 2:
+            return ()  # one brace: the single-object rule above already tried it
+        try:
+            # The call is the innermost object the extra braces wrap; what
+            # follows it may only be closing braces (models miscount them).
+            end = _DECODER.raw_decode(line, opening - 1)[1]
+            if line[end:].strip("} \t"):
+                return ()
+            obj = _http.loads_text(line[opening - 1 : end])  # under the depth bound
+        except (ValueError, RecursionError):
+            return ()
+        call = _call_object(obj, known)
+        if call is None:
+            return ()
+        calls.append(call)
+    return tuple(calls)
 
 
 class OpenAIBackend:
@@ -557,7 +596,7 @@ def _template_message(m: Message) -> dict[str, Any]:
             args = fn.get("arguments")
             if isinstance(args, str):
                 try:
-                    fn["arguments"] = json.loads(args)
+                    fn["arguments"] = _http.loads_text(args)
                 except ValueError:
                     pass
             fixed.append({**c, "function": fn})

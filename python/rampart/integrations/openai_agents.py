@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rampart import _http
 from rampart.agent import _TOOL_SEARCH_TOOL, TOOL_SEARCH, search_tools
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError
@@ -243,7 +244,7 @@ class RampartInstructions:
 
         async def invoke(ctx: Any, raw: str) -> str:
             try:
-                args = json.loads(raw) if raw and raw.strip() else {}
+                args = _http.loads_text(raw) if raw and raw.strip() else {}
             except ValueError:
                 return f"error: the arguments of {TOOL_SEARCH} are not JSON: {raw:.200}"
             query = args.get("query") if isinstance(args, dict) else None
