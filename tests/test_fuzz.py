@@ -468,3 +468,69 @@ def schemas_source(schemas: list[rampart.ToolSchema]) -> list[dict[str, Any]]:
 
 def test_fuzz_tool_loader(tmp_path: Path) -> None:
     assert run_for(SECONDS, lambda: fuzz_tool_loader(tmp_path)) >= 1
+
+
+# ---- tool calls a text-mode model writes into its reply ------------------------------------
+
+_REPLY_PARTS = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "{{",
+        "}",
+        "}}}",
+        "[" * 3000,
+        '{"name": "t1", "arguments": ',
+        '{"name": "t2", "parameters": ',
+        '{"name": "rm", "arguments": {}}',
+        "```json\n",
+        "```",
+        "\n",
+        " I will call it. ",
+        "\ud800",
+    ]
+)
+
+
+def fuzz_text_tool_calls() -> None:
+    from rampart.llm import parse_text_tool_calls
+
+    known = ["t1", "t2"]
+
+    @ROUND
+    @given(
+        parts=st.lists(
+            st.one_of(_REPLY_PARTS, json_like.map(lambda v: json.dumps(v)), st.text(max_size=8)),
+            max_size=12,
+        ),
+        calls=st.lists(
+            st.tuples(st.sampled_from(known), st.dictionaries(_KEYS, json_like, max_size=3)),
+            max_size=3,
+        ),
+    )
+    def one(parts: list[str], calls: list[tuple[str, dict[str, Any]]]) -> None:
+        # Anything a model writes: no exception, only known names, arguments that parse.
+        _, got = parse_text_tool_calls("".join(parts), known)
+        for c in got:
+            assert c.name in known and isinstance(json.loads(c.arguments), dict)
+        # Calls in the template's tags come back exactly, in order, and leave the
+        # prose (NaN and infinities are not JSON arguments: such a call stays text).
+        for _, a in calls:
+            try:
+                json.dumps(a, allow_nan=False)
+            except ValueError:
+                return
+        tagged = "".join(
+            f'<tool_call>{{"name": {json.dumps(n)}, "arguments": {json.dumps(a)}}}</tool_call>'
+            for n, a in calls
+        )
+        text, got = parse_text_tool_calls("Let me look." + tagged, known)
+        assert [(c.name, json.loads(c.arguments)) for c in got] == calls
+        assert text == ("Let me look." if calls else "Let me look." + tagged)
+
+    one()
+
+
+def test_fuzz_text_tool_calls() -> None:
+    assert run_for(SECONDS, fuzz_text_tool_calls) >= 1
