@@ -290,6 +290,33 @@ def test_tool_results_are_bounded(registry: Any, backends: Any) -> None:
     assert "[cut: 9900 more characters]" in fed and len(fed) < 150
 
 
+def test_calls_past_max_calls_per_step_are_answered_not_run(
+    registry: Any, backends: Any
+) -> None:
+    ran: list[str] = []
+
+    def release_date(version: str) -> str:
+        """Return the release date of a version."""
+        ran.append(version)
+        return "2025-03-05"
+
+    flood = [("release_date", {"version": f"1.{i}"}) for i in range(40)]
+    turns: list[Any] = [("", flood), ("done", [])]
+    with fake.FakeOpenAI(fake.scripted(turns)) as server:
+        agent = Agent(
+            registry, model(server, backends), [release_date], learn=False, max_calls_per_step=5
+        )
+        run = agent.run("When did they ship?")
+        fed = [m for m in server.payloads[1]["messages"] if m["role"] == "tool"]
+    assert ran == [f"1.{i}" for i in range(5)]
+    assert len(fed) == 40 and len({m["tool_call_id"] for m in fed}) == 40  # one answer per id
+    assert all(not r.is_error for r in run.tool_results[:5])
+    assert all(r.is_error and "at most 5 tool calls" in r.output for r in run.tool_results[5:])
+    assert run.answer == "done"
+    with pytest.raises(InvalidArgumentError, match="max_calls_per_step"):
+        Agent(registry, model(server, backends), max_calls_per_step=0)
+
+
 def test_max_steps_stops_a_model_that_keeps_calling(registry: Any, backends: Any) -> None:
     turns: list[Any] = [("still looking", [("release_date", {"version": "1.4.0"})])]
     with fake.FakeOpenAI(fake.scripted(turns)) as server:

@@ -32,7 +32,8 @@ and ``forget``, which write and evict blocks through the registry's own permissi
 model: pinned blocks (seeds, tools) cannot be forgotten.
 
 Everything the loop feeds back is bounded: tool results are cut at
-``max_tool_result_chars``, rules at ``max_rule_chars``, the loop at ``max_steps``.
+``max_tool_result_chars``, rules at ``max_rule_chars``, the tool calls run per step
+at ``max_calls_per_step``, the loop at ``max_steps``.
 """
 
 from __future__ import annotations
@@ -651,7 +652,9 @@ class Agent:
     read it is quarantined (``quarantine``: a :class:`Quarantine` to share, ``True``
     for a fresh one, ``False`` to compile such rules at once, as before).
     ``tool_search``: offer ``find_tools`` beside the gated tools (default: when
-    ``top_k`` gates).
+    ``top_k`` gates). ``max_calls_per_step``: the tool calls of one reply that run
+    (default 32); the rest are answered with an error the model can act on, so a
+    reply listing thousands of calls costs thirty-two tool runs, not thousands.
     """
 
     def __init__(
@@ -676,6 +679,7 @@ class Agent:
         quarantine: Quarantine | bool = True,
         tool_search: bool | None = None,
         learn_tools: bool | None = None,
+        max_calls_per_step: int = 32,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
@@ -691,6 +695,7 @@ class Agent:
             (reply_tokens, "reply_tokens"),
             (max_tool_result_chars, "max_tool_result_chars"),
             (max_rule_chars, "max_rule_chars"),
+            (max_calls_per_step, "max_calls_per_step"),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{what} must be an int >= 1, got {value!r}")
@@ -723,6 +728,7 @@ class Agent:
         self.temperature = temperature
         self.max_tool_result_chars = max_tool_result_chars
         self.max_rule_chars = max_rule_chars
+        self.max_calls_per_step = max_calls_per_step
         self.duplicate_threshold = duplicate_threshold
         self.lesson_priority = lesson_priority
         trusted: set[str] = set()
@@ -966,9 +972,16 @@ class Agent:
                 break
             transcript.append(reply.assistant_message())
             offered = set(step.tools_offered)
-            for call in reply.calls:
+            for n_call, call in enumerate(reply.calls):
                 t_tool = time.perf_counter()
-                if call.name not in offered:
+                if n_call >= self.max_calls_per_step:
+                    # Every call still gets an answer: the chat API wants one per id.
+                    output, is_error = (
+                        f"error: not run: at most {self.max_calls_per_step} tool calls run "
+                        "per step; call it again in the next step if it is still needed",
+                        True,
+                    )
+                elif call.name not in offered:
                     output, is_error = (
                         f"error: no tool {call.name!r} is available in this step "
                         f"(offered: {', '.join(sorted(offered)) or 'none'})",
