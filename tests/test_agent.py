@@ -290,9 +290,7 @@ def test_tool_results_are_bounded(registry: Any, backends: Any) -> None:
     assert "[cut: 9900 more characters]" in fed and len(fed) < 150
 
 
-def test_calls_past_max_calls_per_step_are_answered_not_run(
-    registry: Any, backends: Any
-) -> None:
+def test_calls_past_max_calls_per_step_are_answered_not_run(registry: Any, backends: Any) -> None:
     ran: list[str] = []
 
     def release_date(version: str) -> str:
