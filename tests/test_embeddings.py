@@ -933,6 +933,32 @@ def test_vector_cache_keys_by_model_and_survives_a_damaged_file(
     c.put_many([(c.key("x"), v, False)])  # off now: no second warning, no error
 
 
+def test_vector_cache_waits_for_a_worker_creating_the_file(tmp_path: Path) -> None:
+    """Workers that start together share one fresh cache file: while one holds the
+    writer lock (the file still in rollback mode), SQLite refuses another's switch
+    to WAL at once. The cache waits for it instead of turning itself off."""
+    import sqlite3
+    import threading
+    import warnings
+
+    path = tmp_path / "v.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other(x)")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    cache = E.VectorCache(path, "model-a", 3)
+    v = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            cache.put_many([(cache.key("x"), v, False)])
+    finally:
+        release.join()
+        holder.close()
+    np.testing.assert_array_equal(cache.get_many([cache.key("x")])[cache.key("x")][0], v)
+
+
 def test_a_registry_block_says_its_text_was_truncated(emb: E.OnnxEmbedder) -> None:
     reg = rampart.BlockRegistry(emb)
     short = reg.write_block("Run the tests before you commit.", "short")

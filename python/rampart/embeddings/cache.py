@@ -4,11 +4,13 @@ and file hashes memoised by (path, size, mtime_ns) in the cache's ``hashes.json`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rampart._files import FILE_MODE, atomic_write, cache_dir, sha256_file
+from rampart._sqlite import retry_busy
 
 __all__ = ["VECTOR_CACHE_ENV", "ExampleCache", "VectorCache", "file_sha256"]
 
@@ -63,8 +66,13 @@ class _SQLiteFileCache:
         if c is None or self._local.pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            for statement in self._SETUP:
-                c.execute(statement)
+            deadline = time.monotonic() + 10
+            try:
+                for statement in self._SETUP:
+                    retry_busy(functools.partial(c.execute, statement), deadline)
+            except BaseException:
+                c.close()
+                raise
             self._local.conn = c
             self._local.pid = os.getpid()
         return c
@@ -205,7 +213,7 @@ class ExampleCache(_SQLiteFileCache):
             return None
         try:
             value = json.loads(hit[0])
-        except ValueError:
+        except (ValueError, RecursionError):  # a damaged row is a miss
             return None
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return value if ok else None

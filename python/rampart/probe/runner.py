@@ -44,7 +44,7 @@ def read_records(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
                 try:
                     rec = json.loads(line)
                     records[str(rec["key"])] = rec
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):
                     torn += 1
     return records, torn
 
@@ -97,7 +97,7 @@ def check_config(out: Path, experiment: str, config: Mapping[str, Any]) -> None:
     if path.exists():
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProbeError(
                 f"{path}: not valid JSON ({exc}); move it away to start over"
             ) from None

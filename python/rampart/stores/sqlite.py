@@ -45,6 +45,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from rampart._sqlite import retry_busy
 from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
 from rampart.stores.base import (
     AHEAD_LIMIT,
@@ -111,32 +112,6 @@ def _path_of(url: str) -> tuple[Path, dict[str, str]]:
         raise InvalidArgumentError(f"{url!r} names no file")
     query = dict(urllib.parse.parse_qsl(parsed.query))
     return Path(urllib.parse.unquote(raw)), query
-
-
-# SQLite's primary result codes (its C API; named in the sqlite3 module only
-# from Python 3.11).
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-
-
-def _is_busy(e: sqlite3.OperationalError) -> bool:
-    code = getattr(e, "sqlite_errorcode", None)  # Python >= 3.11
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    return "locked" in str(e) or "busy" in str(e)
-
-
-def _retry_busy(step: Any, deadline: float) -> Any:
-    """Run ``step()``, again after a short, growing sleep while SQLite answers
-    BUSY, until ``deadline`` (then the last error propagates)."""
-    pause = 0.001
-    while True:
-        try:
-            return step()
-        except sqlite3.OperationalError as e:
-            if not _is_busy(e) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
 
 
 def _checked(row: Any) -> tuple[int, bytes] | None:
@@ -209,11 +184,11 @@ class SQLiteStore:
             # answers BUSY at once there instead of calling its busy handler:
             # workers that start together (uvicorn --workers, a fork pool) would
             # fail to open. Retried here, within the same timeout.
-            _retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"), deadline)
+            retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"), deadline)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             if not self._schema_ready:
                 if self.create_missing:
-                    _retry_busy(lambda: conn.executescript(_SCHEMA), deadline)
+                    retry_busy(lambda: conn.executescript(_SCHEMA), deadline)
                 else:
                     found = conn.execute(
                         "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
