@@ -418,6 +418,10 @@ def test_store_down_then_back(server: Server, caplog: pytest.LogCaptureFixture) 
         assert state(reg) == before
         assert reg.compile(max_tokens=500).included  # compile never waits on the store
         server.start()
+        # The first write after the outage lands: the error of an attempt made while
+        # the server was down does not fail a call made once it is back.
+        after = reg.write_agent_block("after the outage", "run-2")
+        assert after in reg.runtime_ids()
         p = run_writer(url, "back", 3)
         out, _ = p.communicate(timeout=120)
         deadline = time.monotonic() + 30

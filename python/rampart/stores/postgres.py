@@ -339,6 +339,7 @@ class PostgresStore:
         self._channels: set[str] = set()
         self._schema_ready = False
         self._connect_error: str | None = None
+        self._connect_failures = 0  # failed connection attempts so far
         self._lock = threading.Lock()
         self._listen_lock = threading.Lock()
         self._pid = os.getpid()
@@ -379,8 +380,9 @@ class PostgresStore:
 
     def _connection_class(self) -> Any:
         """psycopg's Connection, remembering whether the last connection attempt
-        failed: while it did, a call fails at once with that error instead of
-        waiting ``timeout`` for a pool that cannot grow."""
+        failed and counting failures: a call that sees an attempt fail while it
+        waits fails with that error instead of waiting ``timeout`` for a pool that
+        cannot grow."""
         store = weakref.ref(self)
 
         class Connection(self._psycopg.Connection):  # type: ignore[misc,name-defined]
@@ -391,6 +393,7 @@ class PostgresStore:
                 except Exception as e:
                     if (s := store()) is not None:
                         s._connect_error = str(e).strip()
+                        s._connect_failures += 1
                     raise
                 if (s := store()) is not None:
                     s._connect_error = None
@@ -449,15 +452,23 @@ class PostgresStore:
         """A live connection and the pool it belongs to."""
         pool = self._get_pool()
         deadline = time.monotonic() + self.timeout
+        failures = self._connect_failures
         dropped = 0
         while True:
             try:
                 # In slices: a server found down meanwhile ends the wait.
                 conn = pool.getconn(timeout=max(0.001, min(0.1, deadline - time.monotonic())))
             except self._psycopg_pool.PoolTimeout:
-                if self._connect_error is not None:
+                error = self._connect_error
+                # Only an attempt that failed during this wait says the server is
+                # down *now*: an error left from an outage that has ended would fail
+                # the first calls after it while the pool's next attempt (within
+                # ~1 s, or at once when it had given up) is about to succeed.
+                if error is not None and (
+                    self._connect_failures != failures or time.monotonic() >= deadline
+                ):
                     raise StoreUnavailableError(
-                        f"PostgreSQL store {self._where}: cannot connect: {self._connect_error}"
+                        f"PostgreSQL store {self._where}: cannot connect: {error}"
                     ) from None
                 if time.monotonic() >= deadline:
                     raise StoreUnavailableError(
