@@ -3,7 +3,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sqlite3
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +73,21 @@ def add(r: rampart.BlockRegistry, name: str, n_words: int, **kw: object) -> str:
     """Write an agent block of exactly ``n_words`` word-tokens."""
     content = " ".join(f"{name}{i}" for i in range(n_words))
     return r.write_block(content, name, **kw)  # type: ignore[arg-type]
+
+
+@contextmanager
+def writer_lock_held(path: Path, seconds: float) -> Iterator[None]:
+    """Another process's view of a fresh SQLite file being created: a connection
+    holds the writer lock on ``path`` (still in rollback mode) for ``seconds``
+    from entry, then commits. SQLite answers a switch to WAL with BUSY at once
+    meanwhile, without its busy handler."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other(x)")
+    release = threading.Timer(seconds, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        yield
+    finally:
+        release.join()
+        holder.close()

@@ -40,7 +40,7 @@ from rampart.errors import (  # noqa: E402
     RampartError,
 )
 
-from tests.conftest import MINILM_REFERENCE, SEEDS, needs_model  # noqa: E402
+from tests.conftest import MINILM_REFERENCE, SEEDS, needs_model, writer_lock_held  # noqa: E402
 
 REFERENCE = MINILM_REFERENCE
 HAVE_MODEL = importlib.util.find_spec(E.MODEL_PACKAGE) is not None
@@ -937,25 +937,14 @@ def test_vector_cache_waits_for_a_worker_creating_the_file(tmp_path: Path) -> No
     """Workers that start together share one fresh cache file: while one holds the
     writer lock (the file still in rollback mode), SQLite refuses another's switch
     to WAL at once. The cache waits for it instead of turning itself off."""
-    import sqlite3
-    import threading
     import warnings
 
     path = tmp_path / "v.sqlite"
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    holder.execute("BEGIN IMMEDIATE")
-    holder.execute("CREATE TABLE other(x)")
-    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
-    release.start()
     cache = E.VectorCache(path, "model-a", 3)
     v = np.array([1.0, 2.0, 3.0], dtype=np.float32)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)
-            cache.put_many([(cache.key("x"), v, False)])
-    finally:
-        release.join()
-        holder.close()
+    with writer_lock_held(path, 0.3), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cache.put_many([(cache.key("x"), v, False)])
     np.testing.assert_array_equal(cache.get_many([cache.key("x")])[cache.key("x")][0], v)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import pytest
 import rampart
-from conftest import ROOT, SEEDS, needs_model
+from conftest import ROOT, SEEDS, needs_model, writer_lock_held
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from postgres_server import PostgresServer, skip_without_postgres
@@ -444,20 +444,11 @@ def test_sqlite_open_waits_for_a_creator_holding_the_lock(tmp_path: Path) -> Non
     to WAL with BUSY at once there, without its busy handler; the store waits
     within its timeout instead of failing (CI saw uvicorn's second worker die)."""
     import sqlite3
-    import threading
 
     path = tmp_path / "x.db"
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    holder.execute("BEGIN IMMEDIATE")
-    holder.execute("CREATE TABLE other(x)")
-    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
-    release.start()
-    try:
+    with writer_lock_held(path, 0.3):
         reg = rampart.BlockRegistry.open(f"sqlite:///{path}", "a", label=None)
         reg.close()
-    finally:
-        release.join()
-    holder.close()
     # Held past the timeout: a typed error that names the file, not a hang.
     fresh = tmp_path / "y.db"
     other = sqlite3.connect(fresh, isolation_level=None)
