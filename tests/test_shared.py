@@ -443,23 +443,17 @@ def test_sqlite_open_waits_for_a_creator_holding_the_lock(tmp_path: Path) -> Non
     (still in rollback mode) while the others open it. SQLite answers the switch
     to WAL with BUSY at once there, without its busy handler; the store waits
     within its timeout instead of failing (CI saw uvicorn's second worker die)."""
-    import sqlite3
-
     path = tmp_path / "x.db"
     with writer_lock_held(path, 0.3):
         reg = rampart.BlockRegistry.open(f"sqlite:///{path}", "a", label=None)
         reg.close()
     # Held past the timeout: a typed error that names the file, not a hang.
     fresh = tmp_path / "y.db"
-    other = sqlite3.connect(fresh, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    other.execute("CREATE TABLE other(x)")
-    try:
-        with pytest.raises(StoreUnavailableError, match=r"y\.db.*locked"):
-            rampart.BlockRegistry.open(f"sqlite:///{fresh}?timeout=0.2", "a", label=None)
-    finally:
-        other.execute("COMMIT")
-        other.close()
+    with (
+        writer_lock_held(fresh, 1.0),
+        pytest.raises(StoreUnavailableError, match=r"y\.db.*locked"),
+    ):
+        rampart.BlockRegistry.open(f"sqlite:///{fresh}?timeout=0.2", "a", label=None)
 
 
 def test_garbage_entry_is_skipped_by_every_replica(

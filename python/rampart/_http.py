@@ -64,6 +64,7 @@ __all__ = [
     "check_header",
     "loads",
     "loads_text",
+    "within_depth",
 ]
 
 #: Deepest JSON nesting accepted in an answer. OpenAI-shaped answers nest 5 levels;
@@ -207,7 +208,7 @@ def loads(raw: bytes, url: str) -> Any:
             retryable=True,
         ) from None
     else:
-        deep = type(value) in (dict, list) and not _depth_within(value, MAX_JSON_DEPTH)
+        deep = not within_depth(value)
     if deep:
         raise HTTPFailure(
             url,
@@ -216,6 +217,11 @@ def loads(raw: bytes, url: str) -> Any:
             retryable=True,
         )
     return value
+
+
+def within_depth(value: Any) -> bool:
+    """Whether parsed JSON nests at most :data:`MAX_JSON_DEPTH` levels."""
+    return type(value) not in (dict, list) or _depth_within(value, MAX_JSON_DEPTH)
 
 
 def loads_text(text: str) -> Any:
@@ -228,7 +234,7 @@ def loads_text(text: str) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
-    if type(value) in (dict, list) and not _depth_within(value, MAX_JSON_DEPTH):
+    if not within_depth(value):
         raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels")
     return value
 

@@ -297,11 +297,10 @@ def _calls_per_line(text: str, known: Sequence[str]) -> tuple[ToolCall, ...]:
         try:
             # The call is the innermost object the extra braces wrap; what
             # follows it may only be closing braces (models miscount them).
-            end = _DECODER.raw_decode(line, opening - 1)[1]
-            if line[end:].strip("} \t"):
-                return ()
-            obj = _http.loads_text(line[opening - 1 : end])  # under the depth bound
+            obj, end = _DECODER.raw_decode(line, opening - 1)
         except (ValueError, RecursionError):
+            return ()
+        if line[end:].strip("} \t") or not _http.within_depth(obj):
             return ()
         call = _call_object(obj, known)
         if call is None:

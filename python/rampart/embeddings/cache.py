@@ -46,6 +46,9 @@ _VECTOR_FILE = "vectors.sqlite"
 _VECTOR_MAX_ROWS = 200_000  # ~300 MB at 384 dimensions; the oldest go first
 
 
+_LOCK_TIMEOUT = 10.0  # seconds a cache call waits for another process's writer lock
+
+
 class _SQLiteFileCache:
     """What both on-disk caches share: one SQLite connection per thread and per
     process (WAL), set up by the subclass's ``_SETUP`` statements, and the rule
@@ -65,8 +68,8 @@ class _SQLiteFileCache:
         # parent's stays open in the parent, untouched).
         if c is None or self._local.pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            c = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            deadline = time.monotonic() + 10
+            c = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT, isolation_level=None)
+            deadline = time.monotonic() + _LOCK_TIMEOUT
             try:
                 for statement in self._SETUP:
                     retry_busy(functools.partial(c.execute, statement), deadline)
