@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from rampart import _http
+from rampart._files import FileProblem, read_regular_file
 from rampart.block import CompileResult, InstructionBlock
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
@@ -284,15 +285,14 @@ class Quarantine:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], limit: int = 256) -> Quarantine:
-        """A quarantine from :meth:`save`'s file; a malformed file (or one over
-        64 MiB) is an :class:`InvalidArgumentError` naming it and the entry."""
+        """A quarantine from :meth:`save`'s file; a malformed file, one over 64 MiB
+        or one that is not a regular file (a FIFO, a device) is an
+        :class:`InvalidArgumentError` naming it and the entry. Rules are rendered
+        when approved (:meth:`Agent.approve`), not here."""
         try:
-            with open(path, "rb") as f:
-                raw = f.read(_MAX_QUARANTINE_BYTES + 1)
-            if len(raw) > _MAX_QUARANTINE_BYTES:
-                raise ValueError(f"larger than {_MAX_QUARANTINE_BYTES} bytes")
+            raw = read_regular_file(Path(path), _MAX_QUARANTINE_BYTES)
             data = json.loads(raw.decode("utf-8"))
-        except (OSError, ValueError, RecursionError) as exc:
+        except (FileProblem, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: cannot read a quarantine ({exc})") from None
         q = cls(limit)
         rows = data.get("entries") if isinstance(data, dict) else None
@@ -557,13 +557,30 @@ def _clean_rule(text: str, limit: int) -> str:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     line = re.sub(r"^(?:[-*•]|\d+[.)])\s*", "", line)
     line = re.sub(r"^[*_\s]*(?:new\s+)?rule[*_\s]*[:：][*_\s]*", "", line, flags=re.IGNORECASE)
-    line = line.strip().strip("\"'`").strip()
-    # A rule is rendered inside double quotes (as data, after its provenance): it may
-    # not close them, nor carry control characters a terminal or template would act on.
-    line = "".join(c for c in line.replace('"', "'") if c.isprintable())
+    return _renderable_rule(line.strip().strip("\"'`"), limit)
+
+
+def _renderable_rule(text: str, limit: int) -> str:
+    """``text`` as a rule may be rendered: one line (every line break and run of
+    whitespace, U+2028 included, becomes one space), no double quotes (the rule is
+    rendered inside them, as data after its provenance, and may not close them), no
+    control characters a terminal or template would act on, at most ``limit``
+    characters (cut at a word boundary, "…" included). Applied when a rule is
+    compiled, whatever wrote it (a quarantine file is edited on disk too);
+    idempotent, so text already rendered is compiled as it is. Only as much of
+    ``text`` is read as the first ``limit`` characters need (a 20 MB rule costs
+    microseconds, not seconds)."""
+    n = 4 * limit + 64
+    while True:
+        head = text[:n]
+        line = "".join(c if c.isprintable() else " " for c in head.replace('"', "'"))
+        line = " ".join(line.split())
+        if len(line) > limit or n >= len(text):
+            break
+        n *= 4
     if len(line) > limit:
-        cut = line[:limit].rsplit(" ", 1)[0]
-        line = (cut or line[:limit]).rstrip(",;:") + "…"
+        cut = line[: limit - 1].rsplit(" ", 1)[0]
+        line = (cut or line[: limit - 1]).rstrip(",;: ") + "…"
     return line
 
 
@@ -1344,6 +1361,9 @@ class Agent:
         note: str = "",
         merge: bool = True,
     ) -> Lesson:
+        rule = _renderable_rule(rule, self.max_rule_chars)
+        if not rule:
+            raise InvalidArgumentError("a lesson's rule is empty once rendered as one line")
         prefix, suffix = self._provenance(origin, trajectory_id, note)
         near = self._similar(rule) if merge else None
         if near is not None:
@@ -1381,12 +1401,18 @@ class Agent:
         """Compile a quarantined rule, as a lesson of the run that wrote it (so
         ``forget`` of that run and ``rollback_trajectory`` take it back), rendered
         with "approved by an operator" in its provenance. Never merged into another
-        lesson: the operator approved this text."""
+        lesson: the operator approved this text. What the quarantine holds is rendered
+        as every rule is (one line, quotes neutralised, at most ``max_rule_chars``):
+        a quarantine file may have been edited since the rule was written."""
         entry = self._quarantine().get(entry_id)
         if entry.status != "pending":
             raise InvalidArgumentError(
                 f"quarantined lesson {entry_id} is already {entry.status}"
                 + (f" (by {entry.decided_by})" if entry.decided_by else "")
+            )
+        if not _renderable_rule(entry.rule, self.max_rule_chars):
+            raise InvalidArgumentError(
+                f"quarantined lesson {entry_id} has no rule text once rendered as one line"
             )
         tags = ("memory", "approved") if entry.origin == "remember" else ("approved",)
         lesson = self._write_lesson(
