@@ -122,3 +122,81 @@ def test_quarantine_load_refuses_a_device_and_a_huge_file(
     big.write_text(json.dumps({"entries": [], "pad": "x" * 2000}))
     with pytest.raises(InvalidArgumentError, match="at most 1000"):
         Quarantine.load(big)
+
+
+# ---- one tool name, one block ---------------------------------------------------------
+
+
+def seed_tool(tmp_path: Path, file: str, server: str, about: str) -> Path:
+    p = tmp_path / file
+    p.write_text(
+        f"---\nname: {server}_search\ntags: [tool, 'server:{server}']\ntool_schema:\n"
+        f"  name: search\n  description: Search {about}\n"
+        "  input_schema: {type: object, properties: {q: {type: string}}}\n---\n"
+        f"Search {about}.\n",
+        encoding="utf-8",
+    )
+    return p
+
+
+def tool_def(name: str, about: str) -> dict[str, Any]:
+    return {"name": name, "description": about, "inputSchema": {"type": "object"}}
+
+
+def test_two_servers_tools_of_one_name_are_refused_at_load(tmp_path: Path) -> None:
+    a = seed_tool(tmp_path, "github.md", "github", "GitHub issues")
+    b = seed_tool(tmp_path, "jira.md", "jira", "Jira tickets")
+    with pytest.raises(InvalidArgumentError, match=r"jira\.md:1: .*'search' is declared twice"):
+        rampart.BlockRegistry.from_files([a, b], label="two-searches")
+    assert rampart.get_by_label("two-searches") is None  # nothing left behind
+    # A tool loaded first, then a seed declaring the same name: refused, nothing added.
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    try:
+        r.load_tools([tool_def("search", "Search GitHub issues")], tags=["server:github"])
+        seeds = rampart.SeedRegistry.from_files([b])
+        with pytest.raises(InvalidArgumentError, match="already holds tool 'search'"):
+            r.add_from_seed(seeds, "jira_search")
+        assert [b.semantic_name for b in r.list_blocks()] == ["search"]
+        # ... and the same name from another server through load_tools, as before.
+        with pytest.raises(InvalidArgumentError, match="already holds tool 'search'"):
+            r.load_tools([tool_def("search", "Search Jira tickets")], tags=["server:jira"])
+    finally:
+        r.release()
+
+
+def test_allowed_never_sends_a_schema_the_gate_dropped(tmp_path: Path) -> None:
+    from rampart.adapters import openai_chat, openai_responses
+
+    r = rampart.BlockRegistry(tokeniser=words, default_max_tokens=None)
+    try:
+        r.load_tools(
+            [tool_def("search", "Search GitHub issues"), tool_def("deploy", "Deploy a build")],
+            tags=["server:github"],
+        )
+        # What two replicas of a shared registry loading at once can leave: a second
+        # block for the name, written past load_tools' check (its own insert path).
+        jira = seed_tool(tmp_path, "jira.md", "jira", "Jira tickets")
+        seeds = rampart.seeds.parse_file(jira)
+        rows, flags = r._seed_rows(seeds)
+        r._insert_many(rows, "seed", False, flags, None)
+
+        def keep(names: set[str]) -> Any:
+            return lambda task, blocks: [1.0 if b.semantic_name in names else 0.0 for b in blocks]
+
+        # The gate keeps Jira's search and deploy, drops GitHub's search.
+        res = r.compile(task_text="t", top_k=2, gate=keep({"jira_search", "deploy"}))
+        kept = {t["function"]["description"] for t in res.tools()}
+        assert kept == {"Search Jira tickets", "Deploy a build"}
+        for build in (openai_chat, openai_responses):
+            with pytest.raises(InvalidArgumentError, match="two tool blocks are named 'search'"):
+                build(res, tools="allowed")
+            with pytest.raises(InvalidArgumentError, match="two tool blocks are named 'search'"):
+                build(res, tools="all")
+            body = build(res, tools="gated")  # the kept schemas, as they are
+            assert "Search GitHub issues" not in json.dumps(body)
+        # When the gate kept the block the registry lists first, nothing is hidden.
+        res = r.compile(task_text="t", top_k=2, gate=keep({"search", "deploy"}))
+        body = openai_chat(res, tools="allowed")
+        assert "Search Jira tickets" not in json.dumps(body)
+    finally:
+        r.release()

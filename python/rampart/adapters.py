@@ -213,12 +213,31 @@ def _tool_choice(tools: Any, allowed_ok: bool) -> str:
 def _tools(
     res: Result, fmt: str, choice: str, drop_schema_uri: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the ``tools`` to send, the gated ones)."""
+    """(the ``tools`` to send, the gated ones). With ``"all"``/``"allowed"`` every
+    gated tool must be sent as the gate kept it: when two tool blocks share a name
+    (load_tools and seed files refuse that; two replicas of a shared registry loading
+    at once may not), the registry's first one would stand for the name, and
+    ``"allowed"`` would let the model call a schema the gate dropped."""
     gated = res.tools(fmt)
     sent = gated if choice == "gated" else res.registry_tools(fmt)
+    if sent is not gated:
+        by_name = {_tool_name(t): t for t in sent}
+        for t in gated:
+            if by_name.get(_tool_name(t), t) != t:
+                raise InvalidArgumentError(
+                    f"tools={choice!r}: two tool blocks are named {_tool_name(t)!r}, and the "
+                    "compile kept one the registry does not list first, so its schema cannot "
+                    "be sent under that name: evict one of them, or load it under a "
+                    "qualified name"
+                )
     if drop_schema_uri:
         sent = without_schema_uri(sent)
     return sent, gated
+
+
+def _tool_name(tool: Mapping[str, Any]) -> Any:
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
 
 
 def _cache_key(key: Any) -> str | None:

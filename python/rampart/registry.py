@@ -29,7 +29,14 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 if TYPE_CHECKING:
     from rampart._replica import Replica
     from rampart.caching import CacheSession
-from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
+from rampart.tools import (
+    ToolsInput,
+    block_metadata_json,
+    parse_tools,
+    render_tool,
+    schema_from_metadata,
+    tool_name_clash,
+)
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
@@ -241,6 +248,17 @@ class BlockRegistry:
         return rows, tools if any(tools) else None
 
     def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+        declared = []
+        for b in blocks:
+            try:
+                schema = schema_from_metadata(b.metadata)
+            except ValueError:  # malformed: reported when the block's schema is read
+                continue
+            if schema is not None:
+                declared.append((schema, f"{b.path or '<seed>'}:{b.line}: seed block {b.name!r}"))
+        clash = tool_name_clash(declared, self.list_blocks()) if declared else None
+        if clash:
+            raise InvalidArgumentError(clash)
         rows, tools = self._seed_rows(blocks)
         ungated = [not b.gated for b in blocks]
         return self._insert_many(rows, "seed", False, tools, ungated if any(ungated) else None)

@@ -38,7 +38,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -594,6 +594,35 @@ def parse_tools(tools: ToolsInput) -> list[ToolSchema]:
 
 
 # ---- blocks ----------------------------------------------------------------------------
+
+
+def tool_name_clash(
+    declared: Iterable[tuple[ToolSchema, str]], blocks: Iterable[Any]
+) -> str | None:
+    """Why the tools ``declared`` (``(schema, where it comes from)`` pairs) cannot
+    join ``blocks`` (a registry's blocks), else None. A request's ``tools`` names
+    each tool once, so two blocks with one name and different schemas (two servers'
+    ``search``) would collapse into whichever comes first, and ``tools="allowed"``
+    could send the schema of the one the gate dropped: a name stands for one
+    schema in a registry (the same schema twice is harmless). Load the second
+    server's tool under a qualified name (``jira_search``)."""
+    held = {t.name: (t, b) for b in blocks if (t := b.tool_schema) is not None}
+    seen: dict[str, tuple[ToolSchema, str]] = {}
+    for schema, where in declared:
+        if schema.name in held and held[schema.name][0] != schema:
+            b = held[schema.name][1]
+            return (
+                f"{where}: the registry already holds tool {schema.name!r} with another "
+                f"schema (block {b.semantic_name!r}, {b.runtime_id}): evict it first, or load "
+                "this one under a qualified name"
+            )
+        if schema.name in seen and seen[schema.name][0] != schema:
+            return (
+                f"{where}: tool {schema.name!r} is declared twice with different schemas "
+                f"(also {seen[schema.name][1]}): give one a qualified name"
+            )
+        seen.setdefault(schema.name, (schema, where))
+    return None
 
 
 def block_metadata_json(schema: ToolSchema) -> str:
