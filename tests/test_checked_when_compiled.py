@@ -200,3 +200,64 @@ def test_allowed_never_sends_a_schema_the_gate_dropped(tmp_path: Path) -> None:
         assert "Search Jira tickets" not in json.dumps(body)
     finally:
         r.release()
+
+
+# ---- the two smaller cases --------------------------------------------------------------
+
+
+def test_deep_input_examples_are_an_unsupported_format_naming_file_and_entry(
+    tmp_path: Path,
+) -> None:
+    from rampart.errors import UnsupportedFormatError
+    from rampart.tools import MAX_SCHEMA_DEPTH, parse_tools
+
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(MAX_SCHEMA_DEPTH + 1):
+        inner["x"] = {}
+        inner = inner["x"]
+    path = tmp_path / "tools.json"
+    entry = {"name": "lookup", "inputSchema": {"type": "object"}, "input_examples": [deep]}
+    path.write_text(
+        json.dumps({"tools": [{"name": "ok", "inputSchema": {"type": "object"}}, entry]})
+    )
+    with pytest.raises(UnsupportedFormatError) as exc:
+        parse_tools(path)
+    assert str(exc.value).startswith(f"{path}: tools[1] ('lookup'): input_examples nests deeper")
+    r = rampart.BlockRegistry(tokeniser=words)
+    try:
+        with pytest.raises(UnsupportedFormatError, match=r"tools\[1\] \('lookup'\)"):
+            r.load_tools(path)
+        assert r.list_blocks() == []
+    finally:
+        r.release()
+
+
+def test_enrich_tools_repairs_a_lone_surrogate_in_a_reply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rampart.embeddings.cache import ExampleCache
+    from rampart.llm import Reply
+    from rampart.toolgate import enrich_tools
+
+    class Surrogates:
+        """A backend (the Backend protocol, not HTTP) whose model emitted half a pair."""
+
+        def describe(self) -> dict[str, Any]:
+            return {"backend": "surrogates"}
+
+        def chat(self, messages: Any, **kw: Any) -> Reply:
+            return Reply(text="list the open issues \ud800 today\nshow closed pull requests")
+
+    r = rampart.BlockRegistry(tokeniser=words)
+    try:
+        r.load_tools(
+            [{"name": "search", "description": "Search issues", "inputSchema": {"type": "object"}}]
+        )
+        cache = ExampleCache(tmp_path / "examples.sqlite")
+        out = enrich_tools(r, Surrogates(), cache=cache)
+        assert out == {"search": ["list the open issues \ufffd today", "show closed pull requests"]}
+        # stored and read back as text
+        assert enrich_tools(r, Surrogates(), cache=cache) == out
+    finally:
+        r.release()

@@ -44,6 +44,7 @@ from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
 from rampart.embeddings.cache import ExampleCache
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, ModelError, RampartError
+from rampart.llm import _text as llm_text
 from rampart.registry import BlockRegistry, GateFn
 from rampart.tools import (
     MAX_EXAMPLE_CHARS,
@@ -1249,7 +1250,13 @@ def generate_examples(
     max_tokens = 48 * n
     reply = backend.chat(messages, temperature=0.0, seed=seed, max_tokens=max_tokens)
     cut = reply.completion_tokens is not None and reply.completion_tokens >= max_tokens
-    examples = parse_examples(reply.text, n, tool_text=tool_text, name=schema.name, truncated=cut)
+    if not isinstance(reply.text, str):
+        raise ModelError(f"{backend.describe()!r:.200}: the reply's text is not a string")
+    # Any backend, not only the HTTP one (which repairs its replies the same way): a
+    # lone surrogate is not text, and the cache, the registry and the tokeniser would
+    # fail on it far from here.
+    text = llm_text(reply.text)
+    examples = parse_examples(text, n, tool_text=tool_text, name=schema.name, truncated=cut)
     if cache is not None:
         # Even an empty list: at temperature 0 the same model answers the same again.
         cache.put(key, examples)

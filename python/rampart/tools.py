@@ -480,6 +480,8 @@ def _parse_entry(entry: Any) -> ToolSchema:
     examples = _example_tuple(entry.get("examples"))
     inputs = entry.get("input_examples")
     _check_examples(examples, inputs)
+    if inputs is not None:  # here, not in ToolSchema(): the error names the entry
+        _json_copy(inputs, "input_examples")
     return ToolSchema(
         name, description, schema, title, annotations, output, strict, fmt, examples, inputs
     )
@@ -583,6 +585,8 @@ def parse_tools(tools: ToolsInput) -> list[ToolSchema]:
         try:
             schema = _parse_entry(entry)
         except _Invalid as exc:
+            raise UnsupportedFormatError(f"{loc}: {exc}") from None
+        except InvalidArgumentError as exc:  # a check only ToolSchema() makes
             raise UnsupportedFormatError(f"{loc}: {exc}") from None
         if schema.name in seen:
             raise UnsupportedFormatError(
