@@ -261,3 +261,53 @@ def test_enrich_tools_repairs_a_lone_surrogate_in_a_reply(
         assert enrich_tools(r, Surrogates(), cache=cache) == out
     finally:
         r.release()
+
+
+# ---- caches and model files ---------------------------------------------------------
+
+
+@fifo_only
+def test_a_fifo_as_the_hash_memo_is_no_memo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rampart.embeddings.cache import file_sha256
+
+    monkeypatch.setenv("RAMPART_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    os.mkfifo(tmp_path / "cache" / "hashes.json")
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"weights")
+    import hashlib
+
+    assert file_sha256(weights) == hashlib.sha256(b"weights").hexdigest()
+
+
+def test_hashing_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    from rampart._files import sha256_file
+
+    link = tmp_path / "model.safetensors"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(OSError, match="not a regular file"):
+        sha256_file(link)
+
+
+@fifo_only
+def test_a_query_adapter_that_is_a_fifo_or_a_device_is_a_model_error(tmp_path: Path) -> None:
+    from rampart.errors import ModelError
+    from rampart.toolgate import QueryAdapter
+
+    fifo = tmp_path / "adapter.npz"
+    os.mkfifo(fifo)
+    link = tmp_path / "zero.npz"
+    link.symlink_to("/dev/zero")
+    for path in (fifo, link):
+        with pytest.raises(ModelError, match="not a regular file"):
+            QueryAdapter(path)
+
+
+def test_a_model_config_that_is_a_device_is_a_value_error(tmp_path: Path) -> None:
+    from rampart._bert_onnx import BertConfig
+
+    (tmp_path / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match="config.json: is not a regular file"):
+        BertConfig.from_dir(tmp_path)

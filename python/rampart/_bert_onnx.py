@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from rampart._files import SMALL_FILE_BYTES, FileProblem, read_regular_file
+
 __all__ = ["BertConfig", "build_graph", "read_safetensors", "relative_position_buckets"]
 
 # Bump whenever the produced graph changes: it is part of the cache key, so an
@@ -89,6 +91,17 @@ _LAYER_NAMES = {
 }
 
 
+def _json_file(path: Path) -> Any:
+    """A model folder's JSON file: a FIFO, device or oversize file is a ValueError
+    naming it, as a malformed one is."""
+    try:
+        return json.loads(read_regular_file(path, SMALL_FILE_BYTES))
+    except FileProblem as exc:
+        if exc.missing:
+            raise FileNotFoundError(f"{path}: {exc}") from None
+        raise ValueError(f"{path}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class BertConfig:
     """The few ``config.json`` fields the graph depends on."""
@@ -109,11 +122,11 @@ class BertConfig:
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> BertConfig:
-        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        cfg = _json_file(model_dir / "config.json")
         pooling = "mean"
         pool_file = model_dir / "1_Pooling" / "config.json"
         if pool_file.is_file():
-            pool = json.loads(pool_file.read_text(encoding="utf-8"))
+            pool = _json_file(pool_file)
             modes = {k for k, v in pool.items() if k.startswith("pooling_mode_") and v is True}
             if modes == {"pooling_mode_cls_token"}:
                 pooling = "cls"

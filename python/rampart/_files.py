@@ -51,11 +51,27 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
+    """The SHA-256 of a regular file (model weights: gigabytes are fine, read in
+    4 MiB chunks). A FIFO or a device is refused with an OSError naming the path,
+    which every caller already handles as an unreadable file: hashing /dev/zero
+    would never end, and a FIFO would wait for a writer."""
+    try:
+        fd = open_regular(path)
+    except FileProblem as exc:
+        if exc.missing:
+            raise FileNotFoundError(f"{path}: {exc}") from None
+        raise OSError(f"{path}: {exc}") from None
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
+
+
+SMALL_FILE_BYTES = 16 << 20
+"""The most read of a small JSON file rampart keeps beside its data (cache
+manifests and memos, model configs, golden files, latency baselines): real ones
+are kilobytes."""
 
 
 class FileProblem(Exception):

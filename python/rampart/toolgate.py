@@ -29,6 +29,7 @@ calls cost more than that anyway.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 import re
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from rampart import _core
 from rampart._args import text as _text
 from rampart._embedding import encode_texts
+from rampart._files import FileProblem, read_regular_file
 from rampart.block import InstructionBlock
 from rampart.embeddings.cache import ExampleCache
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, ModelError, RampartError
@@ -859,6 +861,8 @@ def note_examples(registry: BlockRegistry) -> None:
 # ---- the cold gate's query adapter ---------------------------------------------------
 
 ADAPTER_FILE = Path(__file__).resolve().parent / "data" / "tool_adapter_minilm.npz"
+#: The largest query adapter file read: a 1024 x 1024 float32 matrix is 4 MiB.
+MAX_ADAPTER_BYTES = 64 << 20
 
 
 class QueryAdapter:
@@ -885,10 +889,13 @@ class QueryAdapter:
 
         self.path = Path(path)
         try:
-            with np.load(self.path, allow_pickle=False) as z:
+            # Read as a regular file of bounded size first: np.load would wait on a
+            # FIFO and read /dev/zero until memory ran out.
+            raw = io.BytesIO(read_regular_file(self.path, MAX_ADAPTER_BYTES))
+            with np.load(raw, allow_pickle=False) as z:
                 a = np.asarray(z["a"], dtype=np.float32)
                 meta = json.loads(str(z["meta"]))
-        except (OSError, ValueError, KeyError) as exc:
+        except (FileProblem, OSError, ValueError, KeyError) as exc:
             raise ModelError(f"{self.path}: not a query adapter file: {exc}") from None
         if a.ndim != 2 or a.shape[0] != a.shape[1] or not np.isfinite(a).all():
             raise ModelError(

@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from rampart._files import FILE_MODE, atomic_write, cache_dir, sha256_file
+from rampart._files import (
+    FILE_MODE,
+    SMALL_FILE_BYTES,
+    FileProblem,
+    atomic_write,
+    cache_dir,
+    read_regular_file,
+    sha256_file,
+)
 from rampart._sqlite import retry_busy
 
 __all__ = ["VECTOR_CACHE_ENV", "ExampleCache", "VectorCache", "file_sha256"]
@@ -241,11 +249,13 @@ def _vector_cache_wanted(arg: bool | None) -> bool:
 
 
 def _read_memo(path: Path) -> dict[str, list[Any]]:
+    # An accelerator: a memo that is unreadable, not a regular file or oversize is
+    # no memo (and the next write replaces it).
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(path, SMALL_FILE_BYTES))
         files = data.get("files", {}) if isinstance(data, dict) else {}
         return files if isinstance(files, dict) else {}
-    except (OSError, ValueError):
+    except (FileProblem, ValueError, RecursionError):
         return {}
 
 

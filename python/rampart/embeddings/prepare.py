@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rampart._files import atomic_write, cache_dir, sha256_file
+from rampart._files import (
+    SMALL_FILE_BYTES,
+    FileProblem,
+    atomic_write,
+    cache_dir,
+    read_regular_file,
+    sha256_file,
+)
 from rampart.embeddings.cache import _FILE_MODE, _fsync, _remember_hash, file_sha256
 from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
@@ -306,13 +313,13 @@ def _cache_valid(onnx_path: Path, data_path: Path, manifest_path: Path) -> bool:
     """True when the manifest (written last) matches both files. The hashes come from
     the memo, so a valid cache costs a few ``stat`` calls."""
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular_file(manifest_path, SMALL_FILE_BYTES))
         for key, path in (("onnx", onnx_path), ("data", data_path)):
             entry = manifest[key]
             if path.stat().st_size != entry["size"] or file_sha256(path) != entry["sha256"]:
                 return False
         return True
-    except (OSError, ValueError, KeyError, TypeError):
+    except (FileProblem, OSError, ValueError, RecursionError, KeyError, TypeError):
         return False
 
 
@@ -480,8 +487,8 @@ def _find_source(model_dir: str | Path | None) -> _Source:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular_file(path, SMALL_FILE_BYTES))
+    except (FileProblem, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from rampart._files import FILE_MODE, cache_dir, sha256_file
+from rampart._files import FILE_MODE, FileProblem, cache_dir, read_regular_file, sha256_file
 from rampart.errors import ModelError, ModelNotFoundError
 
 SMOLLM2 = "smollm2"
@@ -90,7 +90,10 @@ def qwen_coder_path(*, verify: bool = False) -> Path:
     target = cache_dir() / "models" / QWEN_FILE
     stamp = target.with_name(target.name + ".sha256")
     if target.is_file() and stamp.is_file():
-        ok = stamp.read_text().strip() == QWEN_SHA256
+        try:
+            ok = read_regular_file(stamp, 1024).decode("ascii", "replace").strip() == QWEN_SHA256
+        except FileProblem:  # a FIFO or device in the cache: assemble the file again
+            ok = False
         if ok and verify:
             ok = sha256_file(target) == QWEN_SHA256
         if ok:
