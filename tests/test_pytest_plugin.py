@@ -131,7 +131,10 @@ def test_entry_point_is_declared() -> None:
     tomllib = pytest.importorskip("tomllib")
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     eps = meta["project"]["entry-points"]["pytest11"]
-    assert eps == {"rampart.pytest_plugin": "rampart.pytest_plugin"}
+    # The entry point is the small package outside rampart (rampart is imported
+    # only by a test that uses a fixture), named after the module users register.
+    assert eps == {"rampart.pytest_plugin": "rampart_pytest"}
+    assert "rampart_pytest" in meta["tool"]["maturin"]["python-packages"]
 
 
 def test_golden_is_written_then_passes_unchanged(pytester: pytest.Pytester) -> None:
@@ -264,8 +267,8 @@ def test_golden_files_live_next_to_the_test(pytester: pytest.Pytester) -> None:
     res.stdout.fnmatch_lines(["*already checked in this test; give each check its own name=*"])
     names = sorted(p.name for p in (sub / "goldens" / "test_names").iterdir())
     assert names == [
-        "test_two[a b].again.json".replace(" ", "_"),
-        "test_two[a b].json".replace(" ", "_"),
+        "test_two[a%20b].again.json",
+        "test_two[a%20b].json",
         "test_two[c].again.json",
         "test_two[c].json",
     ]
@@ -375,3 +378,124 @@ def test_the_plugin_stays_out_of_the_way(pytester: pytest.Pytester) -> None:
     res.stdout.no_fnmatch_line("*= rampart =*")
     res = run(pytester, "--fixtures")
     res.stdout.fnmatch_lines(["rampart_golden*", "*Snapshot a compile*"])
+
+
+# ---- issue 26: one file per test id, files refused as limits.md says, a lazy plugin ------
+
+
+def test_ids_that_differ_only_in_unsafe_characters_get_their_own_golden_files(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_ids=(
+            "import pytest, rampart\n\n"
+            "@pytest.mark.parametrize('k', ['a/b', 'a_b', 'a:b', 'a%2Fb', 'é'])\n"
+            "def test_ids(rampart_golden, k):\n"
+            "    reg = rampart.BlockRegistry()\n"
+            "    reg.write_block('text ' + k, 'b')\n"
+            "    rampart_golden.check(reg.compile(), {})\n"
+        )
+    )
+    run(pytester, "--rampart-update").assert_outcomes(passed=5)
+    folder = pytester.path / "__rampart__" / "test_ids"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(
+        [
+            "test_ids[a%2Fb].json",
+            "test_ids[a_b].json",
+            "test_ids[a%3Ab].json",
+            "test_ids[a%252Fb].json",
+            # pytest writes non-ASCII ids escaped (\xe9); the backslash is escaped too
+            "test_ids[%5Cxe9].json",
+        ]
+    )
+    prompts = {json.loads((folder / n).read_text(encoding="utf-8"))["prompt"] for n in names}
+    assert len(prompts) == 5
+    # Every test compares with its own file: all five pass (before, two of a/b, a_b
+    # and a:b could never pass).
+    run(pytester).assert_outcomes(passed=5)
+
+
+def test_the_name_latency_is_kept_for_the_baseline(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        "import rampart\n\n"
+        "def test_x(rampart_golden):\n"
+        "    rampart_golden.check(rampart.BlockRegistry().compile(), {}, name='latency')\n"
+    )
+    res = run(pytester, "--rampart-update")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*name 'latency' is the latency baseline's*"])
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_golden_file_that_is_a_fifo_or_a_device_fails_clearly(
+    pytester: pytest.Pytester,
+) -> None:
+    golden = project(pytester)
+    golden.parent.mkdir(parents=True)
+    os.mkfifo(golden)
+    res = run(pytester)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*test_prompt.json: unreadable (is not a regular file*"])
+    golden.unlink()
+    golden.symlink_to("/dev/zero")
+    res = run(pytester)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*test_prompt.json: unreadable (is not a regular file*"])
+    # --rampart-update replaces what it cannot read with a golden file
+    run(pytester, "--rampart-update").assert_outcomes(passed=1)
+    assert golden.is_file() and not golden.is_symlink()
+    run(pytester).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("median", ["Infinity", "true", "1e999", '"0.5"', "-1", "0"])
+def test_a_baseline_must_be_a_finite_positive_number(
+    pytester: pytest.Pytester, median: str
+) -> None:
+    path = latency_project(pytester, None)
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        f'{{"rampart": "rampart-latency/1", "median_s": {median}, "machine": {{}}}}',
+        encoding="utf-8",
+    )
+    res = run(pytester, *QUICK)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*test_compile_speed.latency.json: median_s must be a *"])
+
+
+def test_a_session_that_uses_no_fixture_never_imports_rampart(tmp_path: Path) -> None:
+    """A real pytest process with only the plugin's entry-point module loaded (no
+    other plugin, which might import numpy itself): rampart, its registry and numpy
+    are not imported by the time a plain test runs; a later test that uses a fixture
+    gets a working one in the same session."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_a_plain.py").write_text(
+        "import sys\n\n"
+        "def test_plain():\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('rampart', 'numpy'))\n"
+        "    assert loaded == [], loaded\n"
+        "    assert 'rampart_pytest' in sys.modules\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "test_b_golden.py").write_text(
+        # rampart imported in the test, not at collection (which precedes every test)
+        "def test_golden(rampart_golden):\n"
+        "    import rampart\n\n"
+        "    rampart_golden.check(rampart.BlockRegistry().compile(), {})\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "rampart_pytest"]
+    done = subprocess.run(
+        [*argv, "--rampart-update", "-W", "ignore"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
+    assert (tmp_path / "__rampart__" / "test_b_golden" / "test_golden.json").is_file()

@@ -1,9 +1,10 @@
 """pytest plugin: guard a registry's compiled prompt and compile latency in CI.
 
-Installed with rampart (entry point ``pytest11``), so every pytest run of a project
-that has rampart installed loads it; it adds two fixtures and one option and does
-nothing until a test asks for a fixture (no autouse fixture, no collection hook,
-and rampart itself is imported only by a test that uses it).
+Installed with rampart (entry point ``pytest11``, module :mod:`rampart_pytest`), so
+every pytest run of a project that has rampart installed loads it; it adds two
+fixtures and one option and does nothing until a test asks for a fixture (no
+autouse fixture, no collection hook, and rampart itself, this module included, is
+imported only by a test that uses one).
 
 - ``rampart_golden``: ``rampart_golden.check(result, bodies=...)`` snapshots a
   :class:`~rampart.CompileResult`'s prompt, its stable-prefix boundary and request
@@ -24,105 +25,68 @@ See docs/pytest-plugin.md.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+# The entry point's half (rampart_pytest: options, marker, summary, the fixtures),
+# re-exported so that `pytest_plugins = ["rampart.pytest_plugin"]` and
+# `-p rampart.pytest_plugin` register the same hooks and fixtures.
+from rampart_pytest import _SESSION, DEFAULT_DIR
+from rampart_pytest import DEFAULT_RATIO as DEFAULT_RATIO
+from rampart_pytest import pytest_addoption as pytest_addoption
+from rampart_pytest import pytest_configure as pytest_configure
+from rampart_pytest import pytest_terminal_summary as pytest_terminal_summary
+from rampart_pytest import rampart_golden as rampart_golden
+from rampart_pytest import rampart_latency as rampart_latency
 
 if TYPE_CHECKING:  # rampart is imported by the fixtures, not when pytest starts
     from rampart.block import CompileResult
 
 GOLDEN_FORMAT = "rampart-golden/1"
 LATENCY_FORMAT = "rampart-latency/1"
-DEFAULT_DIR = "__rampart__"
-DEFAULT_RATIO = 1.5
 # Failure reports stay readable: at most this many changed blocks get a text diff,
 # and a diff at most this many lines.
 MAX_BLOCK_DIFFS = 3
 MAX_DIFF_LINES = 40
+#: The largest golden file or baseline read (docs/limits.md); a golden file holds a
+#: prompt and its request bodies, kilobytes to a few megabytes.
+MAX_FILE_BYTES = 64 << 20
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+\-\[\]]")
+# Characters a test id keeps in its file name; every other one, "%" included, is
+# written as %XX (its UTF-8 bytes), so two ids never share a file.
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,=+-[]")
 
 Body = Mapping[str, Any] | Callable[["CompileResult"], Mapping[str, Any]]
-
-
-@dataclass
-class _Session:
-    """What this pytest run wrote and measured, for the terminal summary."""
-
-    update: bool
-    written: list[Path] = field(default_factory=list)
-    latency: list[str] = field(default_factory=list)
-
-
-_SESSION = pytest.StashKey[_Session]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--rampart-update`` and the ``rampart_dir`` / ``rampart_latency_ratio`` ini options."""
-    group = parser.getgroup("rampart", "rampart golden prompts and compile latency")
-    group.addoption(
-        "--rampart-update",
-        action="store_true",
-        default=False,
-        help="write or refresh rampart golden files and latency baselines instead of "
-        "comparing with them",
-    )
-    parser.addini(
-        "rampart_dir",
-        "folder, next to each test file, for rampart golden files and latency baselines",
-        default=DEFAULT_DIR,
-    )
-    parser.addini(
-        "rampart_latency_ratio",
-        "rampart_latency fails when the median exceeds this multiple of the baseline's",
-        default=str(DEFAULT_RATIO),
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``rampart_latency`` marker and this session's state."""
-    config.addinivalue_line(
-        "markers",
-        "rampart_latency(ratio): the slowdown against the saved baseline that "
-        "fails the rampart_latency check in this test",
-    )
-    config.stash[_SESSION] = _Session(update=bool(config.getoption("rampart_update")))
-
-
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
-) -> None:
-    """List the golden files and baselines ``--rampart-update`` wrote."""
-    st = config.stash.get(_SESSION, None)
-    if st is None or not (st.written or st.latency):
-        return
-    terminalreporter.section("rampart")
-    for line in st.latency:
-        terminalreporter.write_line(line)
-    for path in st.written:
-        terminalreporter.write_line(f"wrote {_relative(path, config.rootpath)}")
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 # ---- files --------------------------------------------------------------------------
 
 
+def _file_name(test_id: str) -> str:
+    """``test_id`` as a file name, injectively: characters outside ``_SAFE`` (and
+    ``%``) become ``%XX`` per UTF-8 byte, so ``a/b``, ``a_b`` and ``a:b`` get three
+    files (``a%2Fb``, ``a_b``, ``a%3Ab``); an id of safe characters keeps its name."""
+    if all(c in _SAFE for c in test_id):
+        return test_id
+    return "".join(
+        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        for c in test_id
+    )
+
+
 def _test_id(request: pytest.FixtureRequest) -> str:
-    """``test_x``, ``TestY.test_x`` or ``test_x[param]``, safe as a file name."""
+    """``test_x``, ``TestY.test_x`` or ``test_x[param]``, as a file name
+    (:func:`_file_name`); the parts of a node id are joined by ``.``, which no
+    class or function name holds."""
     parts = request.node.nodeid.split("::")[1:] or [request.node.name]
-    name = _UNSAFE.sub("_", ".".join(parts))
+    name = _file_name(".".join(parts))
     if len(name) > 120:  # long parameter ids: keep the file name within every OS's limit
         import hashlib
 
@@ -144,10 +108,23 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path, fmt: str) -> dict[str, Any]:
+def _text(path: Path) -> str:
+    """A golden file or baseline: a regular file of at most MAX_FILE_BYTES of UTF-8
+    (a FIFO would hang the run, /dev/zero fill its memory), else FileProblem."""
+    from rampart._files import FileProblem, read_regular_file
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        return read_regular_file(path, MAX_FILE_BYTES).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(f"is not UTF-8 ({exc})") from None
+
+
+def _read(path: Path, fmt: str) -> dict[str, Any]:
+    from rampart._files import FileProblem
+
+    try:
+        data = json.loads(_text(path))
+    except (FileProblem, ValueError, RecursionError) as exc:
         pytest.fail(
             f"{path}: unreadable ({exc}); run pytest --rampart-update to rewrite it",
             pytrace=False,
@@ -157,6 +134,16 @@ def _read(path: Path, fmt: str) -> dict[str, Any]:
             f"{path}: not a {fmt} file; run pytest --rampart-update to rewrite it", pytrace=False
         )
     return data
+
+
+def _current(path: Path) -> str | None:
+    """What an update would replace: None when it cannot be read (it is rewritten)."""
+    from rampart._files import FileProblem
+
+    try:
+        return _text(path)
+    except FileProblem:
+        return None
 
 
 def _dumps(value: Any) -> str:
@@ -436,6 +423,8 @@ class RampartGolden:
         if name is not None:
             if not _NAME.fullmatch(name):
                 raise ValueError(f"rampart_golden: name {name!r}: use letters, digits, _ . -")
+            if name == "latency":  # <test>.latency.json is the test's latency baseline
+                raise ValueError("rampart_golden: name 'latency' is the latency baseline's")
             test = f"{test}.{name}"
         return _folder(self._request) / f"{test}.json"
 
@@ -466,7 +455,7 @@ class RampartGolden:
         st = self._request.config.stash[_SESSION]
         if st.update:
             text = _dumps(snap) + "\n"
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
+            if not path.exists() or _current(path) != text:
                 _write(path, text)
                 st.written.append(path)
             return
@@ -488,13 +477,6 @@ class RampartGolden:
                 ),
                 pytrace=False,
             )
-
-
-@pytest.fixture
-def rampart_golden(request: pytest.FixtureRequest) -> RampartGolden:
-    """Snapshot a compile's prompt and request bodies to a golden file; see
-    :class:`RampartGolden`."""
-    return RampartGolden(request)
 
 
 # ---- compile latency ----------------------------------------------------------------
@@ -589,12 +571,22 @@ class RampartLatency:
                 pytrace=False,
             )
         base = _read(path, LATENCY_FORMAT)
-        try:
-            base_median = float(base["median_s"])
-        except (KeyError, TypeError, ValueError):
-            pytest.fail(f"{path}: no median_s; run pytest --rampart-update", pytrace=False)
-        if not base_median > 0:
-            pytest.fail(f"{path}: median_s must be positive, got {base_median}", pytrace=False)
+        raw = base.get("median_s")
+        # A number, finite and positive: true is 1.0 to float(), and a ratio to
+        # Infinity (or 1e999, which parses as it) would pass every run.
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            pytest.fail(
+                f"{path}: median_s must be a number of seconds, got {raw!r:.60}; "
+                "run pytest --rampart-update",
+                pytrace=False,
+            )
+        base_median = float(raw)
+        if not (math.isfinite(base_median) and base_median > 0):
+            pytest.fail(
+                f"{path}: median_s must be a finite positive number, got {raw!r:.60}; "
+                "run pytest --rampart-update",
+                pytrace=False,
+            )
         seen = median / base_median
         line = (
             f"{test}: median {_seconds(median)} = {seen:.2f}x the baseline "
@@ -610,10 +602,3 @@ class RampartLatency:
                 )
             pytest.fail(f"compile latency regressed: {line}, set by {origin}{note}", pytrace=False)
         return out
-
-
-@pytest.fixture
-def rampart_latency(request: pytest.FixtureRequest) -> Iterator[RampartLatency]:
-    """Benchmark a compile and compare its median with a saved baseline; see
-    :class:`RampartLatency`."""
-    yield RampartLatency(request)
