@@ -61,6 +61,11 @@ def check_wheel(wheel: Path, version: str) -> None:
             fail(f"{name}: METADATA lacks License-Expression: Apache-2.0")
         if not any(n.startswith("rampart/_core") for n in names):
             fail(f"{name}: the compiled extension rampart/_core is missing")
+        if "rampart_pytest/__init__.py" not in names:  # the pytest11 entry point's module
+            fail(f"{name}: rampart_pytest/__init__.py (the pytest plugin's entry point) is missing")
+        entry_points = z.read(f"{info}/entry_points.txt").decode().replace(" ", "")
+        if "rampart.pytest_plugin=rampart_pytest" not in entry_points:
+            fail(f"{name}: the pytest11 entry point does not name rampart_pytest")
     print(f"wheel: {name} ({wheel.stat().st_size / 1e6:.1f} MB), LICENSE and NOTICE inside")
 
 
