@@ -15,7 +15,15 @@ from conftest import ROOT
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = ("-p", "rampart.pytest_plugin")
+PLUGIN = ("-p", "rampart.pytest_plugin", "-p", "no:xdist")
+
+
+@pytest.fixture(autouse=True)
+def not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inner sessions are no xdist workers: under `make test`'s -n, pytest-benchmark
+    would read PYTEST_XDIST_WORKER, disable benchmarks, and the latency checks would
+    check nothing."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
 # The user's test: a registry built from blocks.json (which the tests below edit,
 # as a teammate would edit a seed file), compiled for a task with a gate, snapshotted
