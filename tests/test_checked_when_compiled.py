@@ -309,5 +309,5 @@ def test_a_model_config_that_is_a_device_is_a_value_error(tmp_path: Path) -> Non
     from rampart._bert_onnx import BertConfig
 
     (tmp_path / "config.json").symlink_to("/dev/zero")
-    with pytest.raises(ValueError, match="config.json: is not a regular file"):
+    with pytest.raises(ValueError, match=r"config\.json: is not a regular file"):
         BertConfig.from_dir(tmp_path)

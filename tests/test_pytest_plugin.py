@@ -25,6 +25,7 @@ def not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     check nothing."""
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
+
 # The user's test: a registry built from blocks.json (which the tests below edit,
 # as a teammate would edit a seed file), compiled for a task with a gate, snapshotted
 # with its request bodies.
