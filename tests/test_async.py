@@ -11,6 +11,7 @@ cancellation test stages, so a store call made on the loop there is caught."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import sqlite3
 import threading
@@ -169,6 +170,62 @@ def test_twins_give_the_sync_outcomes_and_errors(
         assert len(a) > 0  # readable after close
 
     run(go, caplog)
+
+
+def _parameters(fn: Any) -> list[tuple[str, Any, Any, Any]]:
+    sig = inspect.signature(fn)
+    return [(p.name, p.kind, p.default, p.annotation) for p in sig.parameters.values()]
+
+
+#: Every coroutine twin and its sync method (``sync_async``: ``a`` + ``sync`` is
+#: the keyword ``async``).
+_TWINS = {"sync_async": "sync"}
+
+
+def test_every_twin_has_its_sync_methods_signature() -> None:
+    """Parameter names, kinds, defaults and annotations of every ``aX`` equal
+    ``X``'s: the write twins come from the same declaration (rampart._ops), so
+    none can drift (aopen once refused create=, aload_tools took **kwargs)."""
+    B = rampart.BlockRegistry
+    twins = {
+        n: _TWINS.get(n, n[1:])
+        for n in dir(B)
+        if inspect.iscoroutinefunction(getattr(B, n)) and not n.startswith("_")
+    }
+    writes = {
+        "add_from_seed", "write_block", "write_agent_block", "update_block_content",
+        "update_priority", "set_gated", "set_wrap", "promote", "demote", "promote_to_front",
+        "demote_to_back", "reorder", "promote_group", "evict", "evict_by_policy",
+        "rollback_trajectory", "restore", "load_tools",
+    }  # fmt: skip
+    assert {f"a{w}" for w in writes} | {"aopen", "acompile", "afind_relevant"} <= set(twins)
+    for twin, sync in twins.items():
+        assert hasattr(B, sync), f"{twin} has no sync method {sync}"
+        assert _parameters(getattr(B, twin)) == _parameters(getattr(B, sync)), twin
+        ret = inspect.signature(getattr(B, twin)).return_annotation
+        assert ret == inspect.signature(getattr(B, sync)).return_annotation, twin
+        assert "PendingEntry" not in str(ret), twin  # the core's value never leaks out
+
+
+def test_aopen_takes_create_false(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nowhere.db'}"
+
+    async def go() -> None:
+        with pytest.raises(InvalidArgumentError, match="no such file"):
+            await rampart.BlockRegistry.aopen(url, "agent", create=False, label=None)
+        assert not (tmp_path / "nowhere.db").exists()
+        a = await rampart.BlockRegistry.aopen(url, "agent", label=None)
+        rid = await a.awrite_block("joined", "n")
+        b = await rampart.BlockRegistry.aopen(url, "agent", create=False, label=None)
+        try:
+            assert rid in b
+            with pytest.raises(InvalidArgumentError, match="holds no registry 'other'"):
+                await rampart.BlockRegistry.aopen(url, "other", create=False, label=None)
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    asyncio.run(go())
 
 
 def test_local_registry_twins_are_the_sync_methods(caplog: pytest.LogCaptureFixture) -> None:

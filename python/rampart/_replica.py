@@ -1,12 +1,14 @@
 """The replica side of a shared registry (SPEC §7): append, apply, follow.
 
-A shared ``BlockRegistry`` is an ordinary registry whose core has this replica
-attached (``attach_journal``): every write method of the core builds its
-operation as usual and, instead of applying it, hands the encoded entry to
-``Replica.submit``, which appends it to the store and applies every entry up to
-and including its own (``apply_entry``, the core's one write path) before the
-call returns. A follower thread applies other processes' entries as they
-arrive; compile never touches the store or the replica's lock.
+A shared ``BlockRegistry`` is an ordinary registry whose core has this replica's
+origin attached (``attach_journal``): every write method of the core builds its
+operation as usual and, instead of applying it, returns the encoded entry as a
+value (``_core.PendingEntry``). The write's driver (``rampart._ops``) hands it
+to ``Replica.submit`` (sync) or ``Replica.asubmit`` (async), which append it to
+the store and apply every entry up to and including its own (``apply_entry``,
+the core's one write path) before the call returns. A follower thread applies
+other processes' entries as they arrive; compile never touches the store or the
+replica's lock.
 
 The replica reaches its registry only through ``ReplicaHost`` (below): the
 core object, which never changes (a reload from a checkpoint replaces its
@@ -31,7 +33,6 @@ Choices SPEC §7 leaves open (docs/shared.md explains them):
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rampart import _core, _files
@@ -68,23 +69,6 @@ _WAIT = 0.25
 _BACKOFF_MAX = 2.0
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
-
-#: Set by ``awrite`` around a write method of a shared registry: the replica's
-#: ``submit`` then hands the encoded entry back (``_Deferred``) instead of
-#: appending it, and the coroutine appends it with the store's async client.
-_DEFER: contextvars.ContextVar[Replica | None] = contextvars.ContextVar(
-    "rampart_defer", default=None
-)
-
-
-class _Deferred(BaseException):
-    """Carries a write method's encoded entry out of the core, unapplied (a
-    BaseException: no ``except Exception`` on the way may swallow it)."""
-
-    def __init__(self, entry: bytes, writes_text: bool) -> None:
-        super().__init__()
-        self.entry = entry
-        self.writes_text = writes_text
 
 
 class ReplicaHost(Protocol):
@@ -268,11 +252,9 @@ class Replica:
     # ---- mutations ------------------------------------------------------------------
 
     def submit(self, entry: bytes, writes_text: bool) -> Any:
-        """Append one mutation (encoded by the core's write method, which calls
-        this) and apply the journal up to it; return its outcome (or raise its
-        error), as the local call would."""
-        if _DEFER.get() is self:
-            raise _Deferred(entry, writes_text)
+        """Append one mutation (encoded by the core's write method, handed here
+        by the operation's sync driver) and apply the journal up to it; return
+        its outcome (or raise its error), as the local call would."""
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
         with self._lock:
@@ -550,31 +532,12 @@ class Replica:
         self._checkpoint_due = None
         self._wrote = False
         self.origin = os.urandom(16)
+        reg = self._reg()
+        if reg is not None and not self._closed:
+            # The child writes under its own origin (its entries are its own).
+            reg._core.attach_journal(self.origin)
         if not self._closed:
             self.start()
-
-
-async def awrite(
-    reg: BlockRegistry, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
-) -> Any:
-    """Run the write method ``call`` of a shared registry with its journal entry
-    deferred, then append and apply that entry asynchronously; ``post`` turns
-    the core's outcome into what the method returns (it is skipped when the
-    method returned without writing)."""
-    rep = reg._replica
-    if rep is None:
-        return call()
-    token = _DEFER.set(rep)
-    try:
-        out = call()
-    except _Deferred as d:
-        entry, writes_text = d.entry, d.writes_text
-    else:
-        return out  # refused or nothing to write: no entry was made
-    finally:
-        _DEFER.reset(token)
-    result = await rep.asubmit(entry, writes_text)
-    return result if post is None else post(result)
 
 
 def _follow(rep: Replica) -> None:
@@ -673,18 +636,9 @@ def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, nam
     core.reset_to(saved)
 
 
-class _Collect:
-    """A journal that only keeps entries: the creator's seed load, encoded by the
-    core's ordinary write method before the registry exists in the store."""
-
-    origin = b"\0" * 16
-
-    def __init__(self) -> None:
-        self.entries: list[bytes] = []
-
-    def submit(self, entry: bytes, writes_text: bool) -> list[str]:
-        self.entries.append(entry)
-        return []
+#: The origin of the creator's seed entries (no replica's: every replica
+#: applies them).
+_SEED_ORIGIN = b"\0" * 16
 
 
 def open_shared(
@@ -725,12 +679,14 @@ def open_shared(
         if raw is None:
             meta = {"format": META_FORMAT, "registry_id": str(uuid.uuid4()), "settings": settings}
             if seeds is not None:
+                # The seed load, encoded by the core's ordinary write method
+                # before the registry exists in the store; never applied here.
                 seeder = cls._with_id(embedding_model, tokeniser, meta["registry_id"], None, kwargs)
-                collect = _Collect()
-                seeder._core.attach_journal(collect)
-                seeder._insert_seeds(load_sources(seeds))
+                seeder._core.attach_journal(_SEED_ORIGIN)
+                pending = seeder._insert_seeds(load_sources(seeds))
                 seeder._drop()
-                entries = collect.entries
+                if isinstance(pending, _core.PendingEntry):
+                    entries = [pending.data]
             if not st.create(name, json.dumps(meta).encode(), entries):
                 raw = st.meta(name)  # another process created it first: join it
         if raw is not None:
@@ -751,7 +707,7 @@ def open_shared(
                 _replay_instead(name, e)
         reg._replica = rep
         rep.catch_up()
-        reg._core.attach_journal(rep)
+        reg._core.attach_journal(rep.origin)
         reg._embed_written()  # publishes what no replica has embedded yet
         rep.start()
     except BaseException:

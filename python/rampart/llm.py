@@ -497,7 +497,7 @@ class LlamaCppBackend:
         verbose: bool = False,
         native_tools: bool = True,
     ) -> None:
-        from rampart.probe.models import resolve_model
+        from rampart.gguf import resolve_model
 
         path = resolve_model(str(model))
         try:

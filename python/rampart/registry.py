@@ -15,6 +15,7 @@ from rampart._embedding import EmbeddingModel, default_model, encode_texts, reso
 from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart._labels import claim_label, get_by_label, label_of, release_label
+from rampart._ops import aio, body_of, offloaded, operation
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
 from rampart.seeds import (
@@ -56,6 +57,42 @@ _vector = _args.vector
 _FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
 _FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: a threshold below every score
+
+
+# ---- after-steps of write operations (rampart._ops): the method's return value
+# from the core's outcome, run by the sync and the async driver alike ------------------
+
+
+def _first(reg: BlockRegistry, ids: list[str]) -> str:
+    return ids[0]
+
+
+def _nothing(reg: BlockRegistry, outcome: object) -> None:
+    return None
+
+
+def _evicted(reg: BlockRegistry, block: _core.Block) -> InstructionBlock:
+    return InstructionBlock(block)
+
+
+def _prepare_async(reg: BlockRegistry) -> None:
+    # e.g. the async store client's import: on aopen's executor thread rather
+    # than on the loop at the first write.
+    prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
+    if prepare is not None:
+        prepare()
+
+
+def _tools_loaded(reg: BlockRegistry, ids: list[str]) -> list[str]:
+    # Run by both drivers, so a sync, a shared and an async load agree (the
+    # hand-written aload_tools once skipped the adapter's re-arm).
+    from rampart import toolgate
+
+    if toolgate.has_examples(reg, ids):
+        reg._examples_arrived()
+    if reg._tool_adapter is False:
+        reg._tool_adapter = None  # tools arrived: look for the adapter again
+    return ids
 
 
 class BlockRegistry:
@@ -220,9 +257,12 @@ class BlockRegistry:
             raise
         return reg
 
-    def add_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
+    @operation(after=_first)
+    def add_from_seed(
+        self, seed_registry: SeedRegistry, name: str
+    ) -> list[str] | _core.PendingEntry:
         """Append one seed block (no file I/O); returns its new runtime id."""
-        return self._insert_seeds([seed_registry.get(name)])[0]
+        return self._insert_seeds([seed_registry.get(name)])
 
     def _counts(self, texts: list[str]) -> list[int | None]:
         """Token counts for a batch of new blocks; None lets the core count with
@@ -240,7 +280,7 @@ class BlockRegistry:
         tools = ["tool_schema" in b.metadata for b in blocks]
         return rows, tools if any(tools) else None
 
-    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str] | _core.PendingEntry:
         rows, tools = self._seed_rows(blocks)
         ungated = [not b.gated for b in blocks]
         return self._insert_many(rows, "seed", False, tools, ungated if any(ungated) else None)
@@ -252,7 +292,7 @@ class BlockRegistry:
         evictable: bool,
         tools: list[bool] | None,
         ungated: list[bool] | None = None,
-    ) -> list[str]:
+    ) -> list[str] | _core.PendingEntry:
         return self._core.insert_many(rows, source, evictable, tools, ungated)
 
     # ---- identity --------------------------------------------------------------------
@@ -384,6 +424,7 @@ class BlockRegistry:
 
     # ---- write ------------------------------------------------------------------------
 
+    @operation()
     def write_block(
         self,
         content: str,
@@ -398,7 +439,7 @@ class BlockRegistry:
         author: BlockRegistry | None = None,
         embedding: Sequence[float] | None = None,
         gated: bool = True,
-    ) -> str:
+    ) -> str | _core.PendingEntry:
         """Insert a block; returns its runtime id.
 
         Appended at the back, except orchestrator blocks, which go to the front;
@@ -456,6 +497,9 @@ class BlockRegistry:
                 tags=tags,
             ) from None
 
+    _write_block = body_of(write_block)
+
+    @operation()
     def write_agent_block(
         self,
         content: str,
@@ -463,51 +507,69 @@ class BlockRegistry:
         semantic_name: str | None = None,
         priority: float = 0.5,
         tags: Iterable[str] | None = None,
-        **kwargs: Any,
-    ) -> str:
-        """Write an ``agent`` block for run ``trajectory_id`` (required)."""
+        *,
+        position: int | None = None,
+        evictable: bool = True,
+        author: BlockRegistry | None = None,
+        embedding: Sequence[float] | None = None,
+        gated: bool = True,
+    ) -> str | _core.PendingEntry:
+        """Write an ``agent`` block for run ``trajectory_id`` (required); the
+        keyword arguments as :meth:`write_block`'s."""
         if not isinstance(trajectory_id, str) or not trajectory_id:
             raise InvalidArgumentError("an agent block needs a non-empty trajectory_id")
-        return self.write_block(
+        out: str | _core.PendingEntry = self._write_block(
             content,
             semantic_name or f"agent_note_{trajectory_id}",
             "agent",
             priority,
             trajectory_id,
             tags,
-            **kwargs,
+            position=position,
+            evictable=evictable,
+            author=author,
+            embedding=embedding,
+            gated=gated,
         )
+        return out
 
+    @operation()
     def update_block_content(
         self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
-    ) -> None:
+    ) -> _core.PendingEntry | None:
         """Replace an agent block's content (seed: SeedMutationError, orchestrator:
         OrchestratorMutationError; another registry's block: BlockPermissionError
         unless ``by`` is its author)."""
         _text(content, "content")
         # The new text gets a new vector before the gate next scores it.
-        self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
+        return self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
 
-    def update_priority(self, runtime_id: str, priority: float) -> None:
+    @operation()
+    def update_priority(self, runtime_id: str, priority: float) -> _core.PendingEntry | None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
-        self._core.update_priority(runtime_id, _priority(priority))
+        return self._core.update_priority(runtime_id, _priority(priority))
 
-    def set_gated(self, runtime_id: str, flag: bool) -> None:
+    @operation()
+    def set_gated(self, runtime_id: str, flag: bool) -> _core.PendingEntry | None:
         """Let the relevance gate leave the block out (``True``, the default) or
         not (``False``: only the budget may). Allowed on any block, like priority."""
         gated = _flag(flag, "flag")
-        self._core.set_gated(runtime_id, gated)
+        return self._core.set_gated(runtime_id, gated)
 
-    def set_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
+    @operation()
+    def set_wrap(
+        self, runtime_id: str, prefix: str = "", suffix: str = ""
+    ) -> _core.PendingEntry | None:
         """Decorate a block at compile time (e.g. ``<critical>`` … ``</critical>``).
         The wrap's tokens count against the budget; empty strings remove it."""
         _text(prefix, "prefix")
         _text(suffix, "suffix")
         tokens = None if self._tok.builtin else self._tok.count(prefix) + self._tok.count(suffix)
-        self._core.set_wrap(runtime_id, prefix, suffix, tokens)
+        return self._core.set_wrap(runtime_id, prefix, suffix, tokens)
 
     # ---- promote ----------------------------------------------------------------------
 
+    @operation()
     def promote(
         self,
         runtime_id: str,
@@ -518,7 +580,7 @@ class BlockRegistry:
         after: str | None = None,
         to_front: bool = False,
         to_back: bool = False,
-    ) -> int:
+    ) -> int | _core.PendingEntry:
         """Move a block by exactly one directive; positions clamp. Returns the new index."""
         given = [
             name
@@ -545,24 +607,31 @@ class BlockRegistry:
             return self._core.move_next_to(runtime_id, after, True)
         return self._core.move_to(runtime_id, 0 if to_front else _FAR)
 
-    def demote(self, runtime_id: str, steps: int = 1) -> int:
+    @operation()
+    def demote(self, runtime_id: str, steps: int = 1) -> int | _core.PendingEntry:
         """Move a block ``steps`` toward the back (clamped). Returns the new index."""
         return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
 
-    def promote_to_front(self, runtime_id: str) -> int:
+    @operation()
+    def promote_to_front(self, runtime_id: str) -> int | _core.PendingEntry:
         """``promote(runtime_id, to_front=True)``: move the block to index 0; returns 0."""
         return self._core.move_to(runtime_id, 0)
 
-    def demote_to_back(self, runtime_id: str) -> int:
+    @operation()
+    def demote_to_back(self, runtime_id: str) -> int | _core.PendingEntry:
         """``demote(runtime_id, to_back=True)``: move the block to the last index;
         returns that index."""
         return self._core.move_to(runtime_id, _FAR)
 
-    def reorder(self, id_list: Sequence[str]) -> None:
+    @operation(after=_nothing)
+    def reorder(self, id_list: Sequence[str]) -> int | _core.PendingEntry:
         """The listed blocks move to the front in that order; the rest keep their order."""
-        self._core.promote_group(list(id_list), 0)
+        return self._core.promote_group(list(id_list), 0)
 
-    def promote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
+    @operation()
+    def promote_group(
+        self, id_list: Sequence[str], *, to_position: int = 0
+    ) -> int | _core.PendingEntry:
         """Move the listed blocks as one contiguous unit, in the given order, to
         ``to_position`` (the paper's group promote). Returns the unit's first index."""
         return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
@@ -587,17 +656,21 @@ class BlockRegistry:
             )
         return by._core
 
+    @operation(after=_evicted)
     def evict(
         self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
-    ) -> InstructionBlock:
+    ) -> _core.Block | _core.PendingEntry:
         """Remove a block; returns it.
 
         An evictable block goes for anyone. A non-evictable one needs ``force=True``
         (else EvictionError naming its author) *and* the acting registry (``by``,
         default this one) must be its author (else BlockPermissionError)."""
-        return InstructionBlock(self._core.evict(runtime_id, bool(force), self._actor(by)))
+        return self._core.evict(runtime_id, bool(force), self._actor(by))
 
-    def evict_by_policy(self, n: int | None = None, *, threshold: float | None = None) -> list[str]:
+    @operation()
+    def evict_by_policy(
+        self, n: int | None = None, *, threshold: float | None = None
+    ) -> list[str] | _core.PendingEntry:
         """Score every evictable block with the eviction policy (default
         ``0.5*(1-priority) + 0.5/(access_count+1)``; higher goes first) and remove
         them: all of them, the ``n`` highest, or those scoring >= ``threshold``.
@@ -625,7 +698,10 @@ class BlockRegistry:
                 ) from None
         return self._core.evict_scored([b.runtime_id for b in blocks], scores, n, threshold)
 
-    def rollback_trajectory(self, trajectory_id: str, *, by: BlockRegistry | None = None) -> int:
+    @operation()
+    def rollback_trajectory(
+        self, trajectory_id: str, *, by: BlockRegistry | None = None
+    ) -> int | _core.PendingEntry:
         """Remove the agent blocks of run ``trajectory_id`` written by this registry
         (or by ``by``): an author retracting its own writes, so ``evictable`` does
         not protect them. Seed and orchestrator blocks are never touched. Returns
@@ -640,13 +716,14 @@ class BlockRegistry:
         (1.2 µs at 200 blocks, 1.5 ms at 100 000)."""
         return Snapshot(self._core.snapshot(), self.label)
 
-    def restore(self, snapshot: Snapshot) -> None:
+    @operation()
+    def restore(self, snapshot: Snapshot) -> _core.PendingEntry | None:
         """Put the registry back exactly as the snapshot saw it (blocks, order,
         metadata, access counts), each block under a **new** runtime id; authors are
         kept, so ownership survives."""
         if not isinstance(snapshot, Snapshot):
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
-        self._core.restore(snapshot._snap)
+        return self._core.restore(snapshot._snap)
 
     # ---- embeddings and the gate -----------------------------------------------------
 
@@ -1186,6 +1263,7 @@ class BlockRegistry:
 
     # ---- tool schemas -------------------------------------------------------------------
 
+    @operation(after=_tools_loaded)
     def load_tools(
         self,
         tools: ToolsInput,
@@ -1194,7 +1272,7 @@ class BlockRegistry:
         tags: Iterable[str] | None = None,
         evictable: bool = True,
         gated: bool = True,
-    ) -> list[str]:
+    ) -> list[str] | _core.PendingEntry:
         """Append one block per tool definition; returns their runtime ids, in order.
 
         ``tools``: a list of OpenAI, Anthropic or MCP definitions (detected per
@@ -1229,18 +1307,13 @@ class BlockRegistry:
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)
         ]
-        ids = self._insert_many(
+        return self._insert_many(
             rows,
             "seed",
             bool(evictable),
             [True] * len(rows),
             [ungated] * len(rows) if ungated else None,
         )
-        if any(s.examples or s.input_examples for s in schemas):
-            self._examples_arrived()
-        if self._tool_adapter is False:
-            self._tool_adapter = None  # tools arrived: look for the adapter again
-        return ids
 
     # ---- persistence --------------------------------------------------------------------
 
@@ -1383,33 +1456,11 @@ class BlockRegistry:
     # servers".
     # =====================================================================================
 
-    @classmethod
-    async def aopen(
-        cls,
-        store: Any,
-        name: str,
-        embedding_model: EmbeddingModel | str | None = None,
-        tokeniser: Any = None,
-        *,
-        label: str | None = None,
-        seeds: Iterable[PathLike | BlockSource] | None = None,
-        **kwargs: Any,
-    ) -> BlockRegistry:
-        """:meth:`open` for coroutines. Opening reads a checkpoint, replays the
-        journal tail and may embed seeds (CPU work and store I/O once per
-        registry): it runs on the loop's default executor."""
-        import asyncio
-
-        def opened() -> BlockRegistry:
-            from rampart._replica import open_shared  # its first import, off the loop too
-
-            reg = open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
-            prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
-            if prepare is not None:
-                prepare()  # e.g. the async client's import, here rather than on the loop
-            return reg
-
-        return await asyncio.get_running_loop().run_in_executor(None, opened)
+    # Opening reads a checkpoint, replays the journal tail and may embed seeds
+    # (CPU work and store I/O once per registry): the sync open, off the loop.
+    aopen = classmethod(
+        offloaded(open.__func__, name="aopen", then=_prepare_async)  # type: ignore[attr-defined]
+    )
 
     async def aclose(self) -> None:
         """:meth:`close` for coroutines (the flush and the follower's stop run off the loop)."""
@@ -1430,119 +1481,25 @@ class BlockRegistry:
 
         return await _aio.aembed_pending(self)
 
-    async def _awrite(
-        self, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
-    ) -> Any:
-        if self._replica is None:
-            return call()  # a local write never waits
-        from rampart._replica import awrite
-
-        return await awrite(self, call, post)
-
-    async def awrite_block(
-        self, content: str, semantic_name: str, *args: Any, **kwargs: Any
-    ) -> str:
-        """:meth:`write_block` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.write_block(content, semantic_name, *args, **kwargs)
-        )
-        return out
-
-    async def awrite_agent_block(
-        self, content: str, trajectory_id: str, *args: Any, **kwargs: Any
-    ) -> str:
-        """:meth:`write_agent_block` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.write_agent_block(content, trajectory_id, *args, **kwargs)
-        )
-        return out
-
-    async def aadd_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
-        """:meth:`add_from_seed` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.add_from_seed(seed_registry, name), lambda ids: ids[0]
-        )
-        return out
-
-    async def aupdate_block_content(
-        self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
-    ) -> None:
-        """:meth:`update_block_content` for coroutines."""
-        await self._awrite(lambda: self.update_block_content(runtime_id, content, by=by))
-
-    async def aupdate_priority(self, runtime_id: str, priority: float) -> None:
-        """:meth:`update_priority` for coroutines."""
-        await self._awrite(lambda: self.update_priority(runtime_id, priority))
-
-    async def aset_gated(self, runtime_id: str, flag: bool) -> None:
-        """:meth:`set_gated` for coroutines."""
-        await self._awrite(lambda: self.set_gated(runtime_id, flag))
-
-    async def aset_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
-        """:meth:`set_wrap` for coroutines."""
-        await self._awrite(lambda: self.set_wrap(runtime_id, prefix, suffix))
-
-    async def apromote(self, runtime_id: str, **directive: Any) -> int:
-        """:meth:`promote` for coroutines (one keyword directive, as there)."""
-        out: int = await self._awrite(lambda: self.promote(runtime_id, **directive))
-        return out
-
-    async def ademote(self, runtime_id: str, steps: int = 1) -> int:
-        """:meth:`demote` for coroutines."""
-        out: int = await self._awrite(lambda: self.demote(runtime_id, steps))
-        return out
-
-    async def apromote_to_front(self, runtime_id: str) -> int:
-        """:meth:`promote_to_front` for coroutines."""
-        out: int = await self._awrite(lambda: self.promote_to_front(runtime_id))
-        return out
-
-    async def ademote_to_back(self, runtime_id: str) -> int:
-        """:meth:`demote_to_back` for coroutines."""
-        out: int = await self._awrite(lambda: self.demote_to_back(runtime_id))
-        return out
-
-    async def areorder(self, id_list: Sequence[str]) -> None:
-        """:meth:`reorder` for coroutines."""
-        await self._awrite(lambda: self.reorder(id_list), lambda _: None)
-
-    async def apromote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
-        """:meth:`promote_group` for coroutines."""
-        out: int = await self._awrite(lambda: self.promote_group(id_list, to_position=to_position))
-        return out
-
-    async def aevict(
-        self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
-    ) -> InstructionBlock:
-        """:meth:`evict` for coroutines."""
-        out: InstructionBlock = await self._awrite(
-            lambda: self.evict(runtime_id, force=force, by=by), InstructionBlock
-        )
-        return out
-
-    async def aevict_by_policy(
-        self, n: int | None = None, *, threshold: float | None = None
-    ) -> list[str]:
-        """:meth:`evict_by_policy` for coroutines."""
-        out: list[str] = await self._awrite(lambda: self.evict_by_policy(n, threshold=threshold))
-        return out
-
-    async def arollback_trajectory(
-        self, trajectory_id: str, *, by: BlockRegistry | None = None
-    ) -> int:
-        """:meth:`rollback_trajectory` for coroutines."""
-        out: int = await self._awrite(lambda: self.rollback_trajectory(trajectory_id, by=by))
-        return out
-
-    async def arestore(self, snapshot: Snapshot) -> None:
-        """:meth:`restore` for coroutines."""
-        await self._awrite(lambda: self.restore(snapshot), lambda _: None)
-
-    async def aload_tools(self, tools: ToolsInput, **kwargs: Any) -> list[str]:
-        """:meth:`load_tools` for coroutines (a path is read on the loop: pass
-        parsed definitions from async code that must not touch the disk)."""
-        out: list[str] = await self._awrite(lambda: self.load_tools(tools, **kwargs))
-        return out
+    # Every write operation's coroutine twin, from its one declaration (rampart._ops).
+    aadd_from_seed = aio(add_from_seed)
+    awrite_block = aio(write_block)
+    awrite_agent_block = aio(write_agent_block)
+    aupdate_block_content = aio(update_block_content)
+    aupdate_priority = aio(update_priority)
+    aset_gated = aio(set_gated)
+    aset_wrap = aio(set_wrap)
+    apromote = aio(promote)
+    ademote = aio(demote)
+    apromote_to_front = aio(promote_to_front)
+    ademote_to_back = aio(demote_to_back)
+    areorder = aio(reorder)
+    apromote_group = aio(promote_group)
+    aevict = aio(evict)
+    aevict_by_policy = aio(evict_by_policy)
+    arollback_trajectory = aio(rollback_trajectory)
+    arestore = aio(restore)
+    aload_tools = aio(load_tools)
 
     async def aadd_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
