@@ -48,6 +48,8 @@ __all__ = [
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
     "anthropic_messages",
+    "gemini_cache_payload",
+    "gemini_generate_content",
     "openai_chat",
     "openai_responses",
     "without_schema_uri",
@@ -171,7 +173,7 @@ def without_schema_uri(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     out = []
     for t in tools:
         t = dict(t)
-        for key in ("parameters", "input_schema", "inputSchema"):
+        for key in ("parameters", "input_schema", "inputSchema", "parameters_json_schema"):
             if key in t:
                 t[key] = _drop_uri(t[key])
         if isinstance(t.get("function"), Mapping):
@@ -524,3 +526,87 @@ def anthropic_messages(
     if sent:
         body["tools"] = sent
     return _finish(body, model, extra)
+
+
+# ---- Gemini: the wire form and body live in rampart.providers.gemini --------------------
+
+
+def gemini_generate_content(
+    result: Result,
+    contents: Sequence[Any] | None = None,
+    *,
+    model: str,
+    tools: str = "gated",
+    cached_content: str | None = None,
+    drop_schema_uri: bool = False,
+    **config: Any,
+) -> dict[str, Any]:
+    """A Gemini ``generate_content`` request: ``{"model", "contents", "config"}``,
+    the keyword arguments of ``client.models.generate_content(**body)``.
+
+    ``config.system_instruction`` is the compiled prompt; ``config.tools`` one
+    ``Tool`` of function declarations. ``tools``: ``"gated"``, ``"all"`` (every
+    tool block, the same for every task) or ``"allowed"``: every tool, and
+    ``config.tool_config.function_calling_config`` with mode ``VALIDATED`` and
+    ``allowed_function_names`` naming the gated ones (mode ``NONE`` when the gate
+    kept none; no ``tool_config`` when it kept them all).
+
+    ``cached_content``: the name of an explicit cache made from
+    :func:`gemini_cache_payload`'s payload (the prompt's task-independent head and
+    every tool). Then the body leaves out what the cache holds, and the rest of the
+    prompt (from ``result.stable_prefix_chars`` on) opens ``contents`` as a user
+    turn. Whether an explicit cache pays for its storage beside Gemini's implicit
+    cache: :func:`rampart.providers.gemini.explicit_cache_pays`. ``**config``:
+    further ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``, …).
+    """
+    from rampart.providers import gemini
+
+    res = _result(result)
+    every, gated = _tools(res, "gemini", "all", drop_schema_uri)
+    if drop_schema_uri:
+        gated = without_schema_uri(gated)
+    prompt = res.prompt
+    opening: list[dict[str, Any]] = []
+    if cached_content is not None:
+        rest = res.prompt[res.stable_prefix_chars :]
+        if rest:
+            opening = [{"role": "user", "parts": [{"text": rest}]}]
+        prompt = ""
+    body = gemini.generate_content(
+        prompt,
+        gated,
+        every,
+        contents,
+        model=model,
+        tools=tools,
+        cached_content=cached_content,
+        opening=opening,
+        extra=config,
+    )
+    return body
+
+
+def gemini_cache_payload(
+    result: Result,
+    *,
+    model: str,
+    ttl_s: int = 3600,
+    display_name: str | None = None,
+    drop_schema_uri: bool = False,
+) -> dict[str, Any]:
+    """``client.caches.create(**payload)``'s arguments for an explicit Gemini cache of
+    what does not depend on the task: the prompt up to ``result.stable_prefix_chars``
+    as the system instruction, and every tool block (registry order). Byte-identical
+    for every task of one registry state; use the returned cache's ``name`` as
+    :func:`gemini_generate_content`'s ``cached_content``."""
+    from rampart.providers import gemini
+
+    res = _result(result)
+    every, _ = _tools(res, "gemini", "all", drop_schema_uri)
+    return gemini.cache_payload(
+        res.prompt[: res.stable_prefix_chars],
+        every,
+        model=model,
+        ttl_s=ttl_s,
+        display_name=display_name,
+    )
