@@ -20,7 +20,7 @@ that every ``aX`` of the registry has the signature of ``X``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from rampart import _core
@@ -28,7 +28,18 @@ from rampart import _core
 if TYPE_CHECKING:
     from rampart._core import PendingEntry
 
-__all__ = ["aio", "body_of", "offloaded", "operation"]
+__all__ = [
+    "EMBED_PENDING",
+    "Encode",
+    "OffLoop",
+    "Steps",
+    "adrive",
+    "aio",
+    "body_of",
+    "drive",
+    "offloaded",
+    "operation",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -199,3 +210,77 @@ async def _off_loop(
         return out
 
     return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+# ---- reads that may need the model: one generator, two drivers -----------------------
+#
+# A read (a gated compile, a ranking) is written once as a generator that yields
+# what it needs from outside the core: a task's vector, the pending blocks'
+# vectors, or a call that runs the model and numpy together (the tool-example
+# gate). ``drive`` runs it in the calling thread; ``adrive`` awaits each need
+# without blocking the event loop (the model's async path or the loop's default
+# executor), the pattern of ``Agent._loop``.
+
+
+class Encode:
+    """Need: ``model``'s vector of ``text``."""
+
+    __slots__ = ("model", "text")
+
+    def __init__(self, model: Any, text: str) -> None:
+        self.model, self.text = model, text
+
+
+class EmbedPending:
+    """Need: every block without a vector embedded (``embed_pending``)."""
+
+    __slots__ = ()
+
+
+class OffLoop:
+    """Need: ``call()``'s result, where it may block (the model and numpy)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+
+
+EMBED_PENDING = EmbedPending()
+
+#: A read's generator: yields needs, receives what each gave, returns ``T``.
+Steps = Generator[Any, Any, T]
+
+
+def drive(reg: Any, steps: Any) -> Any:
+    """Run a read's generator in this thread; returns its value."""
+    try:
+        need = next(steps)
+        while True:
+            if need.__class__ is Encode:
+                got: Any = need.model.encode(need.text)
+            elif need.__class__ is EmbedPending:
+                got = reg.embed_pending()
+            else:
+                got = need.call()
+            need = steps.send(got)
+    except StopIteration as done:
+        return done.value
+
+
+async def adrive(reg: Any, steps: Any) -> Any:
+    """Run a read's generator on the event loop, awaiting each need off it."""
+    from rampart import _aio
+
+    try:
+        need = next(steps)
+        while True:
+            if need.__class__ is Encode:
+                got: Any = await _aio.aencode_one(need.model, need.text)
+            elif need.__class__ is EmbedPending:
+                got = await _aio.aembed_pending(reg)
+            else:
+                got = await _aio.off_loop(need.call)
+            need = steps.send(got)
+    except StopIteration as done:
+        return done.value

@@ -70,6 +70,19 @@ _BACKOFF_MAX = 2.0
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
 
+#: Longest journal tail a coroutine applies on the event loop itself; a longer
+#: one (a replica far behind) is applied on the loop's default executor.
+_APPLY_ON_LOOP = 16
+
+
+async def _aacquire(lock: threading.Lock) -> None:
+    """Take a lock that threads hold only briefly, from a coroutine: poll,
+    yielding to the loop between tries, instead of blocking it."""
+    delay = 0.0
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(0.001, delay * 2 or 0.0001)
+
 
 class ReplicaHost(Protocol):
     """What a replica uses of its registry (``BlockRegistry`` implements it)."""
@@ -369,20 +382,23 @@ class Replica:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.store.append, self.name, entry, self.position)
 
-    async def _alock(self) -> None:
-        """Take the replica's lock from a coroutine: it is only ever held while
-        entries are applied (or a thread's blocking append), so poll, yielding."""
-        delay = 0.0
-        while not self._lock.acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(0.001, delay * 2 or 0.0001)
-
     async def _aapply(self, entries: Entries) -> None:
-        await self._alock()
-        try:
+        """Apply ``entries`` from a coroutine without ever waiting on the loop: a
+        short tail, when the replica's lock is free at this instant, is applied
+        here (microseconds); a long one, or one that would wait for a thread
+        holding the lock (the follower applying, a sync write's round trip), is
+        applied on the loop's default executor."""
+        if len(entries) <= _APPLY_ON_LOOP and self._lock.acquire(blocking=False):
+            try:
+                self._apply(entries)
+            finally:
+                self._lock.release()
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._apply_locked, entries)
+
+    def _apply_locked(self, entries: Entries) -> None:
+        with self._lock:
             self._apply(entries)
-        finally:
-            self._lock.release()
 
     async def asubmit(self, entry: bytes, writes_text: bool) -> Any:
         """:meth:`submit` for coroutines. The append and apply run in a task of
@@ -402,16 +418,26 @@ class Replica:
             task.exception()  # retrieved: a cancelled caller's error is not an orphan
 
     async def _asubmit(self, entry: bytes, writes_text: bool) -> Any:
-        with self._olock:
+        # _olock guards a few dict operations that threads do too: taken without
+        # blocking, so the loop never waits for a thread that holds it.
+        await _aacquire(self._olock)
+        try:
             floor = self.position  # our entry lands after it: keep outcomes past it
             self._floors[floor] += 1
+        finally:
+            self._olock.release()
         try:
             seq, tail = await self._aappend(entry)
             await self._aapply(tail)
-            with self._olock:
+            await _aacquire(self._olock)
+            try:
                 result, error = self._outcomes.pop(seq, (None, None))
+            finally:
+                self._olock.release()
         finally:
-            with self._olock:
+            # (a cancelled write's bookkeeping: its task is shielded, so this runs)
+            await _aacquire(self._olock)
+            try:
                 self._floors[floor] -= 1
                 if not self._floors[floor]:
                     del self._floors[floor]
@@ -420,6 +446,8 @@ class Replica:
                     if low is not None and k > low:
                         break
                     del self._outcomes[k]
+            finally:
+                self._olock.release()
         return self._settle(seq, writes_text, result, error)
 
     async def _ainflight(self) -> None:

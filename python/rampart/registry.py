@@ -15,7 +15,18 @@ from rampart._embedding import EmbeddingModel, default_model, encode_texts, reso
 from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart._labels import claim_label, get_by_label, label_of, release_label
-from rampart._ops import aio, body_of, offloaded, operation
+from rampart._ops import (
+    EMBED_PENDING,
+    Encode,
+    OffLoop,
+    Steps,
+    adrive,
+    aio,
+    body_of,
+    drive,
+    offloaded,
+    operation,
+)
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
 from rampart.seeds import (
@@ -757,7 +768,7 @@ class BlockRegistry:
                 self._replica.publish_vectors(pending, matrix, dim, truncated)
             return n
 
-    def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
+    def _query_steps(self, task_text: str | None, task_embedding: Any) -> Steps[bytes]:
         if task_embedding is not None:
             return _vector(task_embedding, "task_embedding")
         model = self._model()
@@ -767,16 +778,22 @@ class BlockRegistry:
         key = (id(model), text)
         q = self._queries.get(key)
         if q is None:
-            q = _vector(model.encode(text), "query embedding")
+            q = _vector((yield Encode(model, text)), "query embedding")
             if len(self._queries) >= _QUERY_CACHE:
                 self._queries.clear()
             self._queries[key] = q
         return q
 
-    def _gate_query(self, task_text: str | None, task_embedding: Any) -> bytes:
-        """The task vector the cosine gate scores with: :meth:`_query`, mapped by
+    def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
+        """The task's vector (the model's, or ``task_embedding``), cached per model."""
+        out: bytes = drive(self, self._query_steps(task_text, task_embedding))
+        return out
+
+    def _gate_query_steps(self, task_text: str | None, task_embedding: Any) -> Steps[bytes]:
+        """The task vector the cosine gate scores with: the task's vector, mapped by
         the registry's tool query adapter when it has one (docs/tool-gate.md)."""
-        return self._adapt(task_text, task_embedding, self._query(task_text, task_embedding))
+        q = yield from self._query_steps(task_text, task_embedding)
+        return self._adapt(task_text, task_embedding, q)
 
     def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
         if task_embedding is not None or self._tool_adapter is False or task_text is None:
@@ -797,11 +814,12 @@ class BlockRegistry:
             self._queries[key] = mapped
         return mapped
 
-    def _with_vectors(self, run: Callable[[], Any]) -> Any:
+    def _vector_steps(self, run: Callable[[], Any]) -> Steps[Any]:
         """Run a cosine-gate call, embedding blocks written meanwhile until it
         finds every block with a vector (it returns None otherwise)."""
         for _ in range(100):
-            self.embed_pending()
+            if self._core.unembedded():  # one comparison while nothing changed
+                yield EMBED_PENDING
             out = run()
             if out is not None:
                 return out
@@ -853,6 +871,35 @@ class BlockRegistry:
             out.append(float(s))
         return out
 
+    def _ranking_steps(
+        self,
+        task_text: str | None,
+        top_k: int | None,
+        threshold: float | None,
+        task_embedding: Any,
+    ) -> Steps[list[tuple[InstructionBlock, float]]]:
+        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
+        if self._tool_examples is not False:
+            if self._may_gate_by_examples(task_text, task_embedding):
+                # The tool-example gate runs the model and numpy together.
+                ranked: list[tuple[InstructionBlock, float]] | None = yield OffLoop(
+                    lambda: self._rank_by_examples(task_text, top_k, threshold)
+                )
+                if ranked is not None:
+                    return ranked
+        q = yield from self._gate_query_steps(task_text, task_embedding)
+        found = yield from self._vector_steps(lambda: self._core.rank(q, top_k, threshold))
+        return [(InstructionBlock(b), s) for b, s in found]
+
+    def _rank_by_examples(
+        self, task_text: str | None, top_k: int | None, threshold: float | None
+    ) -> list[tuple[InstructionBlock, float]] | None:
+        examples = self._example_gate(task_text, None)
+        if examples is None:
+            return None
+        ranked: list[tuple[InstructionBlock, float]] = examples.rank(task_text, top_k, threshold)
+        return ranked
+
     def find_relevant(
         self,
         task_text: str | None,
@@ -862,24 +909,48 @@ class BlockRegistry:
         task_embedding: Any = None,
     ) -> list[tuple[InstructionBlock, float]]:
         """Blocks by cosine similarity to the task, descending; ties in registry order."""
-        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
-        if self._tool_examples is not False:
-            examples = self._example_gate(task_text, task_embedding)
-            if examples is not None:
-                return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
-        q = self._gate_query(task_text, task_embedding)
-        ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
-        return [(InstructionBlock(b), s) for b, s in ranked]
+        out: list[tuple[InstructionBlock, float]] = drive(
+            self, self._ranking_steps(task_text, top_k, threshold, task_embedding)
+        )
+        return out
+
+    async def afind_relevant(
+        self,
+        task_text: str | None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        *,
+        task_embedding: Any = None,
+    ) -> list[tuple[InstructionBlock, float]]:
+        """:meth:`find_relevant` for coroutines (the model and pending blocks off the loop)."""
+        out: list[tuple[InstructionBlock, float]] = await adrive(
+            self, self._ranking_steps(task_text, top_k, threshold, task_embedding)
+        )
+        return out
+
+    def _score_steps(
+        self, runtime_id: str, task_text: str | None, task_embedding: Any
+    ) -> Steps[float]:
+        if task_text is None and task_embedding is None:
+            raise InvalidArgumentError("score_block needs task_text or task_embedding")
+        q = yield from self._gate_query_steps(task_text, task_embedding)
+        self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
+        score = yield from self._vector_steps(lambda: self._core.score(runtime_id, q))
+        return float(score)
 
     def score_block(
         self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
     ) -> float:
         """Cosine score of one block against the task (what the default gate uses)."""
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = self._gate_query(task_text, task_embedding)
-        self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
-        return float(self._with_vectors(lambda: self._core.score(runtime_id, q)))
+        out: float = drive(self, self._score_steps(runtime_id, task_text, task_embedding))
+        return out
+
+    async def ascore_block(
+        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
+    ) -> float:
+        """:meth:`score_block` for coroutines."""
+        out: float = await adrive(self, self._score_steps(runtime_id, task_text, task_embedding))
+        return out
 
     # ---- tool examples: the gate-score hook (rampart.toolgate) ------------------------
     # A registry whose tool blocks carry example requests gates a task with
@@ -899,9 +970,8 @@ class BlockRegistry:
 
         toolgate.note_examples(self)
 
-    def _select_with_examples(
+    def _select_by_examples(
         self,
-        examples: Any,
         task_text: str,
         threshold: float | None,
         top_k: int | None,
@@ -909,9 +979,13 @@ class BlockRegistry:
         sep: str,
         dry_run: bool,
         tools_in_prompt: bool,
-    ) -> tuple[str | None, _core.Selection]:
+    ) -> tuple[str | None, _core.Selection] | None:
+        """The tool-example gate's selection (None: the registry has no example gate)."""
         from rampart import toolgate
 
+        examples = self._example_gate(task_text, None)
+        if examples is None:
+            return None
         view, scores, why = examples.scores(task_text)
         # Learned-example blocks score -inf: a threshold keeps them out even when
         # top_k would admit every block.
@@ -984,7 +1058,7 @@ class BlockRegistry:
             threshold = _number(threshold, what)
         return top_k, threshold
 
-    def _select(
+    def _select_steps(
         self,
         max_tokens: int | None,
         task_text: str | None,
@@ -995,7 +1069,9 @@ class BlockRegistry:
         gate: GateFn | None,
         dry_run: bool,
         tools_in_prompt: bool,
-    ) -> tuple[str | None, _core.Selection]:
+    ) -> Steps[tuple[str | None, _core.Selection]]:
+        """Gate, walk and cut (compile's stages 1-3), written once: ``compile``
+        drives it in the calling thread, ``acompile`` on the event loop."""
         budget, sep = self._budget_and_separator(max_tokens, separator)
         tools_in_prompt = bool(tools_in_prompt)
         if relevance_threshold is None and top_k is None:
@@ -1014,29 +1090,27 @@ class BlockRegistry:
             task_text, top_k, relevance_threshold, task_embedding
         )
         # Tool examples: one attribute read unless this registry has some.
-        examples = (
-            None
-            if gate is not None or self._tool_examples is False or task_text is None
-            else self._example_gate(task_text, task_embedding)
-        )
-        if examples is not None and task_text is not None:
-            return self._select_with_examples(
-                examples,
-                task_text,
-                relevance_threshold,
-                top_k,
-                budget,
-                sep,
-                dry_run,
-                tools_in_prompt,
+        if (
+            gate is None
+            and task_text is not None
+            and self._may_gate_by_examples(task_text, task_embedding)
+        ):
+            # The tool-example gate runs the model and numpy together.
+            text, k, threshold = task_text, top_k, relevance_threshold
+            picked: tuple[str | None, _core.Selection] | None = yield OffLoop(
+                lambda: self._select_by_examples(
+                    text, threshold, k, budget, sep, dry_run, tools_in_prompt
+                )
             )
+            if picked is not None:
+                return picked
         if gate is None:
             # The built-in cosine gate runs in the core: the matrix is scored
-            # with the GIL released for large registries. _with_vectors embeds
+            # with the GIL released for large registries. _vector_steps embeds
             # any block still without a vector first.
-            q = self._gate_query(task_text, task_embedding)
+            q = yield from self._gate_query_steps(task_text, task_embedding)
             n = self._sep_tokens(sep)
-            out: tuple[str | None, _core.Selection] = self._with_vectors(
+            out: tuple[str | None, _core.Selection] = yield from self._vector_steps(
                 lambda: self._core.compile(
                     budget,
                     sep,
@@ -1103,16 +1177,19 @@ class BlockRegistry:
                 n = self._sep_tokens(sep)
             prompt, sel = self._core.compile(budget, sep, n)
             return CompileResult(prompt or "", sel, sep)
-        prompt, sel = self._select(
-            max_tokens,
-            task_text,
-            relevance_threshold,
-            top_k,
-            separator,
-            task_embedding,
-            gate,
-            False,
-            tools_in_prompt,
+        prompt, sel = drive(
+            self,
+            self._select_steps(
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                False,
+                tools_in_prompt,
+            ),
         )
         return CompileResult(
             prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
@@ -1131,16 +1208,19 @@ class BlockRegistry:
         tools_in_prompt: bool = True,
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
-        _, sel = self._select(
-            max_tokens,
-            task_text,
-            relevance_threshold,
-            top_k,
-            separator,
-            task_embedding,
-            gate,
-            True,
-            tools_in_prompt,
+        _, sel = drive(
+            self,
+            self._select_steps(
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                True,
+                tools_in_prompt,
+            ),
         )
         return DryRunResult(sel)
 
@@ -1537,10 +1617,11 @@ class BlockRegistry:
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
     ) -> CompileResult:
-        """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
-        (a new task's vector, blocks written since the last gate): both are
-        awaited off the loop; everything else is the sync compile."""
-        if (relevance_threshold is None and top_k is None) or gate is not None:
+        """:meth:`compile` for coroutines: the same steps (``_select_steps``), with
+        a new task's vector, blocks written since the last gate and the tool-example
+        gate awaited off the loop. A compile without a gate never waits: it is the
+        sync call."""
+        if relevance_threshold is None and top_k is None:
             return self.compile(
                 max_tokens,
                 task_text,
@@ -1551,86 +1632,23 @@ class BlockRegistry:
                 gate=gate,
                 tools_in_prompt=tools_in_prompt,
             )
-        from rampart import _aio
-
-        if self._may_gate_by_examples(task_text, task_embedding):
-            # Tool examples (rampart.toolgate) gate in numpy with the model: the
-            # sync compile, on the loop's default executor.
-            res: CompileResult = await _aio.off_loop(
-                lambda: self.compile(
-                    max_tokens,
-                    task_text,
-                    relevance_threshold,
-                    top_k,
-                    separator,
-                    tools_in_prompt=tools_in_prompt,
-                )
-            )
-            return res
-        budget, sep = self._budget_and_separator(max_tokens, separator)
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError(
-                "relevance_threshold/top_k need a task: pass task_text or task_embedding"
-            )
-        top_k, relevance_threshold = self._gate_args(
-            task_text, top_k, relevance_threshold, task_embedding
-        )
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
-        )
-        n = self._sep_tokens(sep)
-        tools = bool(tools_in_prompt)
-        prompt, sel = await _aio.with_vectors(
+        prompt, sel = await adrive(
             self,
-            lambda: self._core.compile(
-                budget,
-                sep,
-                n,
-                q,
-                threshold=relevance_threshold,
-                top_k=top_k,
-                dry_run=False,
-                tools_in_prompt=tools,
+            self._select_steps(
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                False,
+                tools_in_prompt,
             ),
         )
-        return CompileResult(prompt or "", sel, sep)
-
-    async def afind_relevant(
-        self,
-        task_text: str | None,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        *,
-        task_embedding: Any = None,
-    ) -> list[tuple[InstructionBlock, float]]:
-        """:meth:`find_relevant` for coroutines."""
-        from rampart import _aio
-
-        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
-        if self._may_gate_by_examples(task_text, task_embedding):
-            out: list[tuple[InstructionBlock, float]] = await _aio.off_loop(
-                lambda: self.find_relevant(task_text, top_k, threshold)
-            )
-            return out
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+        return CompileResult(
+            prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
-        ranked = await _aio.with_vectors(self, lambda: self._core.rank(q, top_k, threshold))
-        return [(InstructionBlock(b), s) for b, s in ranked]
-
-    async def ascore_block(
-        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
-    ) -> float:
-        """:meth:`score_block` for coroutines."""
-        from rampart import _aio
-
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
-        )
-        self._core.get(runtime_id)
-        return float(await _aio.with_vectors(self, lambda: self._core.score(runtime_id, q)))
 
 
 def _unpickle(
