@@ -24,7 +24,7 @@ from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry
+    from rampart._view import RegistryView
 
 __all__ = ["aembed_pending", "aencode_one", "aencode_texts", "off_loop"]
 
@@ -32,11 +32,11 @@ __all__ = ["aembed_pending", "aencode_one", "aencode_texts", "off_loop"]
 # A side table, so the registry's slots stay as they are; asyncio.Lock is bound
 # to one loop, and a registry may be used from several (one asyncio.run each).
 _LOCKS: weakref.WeakKeyDictionary[
-    BlockRegistry, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
+    RegistryView, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
 
 
-def _embed_lock(reg: BlockRegistry) -> asyncio.Lock:
+def _embed_lock(reg: RegistryView) -> asyncio.Lock:
     loop = asyncio.get_running_loop()
     per_loop = _LOCKS.get(reg)
     if per_loop is None:
@@ -75,7 +75,7 @@ async def aencode_one(model: Any, text: str) -> Any:
     return await loop.run_in_executor(None, model.encode, text)
 
 
-async def aembed_pending(reg: BlockRegistry) -> int:
+async def aembed_pending(reg: RegistryView) -> int:
     """``BlockRegistry.embed_pending`` for coroutines."""
     core = reg._core
     if not core.unembedded():  # one comparison while nothing changed

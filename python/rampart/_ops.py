@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from rampart import _core
+import rampart._core as _core
 
 if TYPE_CHECKING:
     from rampart._core import PendingEntry
@@ -270,7 +270,7 @@ def drive(reg: Any, steps: Any) -> Any:
 
 async def adrive(reg: Any, steps: Any) -> Any:
     """Run a read's generator on the event loop, awaiting each need off it."""
-    from rampart import _aio
+    import rampart._aio as _aio
 
     try:
         need = next(steps)

@@ -44,7 +44,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rampart import _core, _files
+import rampart._core as _core
+import rampart._files as _files
 from rampart.errors import (
     InvalidArgumentError,
     RampartError,
@@ -52,9 +53,10 @@ from rampart.errors import (
     StoreUnavailableError,
 )
 from rampart.stores import Damaged, Entries, Store, check_name, open_store
+from rampart.tools import check_block_metadata
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry
+    pass
 
 __all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "open_shared"]
 
@@ -658,7 +660,7 @@ def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, nam
     if saved.registry_id != registry_id:
         raise RegistryFileError(f"shared registry {name!r}: checkpoint of another registry")
     try:
-        _files.check_block_metadata(saved.block_metadata())
+        check_block_metadata(saved.block_metadata())
     except _files.FileProblem as e:
         raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
     core.reset_to(saved)
@@ -670,7 +672,7 @@ _SEED_ORIGIN = b"\0" * 16
 
 
 def open_shared(
-    cls: type[BlockRegistry],
+    cls: type[Any],
     store: str | Store,
     name: str,
     embedding_model: Any,
@@ -679,10 +681,10 @@ def open_shared(
     seeds: Iterable[Any] | None,
     kwargs: dict[str, Any],
     create: bool = True,
-) -> BlockRegistry:
-    """``BlockRegistry.open``: create or join the shared registry ``name``
-    (``create=False``: join only; a missing registry, or SQLite file, is
-    InvalidArgumentError naming the store and the name)."""
+) -> Any:
+    """``BlockRegistry.open``: create or join the shared registry ``name`` as an
+    instance of ``cls`` (``create=False``: join only; a missing registry, or
+    SQLite file, is InvalidArgumentError naming the store and the name)."""
     from rampart.seeds import load_sources
 
     check_name(name)
@@ -696,7 +698,7 @@ def open_shared(
                 f"store {st.url} holds no registry {name!r} (rampart store ls {st.url})"
             )
     if label is None:
-        from rampart.registry import get_by_label
+        from rampart._labels import get_by_label
 
         label = name if get_by_label(name) is None else None
     probe = cls(embedding_model, tokeniser, label=label, **kwargs)

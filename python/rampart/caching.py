@@ -29,7 +29,7 @@ from rampart.errors import InvalidArgumentError
 from rampart.providers import gemini
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry, GateFn
+    from rampart._view import GateFn, RegistryView
 
 __all__ = [
     "PRICES",
@@ -506,7 +506,7 @@ class CacheSession:
 
     def __init__(
         self,
-        registry: BlockRegistry,
+        registry: RegistryView,
         *,
         max_tokens: int | None = None,
         top_k: int | None = None,
@@ -518,12 +518,9 @@ class CacheSession:
         calls_per_task: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+        from rampart._view import DEFAULT_SEPARATOR, check_view
 
-        if not isinstance(registry, BlockRegistry):
-            raise InvalidArgumentError(
-                f"CacheSession needs a BlockRegistry, got {type(registry).__name__}"
-            )
+        check_view(registry, "CacheSession")
         if top_k is None and relevance_threshold is None:
             raise InvalidArgumentError(
                 "a CacheSession needs a gate (top_k and/or relevance_threshold): without one "

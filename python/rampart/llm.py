@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rampart import _http
+import rampart._http as _http
 from rampart.errors import InvalidArgumentError, RampartError
 
 __all__ = [

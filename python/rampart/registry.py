@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rampart import _args, _core, _files
+import rampart._args as _args
+import rampart._core as _core
+import rampart._files as _files
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
 from rampart._export import export_text
 from rampart._files import atomic_write
-from rampart._labels import claim_label, get_by_label, label_of, release_label
+from rampart._labels import claim_label, label_of, release_label
+from rampart._labels import get_by_label as _get_by_label
 from rampart._ops import (
     EMBED_PENDING,
     Encode,
@@ -27,6 +30,7 @@ from rampart._ops import (
     offloaded,
     operation,
 )
+from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
 from rampart.seeds import (
@@ -41,15 +45,19 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 if TYPE_CHECKING:
     from rampart._replica import Replica
     from rampart.caching import CacheSession
-from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
+from rampart.tools import (
+    ToolsInput,
+    block_metadata_json,
+    check_block_metadata,
+    parse_tools,
+    render_tool,
+)
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
-DEFAULT_SEPARATOR = "\n\n---\n\n"
 _QUERY_CACHE = 64  # task texts whose vectors a registry keeps
 SOURCES = ("seed", "agent", "orchestrator")
 
-GateFn = Callable[[str, Sequence[InstructionBlock]], Sequence[float]]
 EvictionPolicy = Callable[[InstructionBlock], float]
 
 
@@ -97,7 +105,7 @@ def _prepare_async(reg: BlockRegistry) -> None:
 def _tools_loaded(reg: BlockRegistry, ids: list[str]) -> list[str]:
     # Run by both drivers, so a sync, a shared and an async load agree (the
     # hand-written aload_tools once skipped the adapter's re-arm).
-    from rampart import toolgate
+    import rampart.toolgate as toolgate
 
     if toolgate.has_examples(reg, ids):
         reg._examples_arrived()
@@ -202,7 +210,7 @@ class BlockRegistry:
         learned example) switches it to the example gate, as its own write would."""
         if self._tool_examples is not False:
             return
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         if toolgate.has_examples(self, runtime_ids):
             toolgate.note_examples(self)
@@ -377,9 +385,10 @@ class BlockRegistry:
         """
         from rampart._replica import open_shared
 
-        return open_shared(
+        reg: BlockRegistry = open_shared(
             cls, store, name, embedding_model, tokeniser, label, seeds, kwargs, create
         )
+        return reg
 
     @property
     def shared(self) -> bool:
@@ -798,7 +807,7 @@ class BlockRegistry:
     def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
         if task_embedding is not None or self._tool_adapter is False or task_text is None:
             return q  # a caller's own vector may come from any model: never mapped
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         adapter = toolgate.query_adapter(self)
         if adapter is None:
@@ -961,12 +970,12 @@ class BlockRegistry:
     def _example_gate(self, task_text: str | None, task_embedding: Any) -> Any:
         if self._tool_examples is False or task_text is None or task_embedding is not None:
             return None
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         return toolgate.default_gate(self)
 
     def _examples_arrived(self) -> None:
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         toolgate.note_examples(self)
 
@@ -981,7 +990,7 @@ class BlockRegistry:
         tools_in_prompt: bool,
     ) -> tuple[str | None, _core.Selection] | None:
         """The tool-example gate's selection (None: the registry has no example gate)."""
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         examples = self._example_gate(task_text, None)
         if examples is None:
@@ -1010,7 +1019,7 @@ class BlockRegistry:
         ``rollback_trajectory`` takes back. Returns its runtime id, or None when
         nothing was written (already an example; the tool's learned examples are
         full). See :func:`rampart.toolgate.add_tool_example`."""
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         return toolgate.add_tool_example(self, tool, request, trajectory_id=trajectory_id)
 
@@ -1018,7 +1027,7 @@ class BlockRegistry:
         """Generate ``n`` example requests per tool block with ``model`` (any
         ``rampart.llm`` backend), cached on disk by schema, and gate with them. See
         :func:`rampart.toolgate.enrich_tools`."""
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         return toolgate.enrich_tools(self, model, n=n, seed=seed)
 
@@ -1454,7 +1463,7 @@ class BlockRegistry:
             settings = _files.registry_settings(saved.settings)
             # Block metadata is opaque to the core: checked before a registry
             # exists, so that reading it later cannot fail.
-            _files.check_block_metadata(saved.block_metadata())
+            check_block_metadata(saved.block_metadata())
         except RegistryFileError as e:
             raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
         except _files.FileProblem as e:
@@ -1557,7 +1566,7 @@ class BlockRegistry:
     async def aembed_pending(self) -> int:
         """:meth:`embed_pending` for coroutines: the model runs off the loop, and
         one coroutine per registry embeds at a time (the others then find none)."""
-        from rampart import _aio
+        import rampart._aio as _aio
 
         return await _aio.aembed_pending(self)
 
@@ -1586,7 +1595,7 @@ class BlockRegistry:
     ) -> str | None:
         """:meth:`add_tool_example` for coroutines (it embeds the request and
         writes: the sync call on the loop's default executor)."""
-        from rampart import _aio
+        import rampart._aio as _aio
 
         out: str | None = await _aio.off_loop(
             lambda: self.add_tool_example(tool, request, trajectory_id=trajectory_id)
@@ -1600,7 +1609,7 @@ class BlockRegistry:
         if task_text is None or task_embedding is not None:
             return False
         if self._tool_examples is None:  # looked up once, as toolgate.default_gate does
-            from rampart import toolgate
+            import rampart.toolgate as toolgate
 
             self._tool_examples = toolgate.has_examples(self)
         return bool(self._tool_examples)
@@ -1657,3 +1666,9 @@ def _unpickle(
     return BlockRegistry._from_bytes(
         data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
     )
+
+
+def get_by_label(label: str) -> BlockRegistry | None:
+    """The live registry holding ``label``, or None. Labels do not keep registries alive."""
+    reg: BlockRegistry | None = _get_by_label(label)
+    return reg

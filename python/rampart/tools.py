@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from rampart._files import FileProblem, read_regular_file
+from rampart._files import FileProblem, json_object, read_regular_file
 from rampart.errors import InvalidArgumentError, UnsupportedFormatError
 from rampart.providers import gemini
 
@@ -1010,3 +1010,20 @@ def with_examples(
         else:
             out.append(s)
     return out
+
+
+def check_block_metadata(rows: Any) -> None:
+    """Every block's metadata is a JSON object of bounded depth, and a tool
+    block's schema is valid: what reading ``metadata`` or ``tool_schema`` later
+    would otherwise raise as JSONDecodeError or RecursionError. ``rows``:
+    ``(index, name, metadata JSON)`` of the blocks that have metadata, as
+    ``SavedRegistry.block_metadata()`` gives them before any registry exists."""
+    for k, name, raw in rows:
+        meta = json_object(raw, f"the metadata of block #{k} ({name!r:.80})")
+        if METADATA_KEY in meta:
+            try:
+                schema_from_metadata(meta)
+            except ValueError as exc:
+                raise FileProblem(
+                    f"block #{k} ({name!r:.80}) holds a malformed tool schema: {exc}"
+                ) from None
