@@ -354,7 +354,9 @@ def openai_responses(
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
     if search and sent:  # the provider's tool search, answered by the gate
         clean = without_schema_uri if drop_schema_uri else None
-        sent, body["input"] = tool_search.openai_search(_compile_of(res), body["input"], clean)
+        body["tools"], body["input"] = tool_search.openai_search(
+            _compile_of(res), body["input"], clean
+        )
     elif sent:
         body["tools"] = sent
         if choice == "allowed" and len(gated) < len(sent):
