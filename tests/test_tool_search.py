@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import rampart
 from rampart.adapters import (
-    anthropic_messages,
     answer_tool_search,
     answered_tools,
+    anthropic_messages,
     openai_responses,
 )
 from rampart.tool_search import SEARCH_TOOL, search_answer, search_tools

@@ -397,7 +397,7 @@ def _quantize_int8(model: Any, model_dir: Path) -> Any:
     import tempfile as _tempfile
 
     _require("onnxruntime")
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
     weights = {i.name for i in model.graph.initializer}
     # Attention's products of two activations (Q·Kᵀ, P·V) stay float32.
