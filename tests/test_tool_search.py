@@ -262,3 +262,24 @@ def test_replayed_run_keeps_the_tools_array_byte_identical(treg: Any, sdks: Any)
     # and the gated compiles did differ from task to task
     gated = {tuple(t["name"] for t in compile_for(treg, task).tools("anthropic")) for task in TASKS}
     assert len(gated) > 1
+
+
+def test_async_answer_matches_the_sync_one(treg: Any) -> None:
+    import asyncio
+
+    from rampart.adapters import aanswer_tool_search
+
+    call = {"type": "tool_use", "id": "t", "name": SEARCH_TOOL, "input": {"query": "time zone"}}
+    sync = answer_tool_search(treg, call, provider="anthropic")
+    assert asyncio.run(aanswer_tool_search(treg, call, provider="anthropic")) == sync
+
+
+def test_agent_find_tools_is_answered_by_answer_tool_search(treg: Any) -> None:
+    """The agent's find_tools call (Chat Completions form) goes through the same
+    answer: the JSON rows name the tools search_tools finds."""
+    from rampart.llm import ToolCall
+
+    call = ToolCall("call_1", "find_tools", json.dumps({"query": "current time zone"}))
+    msg = answer_tool_search(treg, call, provider="openai")
+    assert msg["role"] == "tool" and msg["tool_call_id"] == "call_1"
+    assert answered_tools(msg) == [s.name for s, _, _ in search_tools(treg, "current time zone")]
