@@ -77,6 +77,7 @@ def test_anthropic_deferred_body(treg: Any, sdks: Any) -> None:
     assert tools[0]["name"] == SEARCH_TOOL and "defer_loading" not in tools[0]
     assert [t["name"] for t in tools[1:]] == [t["name"] for t in result.registry_tools("anthropic")]
     assert all(t["defer_loading"] is True for t in tools[1:])
+    assert set(gated) <= {t["name"] for t in tools[1:]}  # a reference names a sent tool
     # the preload: the user's message, the search call, its tool_reference result
     first, call, answer = body["messages"]
     assert first == user

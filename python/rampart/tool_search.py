@@ -427,7 +427,7 @@ def _plain(call: Any) -> Any:
     return call
 
 
-def _arguments(raw: Any, what: str) -> dict[str, Any]:
+def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw) if raw.strip() else {}
@@ -447,7 +447,7 @@ def _parse_call(call: Any, provider: str) -> tuple[str, str]:
     if isinstance(call, ToolCall):
         if provider != "openai":
             raise InvalidArgumentError("a rampart.llm.ToolCall is a Chat Completions call")
-        return call.id, str(_arguments(call.arguments, "arguments").get("query", ""))
+        return call.id, str(_arguments(call.arguments).get("query", ""))
     call = _plain(call)
     if not isinstance(call, Mapping):
         raise InvalidArgumentError(
@@ -458,21 +458,21 @@ def _parse_call(call: Any, provider: str) -> tuple[str, str]:
             raise InvalidArgumentError(
                 f"an Anthropic search call is a tool_use block with an id, got {str(call)[:120]}"
             )
-        args, call_id = _arguments(call.get("input"), "input"), call["id"]
+        args, call_id = _arguments(call.get("input")), call["id"]
     elif provider == "openai-responses":
         if call.get("type") != "tool_search_call" or not isinstance(call.get("call_id"), str):
             raise InvalidArgumentError(
                 "a Responses search call is a tool_search_call item with a call_id (client "
                 f"execution), got {str(call)[:120]}"
             )
-        args, call_id = _arguments(call.get("arguments"), "arguments"), call["call_id"]
+        args, call_id = _arguments(call.get("arguments")), call["call_id"]
     else:
         fn = call.get("function")
         if not isinstance(fn, Mapping) or not isinstance(call.get("id"), str):
             raise InvalidArgumentError(
                 f"a Chat Completions call has an id and a function, got {str(call)[:120]}"
             )
-        args, call_id = _arguments(fn.get("arguments"), "arguments"), call["id"]
+        args, call_id = _arguments(fn.get("arguments")), call["id"]
     query = args.get("query", "")
     return call_id, query if isinstance(query, str) else ""
 
