@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import rampart._args as _args
 import rampart._core as _core
-import rampart._files as _files
 import rampart.gates as gates
+import rampart.persistence as persistence
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
-from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart._labels import claim_label, label_of, release_label
 from rampart._labels import get_by_label as _get_by_label
@@ -29,7 +27,7 @@ from rampart._ops import (
 )
 from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
-from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
+from rampart.errors import InvalidArgumentError, RampartError
 from rampart.seeds import (
     BlockSource,
     PathLike,
@@ -45,7 +43,6 @@ if TYPE_CHECKING:
 from rampart.tools import (
     ToolsInput,
     block_metadata_json,
-    check_block_metadata,
     parse_tools,
     render_tool,
 )
@@ -53,7 +50,7 @@ from rampart.tools import (
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
 _QUERY_CACHE = 64  # task texts whose vectors a registry keeps
-SOURCES = ("seed", "agent", "orchestrator")
+SOURCES = persistence.SOURCES
 
 EvictionPolicy = Callable[[InstructionBlock], float]
 
@@ -1186,16 +1183,8 @@ class BlockRegistry:
         registry wrote belong to the new one; other authors keep their identity
         (so nothing here can force-evict their pinned blocks). A truncated,
         damaged or newer file raises ``RegistryFileError`` and creates nothing."""
-        p = Path(os.fspath(path))
-        try:
-            # The magic and the length header are checked before the file is read
-            # whole; FIFOs and devices are refused, not read.
-            data = _files.read_registry_bytes(p)
-        except _files.FileProblem as e:
-            if e.missing:
-                raise FileNotFoundError(f"no registry file {p}") from None
-            raise RegistryFileError(f"cannot load registry file {p}: {e}") from None
-        return cls._from_bytes(data, str(p), embedding_model, tokeniser, label, kwargs)
+        data, where = persistence.read_file(path)
+        return cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
 
     @classmethod
     def _from_bytes(
@@ -1207,30 +1196,9 @@ class BlockRegistry:
         label: str | None,
         kwargs: dict[str, Any],
     ) -> BlockRegistry:
-        try:
-            saved = _core.decode_registry(data)
-            settings = _files.registry_settings(saved.settings)
-            # Block metadata is opaque to the core: checked before a registry
-            # exists, so that reading it later cannot fail.
-            check_block_metadata(saved.block_metadata())
-        except RegistryFileError as e:
-            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
-        except _files.FileProblem as e:
-            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
-        tok = resolve_tokeniser(tokeniser)
-        if tok.name != settings.get("tokeniser"):
-            raise InvalidArgumentError(
-                f"{where} was saved with tokeniser {settings.get('tokeniser')!r}, whose token "
-                f"counts it holds; pass that tokeniser, not {tok.name!r}"
-            )
-        kwargs.setdefault("default_max_tokens", settings.get("default_max_tokens"))
-        reg = cls(embedding_model, tok, label=label, **kwargs)
-        try:
-            reg._core.install(saved)
-        except BaseException:
-            reg._drop()
-            del reg  # this frame, kept by the traceback, no longer holds it
-            raise
+        reg: BlockRegistry = persistence.from_bytes(
+            cls, data, where, embedding_model, tokeniser, label, kwargs
+        )
         return reg
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -1264,24 +1232,7 @@ class BlockRegistry:
             >>> reg.export_markdown("learned.md")  # next session: from_files([..., "learned.md"])
             1
         """
-        if source is not None and source not in SOURCES:
-            raise InvalidArgumentError(f"source must be one of {SOURCES} or None, got {source!r}")
-        p = Path(os.fspath(path))
-        if not overwrite and p.exists():
-            raise FileExistsError(f"{p} exists (pass overwrite=True to replace it)")
-        blocks = [b for b in self.list_blocks() if source is None or b.source == source]
-        if not blocks and source is not None:
-            # Usually an agent that learned nothing this session: the file is still
-            # written (an empty seed file loads as no blocks), but not silently.
-            warnings.warn(
-                f"export_markdown: registry {self.label!r} has no {source} blocks; "
-                f"{p} holds no blocks (source=None exports every block)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        text = export_text(blocks, p)
-        atomic_write(p, text.encode("utf-8"))
-        return len(blocks)
+        return persistence.export_markdown(self, path, source, overwrite)
 
     # =====================================================================================
     # ---- asyncio twins (issue 18) ----------------------------------------------------------
