@@ -62,15 +62,26 @@ class Transformation:
 @dataclass(slots=True)
 class _View:
     """What a compile shows: ``shown`` in order with the prefix sums of their
-    tokens, and the bookkeeping the policy's O(1) checks need."""
+    tokens, and the bookkeeping the policy's O(1) checks need. Its lists are
+    only ever appended to (a rebuild makes a new view), so a compile result
+    holds the view and its length instead of a copy."""
 
     shown: list[Shown] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # prefix sums: tokens[k] = sum(shown[:k+1])
     total: int = 0
     version: int = 0
-    # indices into shown of tool results still shown in full, oldest first
+    # indices into shown of tool results still shown in full (unpinned), oldest first
     results: list[int] = field(default_factory=list)
     results_tokens: int = 0
+    results_by_tool: dict[str, int] = field(default_factory=dict)
+    pinned_tokens: int = 0
+    last_user: int = -1  # index into shown of the latest user text (never transformed)
+
+    def cost(self, k: int) -> int:
+        return self.tokens[k] - (self.tokens[k - 1] if k else 0)
+
+    def protected(self, k: int) -> bool:
+        return k == self.last_user or self.shown[k].item.pinned
 
 
 class Conversation:
@@ -128,7 +139,6 @@ class Conversation:
         self._transforms: list[Transformation] = []
         self._scale: dict[str, float] = {}
         self._view = _View()
-        self._last_pinned_user = -1  # index into _items of the latest user text
         # set by the compile step: (provider, predicted tokens, time) of the last compile
         self._last_compile: tuple[str, float, float] | None = None
         self._fixed_cache: tuple[str, int] | None = None
@@ -184,7 +194,7 @@ class Conversation:
         """The messages as a compile shows them now (transformations recorded so
         far applied, none new), in ``format``."""
         with self._lock:
-            shown = list(self._view.shown)
+            shown = self._view.shown[:]
         return render(shown, format)
 
     def __repr__(self) -> str:
@@ -339,8 +349,6 @@ class Conversation:
             it = _with_tokens(it, n + over)
             self._index[it.id] = len(self._items)
             self._items.append(it)
-            if it.role == "user" and it.kind == "text":
-                self._last_pinned_user = len(self._items) - 1
             self._show(Shown(it, it.content), it.tokens, it.kind == "tool_result")
 
     def _match(self, p: Piece, call_id: str | None, new: list[ConversationItem]) -> str | None:
@@ -364,9 +372,17 @@ class Conversation:
 
     def _show(self, s: Shown, tokens: int, is_result: bool) -> None:
         v = self._view
-        if is_result and s.content is s.item.content and not s.item.pinned:
-            v.results.append(len(v.shown))
+        it = s.item
+        k = len(v.shown)
+        if it.pinned:
+            v.pinned_tokens += tokens
+        elif is_result and s.content is it.content:
+            v.results.append(k)
             v.results_tokens += tokens
+            name = it.tool_name or ""
+            v.results_by_tool[name] = v.results_by_tool.get(name, 0) + tokens
+        if it.role == "user" and it.kind == "text":
+            v.last_user = k
         v.shown.append(s)
         v.total += tokens
         v.tokens.append(v.total)
@@ -626,25 +642,9 @@ class Conversation:
 
     # ---- for the compile step -----------------------------------------------------------
 
-    def _snapshot(self) -> tuple[_View, list[ConversationItem]]:
-        v = self._view
-        # the lists are only ever appended to or replaced: slicing at their
-        # current length is a consistent snapshot
-        n = len(v.shown)
-        snap = _View(
-            v.shown[:n], v.tokens[:n], v.total, v.version, list(v.results), v.results_tokens
-        )
-        return snap, self._items[:]
-
-    def _latest_user_shown(self, v: _View) -> int:
-        """Index into the view of the latest user turn's start (pinned)."""
-        if self._last_pinned_user < 0:
-            return len(v.shown)
-        target = self._items[self._last_pinned_user].id
-        for k in range(len(v.shown) - 1, -1, -1):
-            if v.shown[k].item.id == target:
-                return k
-        return len(v.shown)
+    def _snapshot(self) -> _View:
+        """The current view (callers hold the lock; see _View on sharing it)."""
+        return self._view
 
     def _count(self, text: str) -> int:
         return self._counter.count(text)

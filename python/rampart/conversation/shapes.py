@@ -129,6 +129,13 @@ def _arguments(raw: Any, where: str) -> str:
 
 def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
     role = m["role"]
+    content = m.get("content")
+    if (
+        role in ("user", "assistant")
+        and isinstance(content, list)
+        and any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_ONLY for b in content)
+    ):
+        return _anthropic(m, where)
     if role in ("system", "developer"):
         return [Piece("system", "text", t) for t in _texts(m.get("content"), where)]
     if role == "user":
@@ -140,11 +147,6 @@ def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
         return [Piece("tool", "tool_result", "".join(_texts(m.get("content"), where)), None, call)]
     if role != "assistant":
         raise UnsupportedFormatError(f"{where}: unknown role {role!r}")
-    content = m.get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS - {"text"} for b in content
-    ):
-        return _anthropic(m, where)
     out = [Piece("assistant", "text", t) for t in _texts(content, where)]
     calls = m.get("tool_calls") or []
     if not isinstance(calls, list):
@@ -161,7 +163,7 @@ def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
     return out
 
 
-_ANTHROPIC_BLOCKS = frozenset({"text", "tool_use", "tool_result", "thinking", "redacted_thinking"})
+_ANTHROPIC_ONLY = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
 def _anthropic(m: Mapping[str, Any], where: str) -> list[Piece]:
@@ -310,7 +312,11 @@ def parse(message: Any, where: str) -> list[Piece]:
     role = m.get("role")
     if not isinstance(role, str):
         raise UnsupportedFormatError(f"{where} has no string 'role' (nor a Responses 'type')")
-    if m.get("type") == "message":
+    content = m.get("content")
+    if m.get("type") == "message" and not (
+        isinstance(content, list)
+        and any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_ONLY for b in content)
+    ):
         return _responses(m, where)
     return _openai_chat(m, where)
 
