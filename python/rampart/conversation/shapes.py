@@ -57,17 +57,45 @@ class Piece:
     native: str | None = None
 
 
+_PRIMITIVE = (str, int, float, bool, type(None))
+
+
 def plain(value: Any, depth: int = 0) -> Any:
-    """``value`` with SDK (pydantic) objects dumped to plain dicts, bounded in depth."""
+    """``value`` with SDK (pydantic) objects dumped to plain dicts, bounded in
+    depth. Plain data comes back as the same objects (no copy)."""
+    if isinstance(value, _PRIMITIVE):
+        return value
     if depth > MAX_DEPTH:
         raise UnsupportedFormatError(f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        out = None
+        for k, v in value.items():
+            if isinstance(v, _PRIMITIVE):
+                continue
+            nv = plain(v, depth + 1)
+            if nv is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = nv
+        return value if out is None else out
+    if isinstance(value, list):
+        items = None
+        for i, v in enumerate(value):
+            if isinstance(v, _PRIMITIVE):
+                continue
+            nv = plain(v, depth + 1)
+            if nv is not v:
+                if items is None:
+                    items = list(value)
+                items[i] = nv
+        return value if items is None else items
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         return plain(dump(mode="json", exclude_none=True), depth + 1)
     if isinstance(value, Mapping):
-        return {k: plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v, depth + 1) for v in value]
+        return plain(dict(value), depth)
+    if isinstance(value, tuple):
+        return plain(list(value), depth)
     return value
 
 
