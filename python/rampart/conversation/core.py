@@ -332,9 +332,7 @@ class Conversation:
                         continue  # checked before commit; a replayed orphan is skipped
                     if tool_name is None:
                         ci = calls[call_id]
-                        tool_name = (
-                            self._items[ci].tool_name if ci < base else rows[ci - base][4]
-                        )
+                        tool_name = self._items[ci].tool_name if ci < base else rows[ci - base][4]
                     self._answered.add(call_id)
                 text = raw["content"]
                 texts.append(text if kind != "tool_call" else f"{tool_name} {text}")
@@ -494,9 +492,9 @@ class Conversation:
         for it in self._items:
             if it.kind == "summary" and it.native is None:
                 continue
-            s = at.get(it.id)
-            if s is not None:
-                self._show(Shown(s, s.content), s.tokens, False)
+            summary = at.get(it.id)
+            if summary is not None:
+                self._show(Shown(summary, summary.content), summary.tokens, False)
             if it.id in covered or it.id in dropped:
                 continue
             if it.id in cleared:

@@ -274,7 +274,7 @@ def _boundaries(view: _View) -> list[bool]:
         closed[e] = not open_calls
         it = s.item
         if it.kind == "tool_call" and it.call_id in answered:
-            open_calls.add(it.call_id)  # type: ignore[arg-type]
+            open_calls.add(it.call_id or "")
         elif it.kind == "tool_result":
             open_calls.discard(it.call_id or "")
     closed[len(view.shown)] = not open_calls

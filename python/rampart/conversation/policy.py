@@ -132,4 +132,4 @@ class ContextPolicy:
         t = self.prices
         n = self.horizon_calls
         gain = t.read * after + (n - 1) * t.read * removed - t.write * (after - removed)
-        return gain > 0 and math.isfinite(gain)
+        return bool(gain > 0 and math.isfinite(gain))

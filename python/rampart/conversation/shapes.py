@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rampart.conversation.items import ConversationItem
 from rampart.errors import UnsupportedFormatError
 
 __all__ = ["FORMATS", "Piece", "parse", "plain", "render"]
@@ -357,7 +358,7 @@ class Shown:
     """One item as a compile shows it: the item, and the content it is sent with
     (the stub for a cleared result or input)."""
 
-    item: Any  # ConversationItem
+    item: ConversationItem
     content: str
 
 
@@ -440,7 +441,7 @@ def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                         "function": {"name": it.tool_name, "arguments": s.content},
                     }
                 )
-                pending.append(it.call_id)
+                pending.append(it.call_id or "")
             continue
         current = None
         if it.kind == "tool_result" and it.call_id in pending:
@@ -485,7 +486,7 @@ def _render_responses(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                     "arguments": s.content,
                 }
             )
-            pending.append(it.call_id)
+            pending.append(it.call_id or "")
             continue
         if it.kind == "tool_result" and it.call_id in pending:
             pending.remove(it.call_id)
