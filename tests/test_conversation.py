@@ -335,6 +335,11 @@ def test_keep_exclude_and_inputs(reg: Any) -> None:
     # the calls of cleared results lost their inputs too
     calls = {m["tool_calls"][0]["id"]: m for m in r.messages("openai_chat") if m.get("tool_calls")}
     assert "cleared" in calls[cleared[0].call_id]["tool_calls"][0]["function"]["arguments"]
+    call_item = next(
+        i for i in c.items if i.kind == "tool_call" and i.call_id == cleared[0].call_id
+    )
+    assert by_id[call_item.id].action == "cleared"
+    assert by_id[call_item.id].tokens < call_item.tokens or call_item.tokens < 20
 
 
 def test_compaction_records_what_it_covers_and_rollback_restores(reg: Any) -> None:
@@ -391,6 +396,15 @@ def test_drop_oldest_is_the_last_resort_and_keeps_pairs(reg: Any) -> None:
     assert msgs[0]["content"] == "fix the failing test"  # the latest user message stays
     assert_pairs_intact(msgs)
     assert r.context.total_tokens <= 2000
+    # a history that starts with the model still starts with the user (Anthropic, Gemini)
+    d = Conversation(tokeniser=words)
+    d.append({"role": "assistant", "content": "Hello, how can I help?"})
+    d.append({"role": "user", "content": "new task"})
+    assert d.to_messages("anthropic")[0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "(continued)"}],
+    }
+    assert d.to_messages("gemini")[0]["role"] == "user"
 
 
 def test_pinned_content_that_cannot_fit_is_a_typed_error_naming_it(reg: Any) -> None:
@@ -693,6 +707,8 @@ def test_a_shared_conversation_is_continued_by_another_process(tmp_path: Path) -
         rampart.BlockRegistry.open(url, "session-1")
     with pytest.raises(InvalidArgumentError, match="cl100k_base"):
         Conversation.open(url, "session-1", tokeniser=words)
+    with pytest.raises(InvalidArgumentError, match="no conversation 'other'"):
+        Conversation.open(url, "other", create=False)
     reg.release()
 
 

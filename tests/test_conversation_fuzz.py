@@ -138,6 +138,7 @@ def check_chat(msgs: list[dict[str, Any]]) -> None:
 def check_anthropic(msgs: list[dict[str, Any]]) -> None:
     prev_uses: set[str] = set()
     seen: set[str] = set()
+    assert not msgs or msgs[0]["role"] == "user", "the user speaks first"
     for k, m in enumerate(msgs):
         if k:
             assert m["role"] != msgs[k - 1]["role"], "roles must alternate"

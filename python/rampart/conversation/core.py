@@ -171,7 +171,14 @@ class Conversation:
 
     @property
     def tokeniser(self) -> str:
+        """The name of what counts this conversation's tokens (``"o200k_base"``;
+        ``"cl100k_base"`` where the extension has no o200k table yet)."""
         return self._counter.name
+
+    @property
+    def counts_exact(self) -> bool:
+        """False when the tokeniser asked for was not available (a stand-in counts)."""
+        return self._counter.exact
 
     @property
     def shown_tokens(self) -> int:

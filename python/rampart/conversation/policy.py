@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rampart.errors import InvalidArgumentError
@@ -75,7 +75,6 @@ class ContextPolicy:
     native: str | bool = False
     prices: Any = None
     compact_max_tokens: int = 1024
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("keep_tool_results", "clear_at_least", "compact_keep_recent"):

@@ -43,6 +43,7 @@ MAX_DEPTH = 64
 
 SUMMARY_HEAD = "[Summary of earlier turns]\n"
 NO_RESULT = "[no result was recorded for this call]"
+CONTINUED = "(continued)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,6 +570,16 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
             close()  # an assistant text inside the calls' own message keeps them open
         text(role, SUMMARY_HEAD + s.content if it.kind == "summary" else s.content)
     close()
+    if out and out[0]["role"] != "user":
+        # Both APIs want the user to speak first; a history that starts with the
+        # model (a greeting, or older turns dropped) gets a placeholder turn.
+        out.insert(
+            0,
+            {
+                "role": "user",
+                key: [{"type": "text", "text": CONTINUED} if anthropic else {"text": CONTINUED}],
+            },
+        )
     return out
 
 
