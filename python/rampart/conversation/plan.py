@@ -147,6 +147,7 @@ def _report(
     for idx, it in enumerate(items):
         act = why.get(it.id)
         s = by_id.get(it.id)
+        reason: str | None
         if s is not None and s.content is not it.content:  # shown as a stub
             reason = act[1] if act is not None else "input cleared with its result"
             action, tokens = "cleared", state._stub_tokens(it)
