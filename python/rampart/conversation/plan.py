@@ -295,8 +295,9 @@ def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
     excluded = sum(view.results_by_tool.get(t, 0) for t in pol.exclude_tools)
     removable = view.results_tokens - tail - excluded - _STUB_ESTIMATE * (len(res) - keep)
     first = -1
-    names = set(pol.exclude_tools)
-    for k in res[: len(res) - keep]:
+    names = pol.exclude_tools
+    for j in range(len(res) - keep):  # no slice: this runs on every compile
+        k = res[j]
         if view.shown[k].item.tool_name not in names:
             first = k
             break
