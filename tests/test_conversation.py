@@ -709,6 +709,14 @@ def test_a_shared_conversation_is_continued_by_another_process(tmp_path: Path) -
         Conversation.open(url, "session-1", tokeniser=words)
     with pytest.raises(InvalidArgumentError, match="no conversation 'other'"):
         Conversation.open(url, "other", create=False)
+    ls = subprocess.run(
+        [sys.executable, "-m", "rampart", "store", "ls", url],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert ls.stdout.startswith("session-1 (conversation)  ")
     reg.release()
 
 
