@@ -740,6 +740,15 @@ def test_a_50_mb_tool_result_is_bounded(reg: Any) -> None:
     assert_pairs_intact(msgs)
 
 
+def test_a_lone_surrogate_is_replaced_at_the_door(tmp_path: Path) -> None:
+    c = Conversation()  # the Rust counter: it takes no lone surrogate
+    c.append({"role": "user", "content": "a\ud800b"})
+    c.append({"role": "assistant", "content": [{"type": "text", "text": "\udfff"}]})
+    assert [i.content for i in c.items] == ["a\ufffdb", "\ufffd"]
+    c.save(tmp_path / "c.json")
+    assert Conversation.load(tmp_path / "c.json").items == c.items
+
+
 def test_100_000_messages(reg: Any) -> None:
     c = Conversation(tokeniser=words)
     c.append({"role": "user", "content": "start"})
