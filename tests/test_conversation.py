@@ -423,6 +423,11 @@ def test_nothing_removable_left_is_a_typed_error_and_records_nothing(reg: Any) -
     pol = ContextPolicy(clear_tool_results=False, drop_oldest=False)
     with pytest.raises(ContextOverflowError, match="may not remove"):
         reg.compile(conversation=c, context_window=500, policy=pol)
+    # a clear that would have run before the overflow is not recorded either
+    log = c.log
+    with pytest.raises(ContextOverflowError, match="nothing was recorded"):
+        reg.compile(conversation=c, context_window=200, policy=ContextPolicy(drop_oldest=False))
+    assert c.log == log and c.transformations == ()
 
 
 # ---- cache-aware --------------------------------------------------------------------------------
