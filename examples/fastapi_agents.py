@@ -7,12 +7,6 @@ gated compile of a new task runs the model off the event loop. A block one
 worker writes is in every worker's replica within milliseconds;
 ``?sync=true`` makes a read wait until it has everything written before it.
 
-Conversations live in the same store (SPEC §9): ``POST
-/conversations/{name}/messages`` appends to one, ``POST
-/conversations/{name}/compile`` compiles the registry and the conversation under
-one window and returns the messages to send; any worker continues a
-conversation another one started, and both give the same bytes.
-
 The store is chosen by URL alone: ``redis://host:6379/0`` (workers on many
 hosts), ``postgresql://…``, or ``sqlite:///abs/path.db`` (workers on one host).
 
@@ -24,10 +18,6 @@ Run::
          -d '{"content": "Run the linter before committing.", "trajectory_id": "run-1"}'
     curl -X POST localhost:8000/compile -H 'content-type: application/json' \\
          -d '{"max_tokens": 400}'
-    curl -X POST localhost:8000/conversations/s1/messages -H 'content-type: application/json' \\
-         -d '{"messages": [{"role": "user", "content": "fix the failing test"}]}'
-    curl -X POST localhost:8000/conversations/s1/compile -H 'content-type: application/json' \\
-         -d '{"context_window": 128000, "reply_tokens": 4096}'
 
 Environment: ``RAMPART_STORE`` (default: a SQLite file in the temporary folder),
 ``RAMPART_REGISTRY`` (the registry's name, default ``agents``),
@@ -38,10 +28,8 @@ Environment: ``RAMPART_STORE`` (default: a SQLite file in the temporary folder),
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -65,14 +53,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.registry = await rampart.BlockRegistry.aopen(
         STORE, NAME, None if MODEL == "none" else MODEL, seeds=[SEEDS], label=NAME
     )
-    app.state.conversations = {}
-    app.state.conversations_lock = threading.Lock()
     try:
         yield
     finally:
         await app.state.registry.aclose()  # publishes access counts, stops following
-        for conv in app.state.conversations.values():
-            conv.close()
 
 
 app = FastAPI(title="rampart agents", lifespan=lifespan)
@@ -90,8 +74,6 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (rampart.EvictionError, 409),
     (rampart.BlockPermissionError, 403),
     (rampart.StoreUnavailableError, 503),
-    (rampart.ContextOverflowError, 413),
-    (rampart.UnsupportedFormatError, 422),
     (rampart.RampartError, 400),
 ]
 
@@ -173,67 +155,6 @@ async def compile_context(req: CompileRequest, request: Request) -> dict[str, An
         "prompt": result.prompt,
         "included": result.included,
         "total_tokens": result.total_tokens,
-    }
-
-
-# ---- conversations (SPEC §9) ------------------------------------------------------------
-
-
-class NewMessages(BaseModel):
-    messages: list[dict[str, Any]]
-    pinned: bool = False
-
-
-class ConversationCompile(BaseModel):
-    context_window: int = Field(128_000, ge=1)
-    reply_tokens: int = Field(4096, ge=0)
-    format: str = "openai_chat"
-    task: str | None = None
-    top_k: int | None = Field(None, ge=0)
-
-
-def conversation(request: Request, name: str) -> rampart.Conversation:
-    """This worker's replica of the conversation ``name`` (opened on first use;
-    called off the event loop: opening and syncing read the store)."""
-    state = request.app.state
-    with state.conversations_lock:
-        conv: rampart.Conversation | None = state.conversations.get(name)
-        if conv is None:
-            conv = state.conversations[name] = rampart.Conversation.open(STORE, name)
-    conv.sync()  # what the other workers appended
-    return conv
-
-
-@app.post("/conversations/{name}/messages", status_code=201)
-async def append(name: str, new: NewMessages, request: Request) -> dict[str, Any]:
-    def run() -> list[str]:
-        return conversation(request, name).append(new.messages, pinned=new.pinned)
-
-    ids = await asyncio.get_running_loop().run_in_executor(None, run)
-    return {"worker": os.getpid(), "ids": ids}
-
-
-@app.post("/conversations/{name}/compile")
-async def compile_conversation(
-    name: str, req: ConversationCompile, request: Request
-) -> dict[str, Any]:
-    conv = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: conversation(request, name)
-    )
-    result = await registry(request).acompile(
-        task_text=req.task,
-        top_k=req.top_k,
-        conversation=conv,
-        context_window=req.context_window,
-        reply_tokens=req.reply_tokens,
-    )
-    return {
-        "worker": os.getpid(),
-        "system": result.prompt,
-        "messages": result.messages(req.format),
-        "items": len(conv.items),
-        "report": [[m.id, m.action] for m in result.message_report],
-        "total_tokens": result.context.total_tokens,
     }
 
 
