@@ -1608,30 +1608,30 @@ class BlockRegistry:
     ) -> CompileResult:
         """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
         (a new task's vector, blocks written since the last gate): both are
-        awaited off the loop; everything else is the sync compile. A conversation
-        whose compile may wait (a ``compact`` backend, a shared store) is
-        compiled on the loop's default executor."""
-        if conversation is not None and _conversation_may_wait(conversation, policy):
-            from rampart import _aio
-
-            waited: CompileResult = await _aio.off_loop(
-                lambda: self.compile(
-                    max_tokens,
-                    task_text,
-                    relevance_threshold,
-                    top_k,
-                    separator,
-                    task_embedding=task_embedding,
-                    gate=gate,
-                    tools_in_prompt=tools_in_prompt,
-                    conversation=conversation,
-                    context_window=context_window,
-                    reply_tokens=reply_tokens,
-                    policy=policy,
-                )
-            )
-            return waited
+        awaited off the loop; everything else is the sync compile."""
         if (relevance_threshold is None and top_k is None) or gate is not None:
+            # A conversation whose compile may wait (a compact backend, a shared
+            # store) is compiled on the loop's default executor.
+            if conversation is not None and _conversation_may_wait(conversation, policy):
+                from rampart import _aio
+
+                waited: CompileResult = await _aio.off_loop(
+                    lambda: self.compile(
+                        max_tokens,
+                        task_text,
+                        relevance_threshold,
+                        top_k,
+                        separator,
+                        task_embedding=task_embedding,
+                        gate=gate,
+                        tools_in_prompt=tools_in_prompt,
+                        conversation=conversation,
+                        context_window=context_window,
+                        reply_tokens=reply_tokens,
+                        policy=policy,
+                    )
+                )
+                return waited
             return self.compile(
                 max_tokens,
                 task_text,
@@ -1695,6 +1695,11 @@ class BlockRegistry:
         res = CompileResult(prompt or "", sel, sep)
         if conversation is None and context_window is None and policy is None:
             return res
+        if conversation is not None and _conversation_may_wait(conversation, policy):
+            stepped: CompileResult = await _aio.off_loop(
+                lambda: _conversation_step(res, conversation, context_window, reply_tokens, policy)
+            )
+            return stepped
         return _conversation_step(res, conversation, context_window, reply_tokens, policy)
 
     async def afind_relevant(
