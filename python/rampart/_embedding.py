@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-from rampart import _args
+import rampart._args as _args
 from rampart.errors import InvalidArgumentError, RampartError
 
 __all__ = ["EmbeddingModel", "default_model", "encode_texts", "resolve_model"]

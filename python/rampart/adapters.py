@@ -49,7 +49,8 @@ __all__ = [
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
     "anthropic_messages",
-    "gemini_contents",
+    "gemini_cache_payload",
+    "gemini_generate_content",
     "openai_chat",
     "openai_responses",
     "without_schema_uri",
@@ -196,7 +197,7 @@ def without_schema_uri(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     out = []
     for t in tools:
         t = dict(t)
-        for key in ("parameters", "input_schema", "inputSchema"):
+        for key in ("parameters", "input_schema", "inputSchema", "parameters_json_schema"):
             if key in t:
                 t[key] = _drop_uri(t[key])
         if isinstance(t.get("function"), Mapping):
@@ -584,58 +585,89 @@ def anthropic_messages(
     return _finish(body, model, extra)
 
 
-# ---- Gemini ---------------------------------------------------------------------------------
+# ---- Gemini: the wire form and body live in rampart.providers.gemini --------------------
 
 
-def gemini_contents(
+def gemini_generate_content(
     result: Result,
-    messages: Sequence[Mapping[str, Any]] | None = None,
+    contents: Sequence[Any] | None = None,
     *,
-    model: str | None = None,
+    model: str,
     tools: str = "gated",
-    **extra: Any,
+    cached_content: str | None = None,
+    drop_schema_uri: bool = False,
+    **config: Any,
 ) -> dict[str, Any]:
-    """A Gemini ``generateContent`` request body (REST field names):
-    ``{"systemInstruction": {"parts": [{"text": result.prompt}]}, "contents":
-    messages, "tools": [{"functionDeclarations": [...]}], **extra}``.
-    ``messages`` are Gemini contents (``{"role": "user" | "model", "parts":
-    [...]}``), or, omitted, the compiled conversation's. The tools' schemas lose
-    ``"$schema"`` (Gemini's schema subset refuses it). ``model`` is not part of a
-    Gemini body (it is in the URL): when given it is returned under ``"model"``
-    for the caller to take out."""
+    """A Gemini ``generate_content`` request: ``{"model", "contents", "config"}``,
+    the keyword arguments of ``client.models.generate_content(**body)``.
+
+    ``config.system_instruction`` is the compiled prompt; ``config.tools`` one
+    ``Tool`` of function declarations. ``tools``: ``"gated"``, ``"all"`` (every
+    tool block, the same for every task) or ``"allowed"``: every tool, and
+    ``config.tool_config.function_calling_config`` with mode ``VALIDATED`` and
+    ``allowed_function_names`` naming the gated ones (mode ``NONE`` when the gate
+    kept none; no ``tool_config`` when it kept them all).
+
+    ``contents`` may be omitted when the result holds a compiled conversation
+    (``reg.compile(..., conversation=conv)``): its messages in Gemini's shape.
+
+    ``cached_content``: the name of an explicit cache made from
+    :func:`gemini_cache_payload`'s payload (the prompt's task-independent head and
+    every tool). Then the body leaves out what the cache holds, and the rest of the
+    prompt (from ``result.stable_prefix_chars`` on) opens ``contents`` as a user
+    turn. Whether an explicit cache pays for its storage beside Gemini's implicit
+    cache: :func:`rampart.providers.gemini.explicit_cache_pays`. ``**config``:
+    further ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``, …).
+    """
+    from rampart.providers import gemini
+
     res = _result(result)
-    choice = _tool_choice(tools, False)
-    contents = _conversation_messages(res, messages, "gemini")
-    if contents is None:
-        contents = []
-    if isinstance(contents, (str, bytes, Mapping)) or not isinstance(contents, Sequence):
-        raise InvalidArgumentError(
-            f"messages must be a list of Gemini contents, got {type(contents).__name__}"
-        )
-    body: dict[str, Any] = {}
-    if res.prompt:
-        body["systemInstruction"] = {"parts": [{"text": res.prompt}]}
-    body["contents"] = [_plain(c) for c in contents]
-    sent, _ = _tools(res, "mcp", choice, True)
-    if sent:
-        decls = []
-        for t in sent:
-            d: dict[str, Any] = {"name": t["name"]}
-            if t.get("description"):
-                d["description"] = t["description"]
-            schema = t.get("inputSchema")
-            if isinstance(schema, Mapping) and schema.get("properties"):
-                d["parameters"] = schema
-            decls.append(d)
-        body["tools"] = [{"functionDeclarations": decls}]
-    clash = sorted(k for k in extra if k in body or k in ("contents", "systemInstruction"))
-    if clash:
-        raise InvalidArgumentError(
-            f"{', '.join(clash)} cannot be passed as extra keys: the adapter builds them"
-        )
-    if model is not None:
-        if not isinstance(model, str) or not model:
-            raise InvalidArgumentError(f"model must be a non-empty string, got {model!r}")
-        body = {"model": model, **body}
-    body.update(extra)
+    contents = _conversation_messages(res, contents, "gemini")
+    every, gated = _tools(res, "gemini", "all", drop_schema_uri)
+    if drop_schema_uri:
+        gated = without_schema_uri(gated)
+    prompt = res.prompt
+    opening: list[dict[str, Any]] = []
+    if cached_content is not None:
+        rest = res.prompt[res.stable_prefix_chars :]
+        if rest:
+            opening = [{"role": "user", "parts": [{"text": rest}]}]
+        prompt = ""
+    body = gemini.generate_content(
+        prompt,
+        gated,
+        every,
+        contents,
+        model=model,
+        tools=tools,
+        cached_content=cached_content,
+        opening=opening,
+        extra=config,
+    )
     return body
+
+
+def gemini_cache_payload(
+    result: Result,
+    *,
+    model: str,
+    ttl_s: int = 3600,
+    display_name: str | None = None,
+    drop_schema_uri: bool = False,
+) -> dict[str, Any]:
+    """``client.caches.create(**payload)``'s arguments for an explicit Gemini cache of
+    what does not depend on the task: the prompt up to ``result.stable_prefix_chars``
+    as the system instruction, and every tool block (registry order). Byte-identical
+    for every task of one registry state; use the returned cache's ``name`` as
+    :func:`gemini_generate_content`'s ``cached_content``."""
+    from rampart.providers import gemini
+
+    res = _result(result)
+    every, _ = _tools(res, "gemini", "all", drop_schema_uri)
+    return gemini.cache_payload(
+        res.prompt[: res.stable_prefix_chars],
+        every,
+        model=model,
+        ttl_s=ttl_s,
+        display_name=display_name,
+    )

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from rampart import _http
+import rampart._http as _http
 from rampart.block import CompileResult, InstructionBlock
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
