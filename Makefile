@@ -247,6 +247,12 @@ conversation-bench: setup
 toolgate-eval: setup
 	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
 
+# int8 against float32 for the default model (docs/embeddings.md, "int8 variants"):
+# reference cosines, holdout hit rates and alternated latency, in one run (~2 min).
+.PHONY: int8-bench
+int8-bench: setup
+	$(BIN)/python benches/int8_bench.py --out benches/int8_bench_minilm.json
+
 # Every tool-gate table of docs/tool-gate.md in one command: the 40-tool tables, the
 # scale tiers (40 ... 479 tools) cold and with every author example file, and the weight
 # selection (~20 min on 2 cores; embeddings are cached, so reruns are faster).

@@ -50,6 +50,10 @@ class RegistryView(Protocol):
     _embed_lock: threading.Lock
     # the shared replica (rampart._replica), None for a local registry
     _replica: Any
+    # token counting and the budget (rampart.gates: the separator's count is cached)
+    _tok: Any
+    _sep_cache: dict[str, int]
+    default_max_tokens: int | None
 
     @property
     def label(self) -> str: ...

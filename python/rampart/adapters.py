@@ -15,7 +15,13 @@ the provider's prompt cache (tools come first in it) survives a change of task;
 ``"allowed"`` (OpenAI only) sends every tool and restricts the model to the gated
 ones with ``tool_choice={"type": "allowed_tools", ...}``: the gate still decides
 what the model may call, without touching the cached ``tools``. An evicted tool is
-absent whatever the choice. See docs/caching.md.
+absent whatever the choice. See docs/caching.md. The providers' own tool search
+(:mod:`rampart.tool_search`, docs/tool-gate.md): ``"deferred"`` (Anthropic) sends
+every tool with ``defer_loading`` beside a client-side search tool and preloads the
+gated ones as ``tool_reference`` blocks; ``"search"`` (OpenAI Responses) sends every
+tool deferred in per-server namespaces beside a client ``tool_search`` tool and
+preloads the gated ones as a ``tool_search_output`` item; the model's later search
+calls are answered by :func:`answer_tool_search`.
 
 Choices: an empty prompt sends no system prompt and an empty tool list no ``tools``
 key (both APIs reject ``tools: []`` or treat it as noise); ``messages`` are copied
@@ -40,14 +46,19 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rampart import tool_search
 from rampart.block import CompileResult
 from rampart.caching import SessionResult
 from rampart.errors import InvalidArgumentError
+from rampart.tool_search import aanswer_tool_search, answer_tool_search, answered_tools
 
 __all__ = [
     "ANTHROPIC_CONTEXT_BETA",
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
+    "aanswer_tool_search",
+    "answer_tool_search",
+    "answered_tools",
     "anthropic_messages",
     "gemini_cache_payload",
     "gemini_generate_content",
@@ -349,10 +360,16 @@ def openai_responses(
     (``resp.output``) appended as they are. ``tools`` as for :func:`openai_chat`;
     with ``"allowed"`` the tool choice has the Responses shape
     ``{"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function",
-    "name": ...}, ...]}``.
+    "name": ...}, ...]}``. ``"search"``: OpenAI's tool search with rampart as the
+    search (:func:`rampart.tool_search.openai_search`): every tool deferred, in one
+    namespace per MCP server, a client ``tool_search`` tool, and the gated tools
+    preloaded as a ``tool_search_output`` item after the task's user message; answer
+    the model's ``tool_search_call`` items with :func:`answer_tool_search`
+    (``provider="openai-responses"``).
     """
     res = _result(result)
-    choice = _tool_choice(tools, True)
+    search = tools == "search"
+    choice = "all" if search else _tool_choice(tools, True)
     key = _cache_key(prompt_cache_key)
     body: dict[str, Any] = {}
     if res.prompt:
@@ -366,7 +383,12 @@ def openai_responses(
             edit["compact_threshold"] = threshold
         body["context_management"] = [edit]
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
-    if sent:
+    if search and sent:  # the provider's tool search, answered by the gate
+        clean = without_schema_uri if drop_schema_uri else None
+        body["tools"], body["input"] = tool_search.openai_search(
+            _compile_of(res), body["input"], clean
+        )
+    elif sent:
         body["tools"] = sent
         if choice == "allowed" and len(gated) < len(sent):
             named = [{"type": "function", "name": t["name"]} for t in gated]
@@ -498,7 +520,13 @@ def anthropic_messages(
     system role inside ``messages``, so a message with ``"role": "system"`` is an
     error: put that text in the registry instead. ``messages`` may hold SDK objects
     (a ``Message`` response, or content blocks in a dict's ``content``).
-    ``tools``: ``"gated"`` or ``"all"`` (module docstring).
+    ``tools``: ``"gated"``, ``"all"`` or ``"deferred"`` (module docstring):
+    Anthropic's tool search with rampart as the search
+    (:func:`rampart.tool_search.anthropic_deferred`): every tool with
+    ``defer_loading``, a client-side ``tool_search`` tool first, and the gated tools
+    preloaded as ``tool_reference`` blocks after the task's user message; answer the
+    model's ``tool_search`` calls with :func:`answer_tool_search`
+    (``provider="anthropic"``).
 
     ``cache=True`` adds prompt-cache breakpoints (``cache_control``; Anthropic
     caches a prefix only up to a breakpoint). ``system`` becomes text blocks split
@@ -517,7 +545,8 @@ def anthropic_messages(
     cost 2x instead of 1.25x).
     """
     res = _result(result)
-    choice = _tool_choice(tools, False)
+    deferred = tools == "deferred"
+    choice = "all" if deferred else _tool_choice(tools, False)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     if cache_ttl not in _CACHE_TTLS:
@@ -534,6 +563,8 @@ def anthropic_messages(
     body: dict[str, Any] = {"max_tokens": max_tokens}
     _anthropic_edits(res, body)
     sent, _ = _tools(res, "anthropic", choice, drop_schema_uri)
+    if deferred and sent:  # the provider's tool search, answered by the gate
+        sent, msgs = tool_search.anthropic_deferred(_compile_of(res), sent, msgs)
     if not cache:
         if res.prompt:
             body["system"] = res.prompt
@@ -545,7 +576,8 @@ def anthropic_messages(
     control: dict[str, Any] = {"type": "ephemeral"}
     if cache_ttl is not None:
         control["ttl"] = cache_ttl
-    tool_tokens = _tool_tokens(res, sent)
+    # Deferred tools are not in the model's context (nor in the cached prefix).
+    tool_tokens = 0 if deferred else _tool_tokens(res, sent)
     points = _cache_points(res)
     cuts = [0, *(c for c, _ in points), len(res.prompt)]
     system: list[dict[str, Any]] = [

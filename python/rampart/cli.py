@@ -719,7 +719,10 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
     model_common = _Parser(add_help=False)
     model_common.add_argument(
-        "--model-dir", default=None, help="model directory (default: packaged all-MiniLM-L6-v2)"
+        "--model-dir",
+        default=None,
+        help="model directory or packaged name, NAME:int8 for its int8 graph "
+        "(default: packaged all-MiniLM-L6-v2)",
     )
     model_common.add_argument("--json", action="store_true", help="machine-readable output")
     mp = msub.add_parser(

@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING, Any
 import rampart._args as _args
 import rampart._core as _core
 import rampart._files as _files
+import rampart.gates as gates
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
 from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart._labels import claim_label, label_of, release_label
 from rampart._labels import get_by_label as _get_by_label
 from rampart._ops import (
-    EMBED_PENDING,
-    Encode,
-    OffLoop,
-    Steps,
     adrive,
     aio,
     body_of,
@@ -779,32 +776,10 @@ class BlockRegistry:
                 self._replica.publish_vectors(pending, matrix, dim, truncated)
             return n
 
-    def _query_steps(self, task_text: str | None, task_embedding: Any) -> Steps[bytes]:
-        if task_embedding is not None:
-            return _vector(task_embedding, "task_embedding")
-        model = self._model()
-        text = _text(task_text, "task_text")
-        # Agents compile for the same task before every model call: its vector is
-        # kept (per model, a few dozen tasks) instead of running the model again.
-        key = (id(model), text)
-        q = self._queries.get(key)
-        if q is None:
-            q = _vector((yield Encode(model, text)), "query embedding")
-            if len(self._queries) >= _QUERY_CACHE:
-                self._queries.clear()
-            self._queries[key] = q
-        return q
-
     def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
         """The task's vector (the model's, or ``task_embedding``), cached per model."""
-        out: bytes = drive(self, self._query_steps(task_text, task_embedding))
+        out: bytes = drive(self, gates.query_steps(self, task_text, task_embedding))
         return out
-
-    def _gate_query_steps(self, task_text: str | None, task_embedding: Any) -> Steps[bytes]:
-        """The task vector the cosine gate scores with: the task's vector, mapped by
-        the registry's tool query adapter when it has one (docs/tool-gate.md)."""
-        q = yield from self._query_steps(task_text, task_embedding)
-        return self._adapt(task_text, task_embedding, q)
 
     def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
         if task_embedding is not None or self._tool_adapter is False or task_text is None:
@@ -824,19 +799,6 @@ class BlockRegistry:
                 self._queries.clear()
             self._queries[key] = mapped
         return mapped
-
-    def _vector_steps(self, run: Callable[[], Any]) -> Steps[Any]:
-        """Run a cosine-gate call, embedding blocks written meanwhile until it
-        finds every block with a vector (it returns None otherwise)."""
-        for _ in range(100):
-            if self._core.unembedded():  # one comparison while nothing changed
-                yield EMBED_PENDING
-            out = run()
-            if out is not None:
-                return out
-        raise RampartError(
-            f"registry {self.label!r}: blocks kept arriving faster than they could be embedded"
-        )
 
     def embedding(self, runtime_id: str) -> Any:
         """The stored vector of a block (``numpy.ndarray``, float32), or None
@@ -858,59 +820,6 @@ class BlockRegistry:
         memory and re-scores the candidates exactly, so results do not change."""
         self._core.set_quantised(bool(on))
 
-    def _gate_scores(
-        self,
-        view: _core.OrderView,
-        task_text: str | None,
-        gate: GateFn,
-    ) -> list[float]:
-        blocks = [InstructionBlock(b) for b in view.blocks()]
-        scores = list(gate(task_text or "", blocks))
-        if len(scores) != len(blocks):
-            raise InvalidArgumentError(
-                f"gate returned {len(scores)} scores for {len(blocks)} blocks"
-            )
-        out = []
-        for b, s in zip(blocks, scores):
-            if type(s) is not float or s != s:  # numpy scalars go the long way
-                try:
-                    s = _number(s, "score", finite=False)
-                except InvalidArgumentError:
-                    raise InvalidArgumentError(
-                        f"gate returned {s!r} for block {b!r}; expected a number"
-                    ) from None
-            out.append(float(s))
-        return out
-
-    def _ranking_steps(
-        self,
-        task_text: str | None,
-        top_k: int | None,
-        threshold: float | None,
-        task_embedding: Any,
-    ) -> Steps[list[tuple[InstructionBlock, float]]]:
-        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
-        if self._tool_examples is not False:
-            if self._may_gate_by_examples(task_text, task_embedding):
-                # The tool-example gate runs the model and numpy together.
-                ranked: list[tuple[InstructionBlock, float]] | None = yield OffLoop(
-                    lambda: self._rank_by_examples(task_text, top_k, threshold)
-                )
-                if ranked is not None:
-                    return ranked
-        q = yield from self._gate_query_steps(task_text, task_embedding)
-        found = yield from self._vector_steps(lambda: self._core.rank(q, top_k, threshold))
-        return [(InstructionBlock(b), s) for b, s in found]
-
-    def _rank_by_examples(
-        self, task_text: str | None, top_k: int | None, threshold: float | None
-    ) -> list[tuple[InstructionBlock, float]] | None:
-        examples = self._example_gate(task_text, None)
-        if examples is None:
-            return None
-        ranked: list[tuple[InstructionBlock, float]] = examples.rank(task_text, top_k, threshold)
-        return ranked
-
     def find_relevant(
         self,
         task_text: str | None,
@@ -921,7 +830,7 @@ class BlockRegistry:
     ) -> list[tuple[InstructionBlock, float]]:
         """Blocks by cosine similarity to the task, descending; ties in registry order."""
         out: list[tuple[InstructionBlock, float]] = drive(
-            self, self._ranking_steps(task_text, top_k, threshold, task_embedding)
+            self, gates.ranking_steps(self, task_text, top_k, threshold, task_embedding)
         )
         return out
 
@@ -935,32 +844,24 @@ class BlockRegistry:
     ) -> list[tuple[InstructionBlock, float]]:
         """:meth:`find_relevant` for coroutines (the model and pending blocks off the loop)."""
         out: list[tuple[InstructionBlock, float]] = await adrive(
-            self, self._ranking_steps(task_text, top_k, threshold, task_embedding)
+            self, gates.ranking_steps(self, task_text, top_k, threshold, task_embedding)
         )
         return out
-
-    def _score_steps(
-        self, runtime_id: str, task_text: str | None, task_embedding: Any
-    ) -> Steps[float]:
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = yield from self._gate_query_steps(task_text, task_embedding)
-        self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
-        score = yield from self._vector_steps(lambda: self._core.score(runtime_id, q))
-        return float(score)
 
     def score_block(
         self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
     ) -> float:
         """Cosine score of one block against the task (what the default gate uses)."""
-        out: float = drive(self, self._score_steps(runtime_id, task_text, task_embedding))
+        out: float = drive(self, gates.score_steps(self, runtime_id, task_text, task_embedding))
         return out
 
     async def ascore_block(
         self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
     ) -> float:
         """:meth:`score_block` for coroutines."""
-        out: float = await adrive(self, self._score_steps(runtime_id, task_text, task_embedding))
+        out: float = await adrive(
+            self, gates.score_steps(self, runtime_id, task_text, task_embedding)
+        )
         return out
 
     # ---- tool examples: the gate-score hook (rampart.toolgate) ------------------------
@@ -969,49 +870,10 @@ class BlockRegistry:
     # examples, in numpy) instead of the core's one-vector cosine. Registries without
     # examples pay one attribute read per gated compile (docs/tool-gate.md).
 
-    def _example_gate(self, task_text: str | None, task_embedding: Any) -> Any:
-        if self._tool_examples is False or task_text is None or task_embedding is not None:
-            return None
-        import rampart.toolgate as toolgate
-
-        return toolgate.default_gate(self)
-
     def _examples_arrived(self) -> None:
         import rampart.toolgate as toolgate
 
         toolgate.note_examples(self)
-
-    def _select_by_examples(
-        self,
-        task_text: str,
-        threshold: float | None,
-        top_k: int | None,
-        budget: int | None,
-        sep: str,
-        dry_run: bool,
-        tools_in_prompt: bool,
-    ) -> tuple[str | None, _core.Selection] | None:
-        """The tool-example gate's selection (None: the registry has no example gate)."""
-        import rampart.toolgate as toolgate
-
-        examples = self._example_gate(task_text, None)
-        if examples is None:
-            return None
-        view, scores, why = examples.scores(task_text)
-        # Learned-example blocks score -inf: a threshold keeps them out even when
-        # top_k would admit every block.
-        prompt, sel = self._core.compile(
-            budget,
-            sep,
-            self._sep_tokens(sep),
-            scores,
-            view=view,
-            threshold=-_FLOAT_MAX if threshold is None else threshold,
-            top_k=top_k,
-            dry_run=dry_run,
-            tools_in_prompt=tools_in_prompt,
-        )
-        return prompt, toolgate.explained(sel, why)
 
     def add_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
@@ -1034,121 +896,6 @@ class BlockRegistry:
         return toolgate.enrich_tools(self, model, n=n, seed=seed)
 
     # ---- compile --------------------------------------------------------------------------
-
-    def _sep_tokens(self, separator: str) -> int:
-        n = self._sep_cache.get(separator)
-        if n is None:
-            # Checked before counting: the tokeniser would raise UnicodeEncodeError.
-            sep = _text(separator, "separator")
-            n = self._sep_cache[sep] = self._tok.count(sep)
-        return n
-
-    def _budget_and_separator(
-        self, max_tokens: int | None, separator: str | None
-    ) -> tuple[int | None, str]:
-        budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
-            budget = _check_budget(budget)
-        return budget, DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
-
-    @staticmethod
-    def _gate_args(
-        task_text: str | None,
-        top_k: int | None,
-        threshold: float | None,
-        task_embedding: Any,
-        what: str = "relevance_threshold",
-    ) -> tuple[int | None, float | None]:
-        """The checked ``top_k`` and threshold of a gated compile or a ranking
-        (shared by the sync methods and their coroutine twins)."""
-        if task_text is not None or task_embedding is None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if threshold is not None:
-            threshold = _number(threshold, what)
-        return top_k, threshold
-
-    def _select_steps(
-        self,
-        max_tokens: int | None,
-        task_text: str | None,
-        relevance_threshold: float | None,
-        top_k: int | None,
-        separator: str | None,
-        task_embedding: Any,
-        gate: GateFn | None,
-        dry_run: bool,
-        tools_in_prompt: bool,
-    ) -> Steps[tuple[str | None, _core.Selection]]:
-        """Gate, walk and cut (compile's stages 1-3), written once: ``compile``
-        drives it in the calling thread, ``acompile`` on the event loop."""
-        budget, sep = self._budget_and_separator(max_tokens, separator)
-        tools_in_prompt = bool(tools_in_prompt)
-        if relevance_threshold is None and top_k is None:
-            return self._core.compile(
-                budget,
-                sep,
-                self._sep_tokens(sep),
-                dry_run=dry_run,
-                tools_in_prompt=tools_in_prompt,
-            )
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError(
-                "relevance_threshold/top_k need a task: pass task_text or task_embedding"
-            )
-        top_k, relevance_threshold = self._gate_args(
-            task_text, top_k, relevance_threshold, task_embedding
-        )
-        # Tool examples: one attribute read unless this registry has some.
-        if (
-            gate is None
-            and task_text is not None
-            and self._may_gate_by_examples(task_text, task_embedding)
-        ):
-            # The tool-example gate runs the model and numpy together.
-            text, k, threshold = task_text, top_k, relevance_threshold
-            picked: tuple[str | None, _core.Selection] | None = yield OffLoop(
-                lambda: self._select_by_examples(
-                    text, threshold, k, budget, sep, dry_run, tools_in_prompt
-                )
-            )
-            if picked is not None:
-                return picked
-        if gate is None:
-            # The built-in cosine gate runs in the core: the matrix is scored
-            # with the GIL released for large registries. _vector_steps embeds
-            # any block still without a vector first.
-            q = yield from self._gate_query_steps(task_text, task_embedding)
-            n = self._sep_tokens(sep)
-            out: tuple[str | None, _core.Selection] = yield from self._vector_steps(
-                lambda: self._core.compile(
-                    budget,
-                    sep,
-                    n,
-                    q,
-                    threshold=relevance_threshold,
-                    top_k=top_k,
-                    dry_run=dry_run,
-                    tools_in_prompt=tools_in_prompt,
-                )
-            )
-            return out
-        if not callable(gate):
-            raise InvalidArgumentError(f"gate must be a callable(task_text, blocks), got {gate!r}")
-        view = self._core.view()
-        scores = self._gate_scores(view, task_text, gate)
-        return self._core.compile(
-            budget,
-            sep,
-            self._sep_tokens(sep),
-            scores,
-            view=view,
-            threshold=relevance_threshold,
-            top_k=top_k,
-            dry_run=dry_run,
-            tools_in_prompt=tools_in_prompt,
-        )
 
     def compile(
         self,
@@ -1195,7 +942,7 @@ class BlockRegistry:
             sep = DEFAULT_SEPARATOR if separator is None else separator
             n = self._sep_cache.get(sep)
             if n is None:
-                n = self._sep_tokens(sep)
+                n = gates.sep_tokens(self, sep)
             prompt, sel = self._core.compile(budget, sep, n)
             if conversation is None and context_window is None and policy is None:
                 return CompileResult(prompt or "", sel, sep)
@@ -1208,7 +955,8 @@ class BlockRegistry:
             )
         prompt, sel = drive(
             self,
-            self._select_steps(
+            gates.select_steps(
+                self,
                 max_tokens,
                 task_text,
                 relevance_threshold,
@@ -1242,7 +990,8 @@ class BlockRegistry:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
         _, sel = drive(
             self,
-            self._select_steps(
+            gates.select_steps(
+                self,
                 max_tokens,
                 task_text,
                 relevance_threshold,
@@ -1625,18 +1374,6 @@ class BlockRegistry:
         )
         return out
 
-    def _may_gate_by_examples(self, task_text: str | None, task_embedding: Any) -> bool:
-        """Whether a gated call may go to the tool-example gate (not known to be
-        absent): it runs the model and numpy, so the a-methods run the sync call
-        off the loop. One attribute read for registries without examples."""
-        if task_text is None or task_embedding is not None:
-            return False
-        if self._tool_examples is None:  # looked up once, as toolgate.default_gate does
-            import rampart.toolgate as toolgate
-
-            self._tool_examples = toolgate.has_examples(self)
-        return bool(self._tool_examples)
-
     async def acompile(
         self,
         max_tokens: int | None = None,
@@ -1653,7 +1390,7 @@ class BlockRegistry:
         reply_tokens: int | None = None,
         policy: ContextPolicy | None = None,
     ) -> CompileResult:
-        """:meth:`compile` for coroutines: the same steps (``_select_steps``), with
+        """:meth:`compile` for coroutines: the same steps (``rampart.gates.select_steps``), with
         a new task's vector, blocks written since the last gate and the tool-example
         gate awaited off the loop. A compile without a gate never waits: it is the
         sync call."""
@@ -1684,7 +1421,8 @@ class BlockRegistry:
             )
         prompt, sel = await adrive(
             self,
-            self._select_steps(
+            gates.select_steps(
+                self,
                 max_tokens,
                 task_text,
                 relevance_threshold,
