@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from rampart import _core
 from rampart.block import BlockReport, CompileResult, DryRunResult, InstructionBlock, Snapshot
+from rampart.conversation import ContextPolicy, Conversation, ConversationItem, MessageReport
 from rampart.errors import (
     BlockNotFoundError,
     BlockPermissionError,
+    ContextOverflowError,
     EvictionError,
     InvalidArgumentError,
     ModelError,
@@ -37,10 +39,15 @@ __all__ = [
     "BlockReport",
     "BlockSource",
     "CompileResult",
+    "ContextOverflowError",
+    "ContextPolicy",
+    "Conversation",
+    "ConversationItem",
     "DryRunResult",
     "EvictionError",
     "InstructionBlock",
     "InvalidArgumentError",
+    "MessageReport",
     "ModelError",
     "ModelNotFoundError",
     "OnnxEmbedder",

@@ -53,6 +53,7 @@ from rampart.errors import InvalidArgumentError
 from rampart.tool_search import aanswer_tool_search, answer_tool_search, answered_tools
 
 __all__ = [
+    "ANTHROPIC_CONTEXT_BETA",
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
     "aanswer_tool_search",
@@ -89,6 +90,29 @@ _ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
 
 
 Result = CompileResult | SessionResult
+
+#: The beta that Anthropic's ``context_management`` edits need (the body carries
+#: it as ``betas``: send it with ``client.beta.messages.create(**body)``).
+ANTHROPIC_CONTEXT_BETA = "context-management-2025-06-27"
+
+
+def _conversation_messages(res: Result, messages: Any, fmt: str) -> Any:
+    """``messages`` as given, or, when omitted, the compiled conversation's
+    (SPEC §9: ``reg.compile(..., conversation=conv)``)."""
+    if messages is not None:
+        return messages
+    ctx = getattr(res, "context", None)
+    return None if ctx is None else ctx.messages(fmt)
+
+
+def _native_threshold(ctx: Any) -> int | None:
+    """Where a provider-side edit should trigger: the window less the reply and
+    one clearing step (the point the client-side policy would act), in the
+    provider's tokens."""
+    if ctx is None or ctx.context_window is None:
+        return None
+    room = int(ctx.context_window - ctx.reply_tokens - ctx.policy.clear_at_least)
+    return max(room, 1024)
 
 
 def _result(result: Any) -> Result:
@@ -278,7 +302,7 @@ def openai_chat(
             f"system_role must be one of {_OPENAI_SYSTEM_ROLES}, got {system_role!r}"
         )
     key = _cache_key(prompt_cache_key)
-    msgs = _messages(messages, _OPENAI_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "openai_chat"), _OPENAI_MESSAGE_KEYS)
     system = [{"role": system_role, "content": res.prompt}] if res.prompt else []
     body: dict[str, Any] = {"messages": [*system, *msgs]}
     sent, gated = _tools(res, "openai", choice, drop_schema_uri)
@@ -350,7 +374,14 @@ def openai_responses(
     body: dict[str, Any] = {}
     if res.prompt:
         body["instructions"] = res.prompt
-    body["input"] = _responses_items(messages)
+    body["input"] = _responses_items(_conversation_messages(res, messages, "openai_responses"))
+    ctx = getattr(res, "context", None)
+    if ctx is not None and ctx.native == "openai":
+        edit: dict[str, Any] = {"type": "compaction"}
+        threshold = _native_threshold(ctx)
+        if threshold is not None:
+            edit["compact_threshold"] = threshold
+        body["context_management"] = [edit]
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
     if search and sent:  # the provider's tool search, answered by the gate
         clean = without_schema_uri if drop_schema_uri else None
@@ -442,6 +473,31 @@ def _mark_last_message(msgs: list[Any], control: dict[str, Any]) -> bool:
     return True
 
 
+def _anthropic_edits(res: Result, body: dict[str, Any]) -> None:
+    """Anthropic's own tool-result clearing (``clear_tool_uses_20250919``) in
+    place of the client-side one, when the compile's policy says
+    ``native="anthropic"``: the policy's keep / exclude / inputs / clear_at_least,
+    triggered where the client would have cleared."""
+    ctx = getattr(res, "context", None)
+    if ctx is None or ctx.native != "anthropic":
+        return
+    pol = ctx.policy
+    edit: dict[str, Any] = {
+        "type": "clear_tool_uses_20250919",
+        "keep": {"type": "tool_uses", "value": pol.keep_tool_results},
+        "clear_at_least": {"type": "input_tokens", "value": pol.clear_at_least},
+    }
+    threshold = _native_threshold(ctx)
+    if threshold is not None:
+        edit["trigger"] = {"type": "input_tokens", "value": threshold}
+    if pol.exclude_tools:
+        edit["exclude_tools"] = list(pol.exclude_tools)
+    if pol.clear_tool_inputs:
+        edit["clear_tool_inputs"] = True
+    body["context_management"] = {"edits": [edit]}
+    body["betas"] = [ANTHROPIC_CONTEXT_BETA]
+
+
 def anthropic_messages(
     result: Result,
     messages: Sequence[Mapping[str, Any]] | None = None,
@@ -497,7 +553,7 @@ def anthropic_messages(
         raise InvalidArgumentError(f"cache_ttl must be one of {_CACHE_TTLS}, got {cache_ttl!r}")
     if isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int):
         raise InvalidArgumentError(f"min_cache_tokens must be an int, got {min_cache_tokens!r}")
-    msgs = _messages(messages, _ANTHROPIC_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "anthropic"), _ANTHROPIC_MESSAGE_KEYS)
     for i, m in enumerate(msgs):
         if m["role"] == "system":
             raise InvalidArgumentError(
@@ -505,6 +561,7 @@ def anthropic_messages(
                 "accept: write it into the registry so it compiles into the system prompt"
             )
     body: dict[str, Any] = {"max_tokens": max_tokens}
+    _anthropic_edits(res, body)
     sent, _ = _tools(res, "anthropic", choice, drop_schema_uri)
     if deferred and sent:  # the provider's tool search, answered by the gate
         sent, msgs = tool_search.anthropic_deferred(_compile_of(res), sent, msgs)
@@ -583,6 +640,9 @@ def gemini_generate_content(
     ``allowed_function_names`` naming the gated ones (mode ``NONE`` when the gate
     kept none; no ``tool_config`` when it kept them all).
 
+    ``contents`` may be omitted when the result holds a compiled conversation
+    (``reg.compile(..., conversation=conv)``): its messages in Gemini's shape.
+
     ``cached_content``: the name of an explicit cache made from
     :func:`gemini_cache_payload`'s payload (the prompt's task-independent head and
     every tool). Then the body leaves out what the cache holds, and the rest of the
@@ -594,6 +654,7 @@ def gemini_generate_content(
     from rampart.providers import gemini
 
     res = _result(result)
+    contents = _conversation_messages(res, contents, "gemini")
     every, gated = _tools(res, "gemini", "all", drop_schema_uri)
     if drop_schema_uri:
         gated = without_schema_uri(gated)

@@ -40,6 +40,8 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 if TYPE_CHECKING:
     from rampart._replica import Replica
     from rampart.caching import CacheSession
+    from rampart.conversation.core import Conversation
+    from rampart.conversation.policy import ContextPolicy
 from rampart.tools import (
     ToolsInput,
     block_metadata_json,
@@ -903,6 +905,10 @@ class BlockRegistry:
         task_embedding: Any = None,
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
     ) -> CompileResult:
         """Compile the context: (1) gate, when a task and ``relevance_threshold`` or
         ``top_k`` are given; (2) walk the registry in order; (3) cut at the token
@@ -912,6 +918,12 @@ class BlockRegistry:
         ``gate``: a callable ``(task_text, blocks) -> scores`` replacing the
         built-in cosine gate. ``tools_in_prompt=False``: tool-schema blocks go
         only to ``result.tools()``, not into the prompt text or its budget.
+
+        ``conversation`` (a :class:`rampart.Conversation`), ``context_window``,
+        ``reply_tokens``, ``policy`` (a :class:`rampart.ContextPolicy`): compile the
+        messages too, so instructions + tools + messages fit ``context_window -
+        reply_tokens`` (SPEC §9, docs/conversation.md); ``result.messages(format)``
+        and ``result.message_report`` then hold them.
 
         Example:
             >>> result = reg.compile(max_tokens=2048)  # no gate: order and budget only
@@ -929,7 +941,15 @@ class BlockRegistry:
             if n is None:
                 n = gates.sep_tokens(self, sep)
             prompt, sel = self._core.compile(budget, sep, n)
-            return CompileResult(prompt or "", sel, sep)
+            if conversation is None and context_window is None and policy is None:
+                return CompileResult(prompt or "", sel, sep)
+            return _conversation_step(
+                CompileResult(prompt or "", sel, sep),
+                conversation,
+                context_window,
+                reply_tokens,
+                policy,
+            )
         prompt, sel = drive(
             self,
             gates.select_steps(
@@ -945,9 +965,12 @@ class BlockRegistry:
                 tools_in_prompt,
             ),
         )
-        return CompileResult(
+        res = CompileResult(
             prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return _conversation_step(res, conversation, context_window, reply_tokens, policy)
 
     def compile_dry_run(
         self,
@@ -1313,13 +1336,28 @@ class BlockRegistry:
         task_embedding: Any = None,
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
     ) -> CompileResult:
         """:meth:`compile` for coroutines: the same steps (``rampart.gates.select_steps``), with
         a new task's vector, blocks written since the last gate and the tool-example
         gate awaited off the loop. A compile without a gate never waits: it is the
         sync call."""
         if relevance_threshold is None and top_k is None:
-            return self.compile(
+            if conversation is None and context_window is None and policy is None:
+                return self.compile(
+                    max_tokens,
+                    task_text,
+                    relevance_threshold,
+                    top_k,
+                    separator,
+                    task_embedding=task_embedding,
+                    gate=gate,
+                    tools_in_prompt=tools_in_prompt,
+                )
+            res = self.compile(
                 max_tokens,
                 task_text,
                 relevance_threshold,
@@ -1328,6 +1366,9 @@ class BlockRegistry:
                 task_embedding=task_embedding,
                 gate=gate,
                 tools_in_prompt=tools_in_prompt,
+            )
+            return await _aconversation_step(
+                res, conversation, context_window, reply_tokens, policy
             )
         prompt, sel = await adrive(
             self,
@@ -1344,9 +1385,47 @@ class BlockRegistry:
                 tools_in_prompt,
             ),
         )
-        return CompileResult(
+        res = CompileResult(
             prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return await _aconversation_step(res, conversation, context_window, reply_tokens, policy)
+
+
+def _conversation_step(
+    res: CompileResult,
+    conversation: Conversation | None,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan."""
+    import rampart.conversation.plan as plan
+
+    return plan.attach(res, conversation, context_window, reply_tokens, policy)
+
+
+async def _aconversation_step(
+    res: CompileResult,
+    conversation: Conversation | None,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """:func:`_conversation_step` for acompile: on the loop's default executor when
+    it may wait (a compact backend calls a model; a shared conversation records
+    its transformations in the store), else right here."""
+    import rampart.conversation.plan as plan
+
+    if conversation is not None and plan.may_wait(conversation, policy):
+        import rampart._aio as _aio
+
+        out: CompileResult = await _aio.off_loop(
+            lambda: plan.attach(res, conversation, context_window, reply_tokens, policy)
+        )
+        return out
+    return plan.attach(res, conversation, context_window, reply_tokens, policy)
 
 
 def _unpickle(
