@@ -688,7 +688,7 @@ def test_a_shared_conversation_is_continued_by_another_process(tmp_path: Path) -
     url = f"sqlite:///{tmp_path / 'store.db'}"
     a = Conversation.open(url, "session-1", tokeniser="cl100k_base")
     a.append(CHAT[:2])
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python") + os.pathsep + str(ROOT)}
+    env = dict(os.environ)  # the child imports the rampart this process imported
     run = [sys.executable, "-c", WORKER, url]
     other = subprocess.run([*run, "append"], capture_output=True, text=True, env=env, check=True)
     assert a.sync() == 2

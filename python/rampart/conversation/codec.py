@@ -19,7 +19,7 @@ from rampart.conversation.shapes import Piece
 from rampart.errors import InvalidArgumentError, RegistryFileError
 
 if TYPE_CHECKING:
-    from rampart.conversation.core import Conversation
+    from rampart.conversation.items import ConversationView
 
 __all__ = [
     "FORMAT",
@@ -85,7 +85,7 @@ def piece_from_dict(d: Any) -> Piece:
     )
 
 
-def _ids(v: Any, conv: Conversation) -> list[str]:
+def _ids(v: Any, conv: ConversationView) -> list[str]:
     if not isinstance(v, list) or len(v) > _MAX_IDS or not all(isinstance(i, str) for i in v):
         raise InvalidArgumentError("ids must be a list of item ids")
     unknown = [i for i in v if i not in conv._index]
@@ -94,7 +94,7 @@ def _ids(v: Any, conv: Conversation) -> list[str]:
     return v
 
 
-def check_entry(e: Any, conv: Conversation) -> None:
+def check_entry(e: Any, conv: ConversationView) -> None:
     """Refuse (InvalidArgumentError) an entry that does not apply to ``conv``
     as it is now."""
     if not isinstance(e, dict):

@@ -10,7 +10,7 @@ same messages in the same order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -134,3 +134,19 @@ def cleared_stub(tool_name: str | None, call_id: str | None, removed: int) -> st
         f"call {call_id or 'unknown'}, {removed} tokens removed; call the tool again "
         "if you need it]"
     )
+
+
+class ConversationView(Protocol):
+    """What the log's codec and the shared journal use of a conversation
+    (``Conversation`` implements it): they never import the class back."""
+
+    max_item_bytes: int
+    _index: dict[str, int]
+    _items: list[ConversationItem]
+    _transforms: list[Any]
+    _shared: Any
+
+    @property
+    def tokeniser(self) -> str: ...
+    def _check_append(self, groups: list[list[Any]]) -> None: ...
+    def _apply(self, entry: dict[str, Any]) -> Any: ...

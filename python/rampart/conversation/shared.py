@@ -24,7 +24,7 @@ from rampart.errors import InvalidArgumentError, RegistryFileError, UnsupportedF
 from rampart.stores import Damaged, check_name, open_store
 
 if TYPE_CHECKING:
-    from rampart.conversation.core import Conversation
+    from rampart.conversation.items import ConversationView
 
 __all__ = ["Journal", "open_journal"]
 
@@ -41,7 +41,7 @@ class Journal:
         self.name = name
         self.position = 0
 
-    def _apply_entries(self, conv: Conversation, entries: Any, mine: int | None = None) -> Any:
+    def _apply_entries(self, conv: ConversationView, entries: Any, mine: int | None = None) -> Any:
         """Apply entries in order; returns the error of entry ``mine`` (None: ok)."""
         err = None
         for seq, raw in entries:
@@ -68,14 +68,14 @@ class Journal:
                     )
         return err
 
-    def submit(self, conv: Conversation, entry: dict[str, Any]) -> None:
+    def submit(self, conv: ConversationView, entry: dict[str, Any]) -> None:
         """Append ``entry`` to the journal, apply everything up to it; raise its error."""
         seq, entries = self.store.append(self.name, codec.encode_entry(entry), self.position)
         err = self._apply_entries(conv, entries, seq)
         if err is not None:
             raise err
 
-    def catch_up(self, conv: Conversation) -> int:
+    def catch_up(self, conv: ConversationView) -> int:
         """Apply every entry other processes appended; returns how many were read."""
         n = 0
         while True:
@@ -95,7 +95,7 @@ class Journal:
             close()
 
 
-def open_journal(conv: Conversation, store: Any, name: str, create: bool) -> None:
+def open_journal(conv: ConversationView, store: Any, name: str, create: bool) -> None:
     """Attach ``conv`` to the journal ``name`` in ``store`` (created unless
     ``create=False``) and apply what it holds."""
     check_name(name)
