@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rampart import _args, _core, _files
+from rampart import telemetry as _telemetry
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
 from rampart._export import export_text
 from rampart._files import atomic_write
@@ -1015,6 +1016,8 @@ class BlockRegistry:
             >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
             [('read_before_edit', 'gate'), ('never_force_push', 'gate')]
         """
+        if _telemetry.tracing() is not None:  # one dict lookup unless OpenTelemetry is set up
+            return _telemetry.traced_compile(self, locals())
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
@@ -1583,6 +1586,8 @@ class BlockRegistry:
         """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
         (a new task's vector, blocks written since the last gate): both are
         awaited off the loop; everything else is the sync compile."""
+        if _telemetry.tracing() is not None:  # one dict lookup unless OpenTelemetry is set up
+            return await _telemetry.atraced_compile(self, locals())
         if (relevance_threshold is None and top_k is None) or gate is not None:
             return self.compile(
                 max_tokens,
