@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from rampart import _core
 from rampart.block import BlockReport, CompileResult, DryRunResult, InstructionBlock, Snapshot
+from rampart.conversation import ContextPolicy, Conversation, ConversationItem, MessageReport
 from rampart.errors import (
     BlockNotFoundError,
     BlockPermissionError,
+    ContextOverflowError,
     EvictionError,
     InvalidArgumentError,
     ModelError,
@@ -39,10 +41,15 @@ __all__ = [
     "BlockReport",
     "BlockSource",
     "CompileResult",
+    "ContextOverflowError",
+    "ContextPolicy",
+    "Conversation",
+    "ConversationItem",
     "DryRunResult",
     "EvictionError",
     "InstructionBlock",
     "InvalidArgumentError",
+    "MessageReport",
     "ModelError",
     "ModelNotFoundError",
     "OnnxEmbedder",

@@ -30,6 +30,7 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 if TYPE_CHECKING:
     from rampart._replica import Replica
     from rampart.caching import CacheSession
+    from rampart.conversation import ContextPolicy, Conversation
 from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
@@ -1000,6 +1001,10 @@ class BlockRegistry:
         task_embedding: Any = None,
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
     ) -> CompileResult:
         """Compile the context: (1) gate, when a task and ``relevance_threshold`` or
         ``top_k`` are given; (2) walk the registry in order; (3) cut at the token
@@ -1009,6 +1014,12 @@ class BlockRegistry:
         ``gate``: a callable ``(task_text, blocks) -> scores`` replacing the
         built-in cosine gate. ``tools_in_prompt=False``: tool-schema blocks go
         only to ``result.tools()``, not into the prompt text or its budget.
+
+        ``conversation`` (a :class:`rampart.Conversation`), ``context_window``,
+        ``reply_tokens``, ``policy`` (a :class:`rampart.ContextPolicy`): compile the
+        messages too, so instructions + tools + messages fit ``context_window -
+        reply_tokens`` (SPEC §9, docs/conversation.md); ``result.messages(format)``
+        and ``result.message_report`` then hold them.
 
         Example:
             >>> result = reg.compile(max_tokens=2048)  # no gate: order and budget only
@@ -1028,7 +1039,15 @@ class BlockRegistry:
             if n is None:
                 n = self._sep_tokens(sep)
             prompt, sel = self._core.compile(budget, sep, n)
-            return CompileResult(prompt or "", sel, sep)
+            if conversation is None and context_window is None and policy is None:
+                return CompileResult(prompt or "", sel, sep)
+            return _conversation_step(
+                CompileResult(prompt or "", sel, sep),
+                conversation,
+                context_window,
+                reply_tokens,
+                policy,
+            )
         prompt, sel = self._select(
             max_tokens,
             task_text,
@@ -1040,9 +1059,12 @@ class BlockRegistry:
             False,
             tools_in_prompt,
         )
-        return CompileResult(
+        res = CompileResult(
             prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return _conversation_step(res, conversation, context_window, reply_tokens, policy)
 
     def compile_dry_run(
         self,
@@ -1582,6 +1604,10 @@ class BlockRegistry:
         task_embedding: Any = None,
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
     ) -> CompileResult:
         """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
         (a new task's vector, blocks written since the last gate): both are
@@ -1598,6 +1624,10 @@ class BlockRegistry:
                 task_embedding=task_embedding,
                 gate=gate,
                 tools_in_prompt=tools_in_prompt,
+                conversation=conversation,
+                context_window=context_window,
+                reply_tokens=reply_tokens,
+                policy=policy,
             )
         from rampart import _aio
 
@@ -1612,6 +1642,10 @@ class BlockRegistry:
                     top_k,
                     separator,
                     tools_in_prompt=tools_in_prompt,
+                    conversation=conversation,
+                    context_window=context_window,
+                    reply_tokens=reply_tokens,
+                    policy=policy,
                 )
             )
             return res
@@ -1641,7 +1675,10 @@ class BlockRegistry:
                 tools_in_prompt=tools,
             ),
         )
-        return CompileResult(prompt or "", sel, sep)
+        res = CompileResult(prompt or "", sel, sep)
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return _conversation_step(res, conversation, context_window, reply_tokens, policy)
 
     async def afind_relevant(
         self,
@@ -1687,3 +1724,16 @@ def _unpickle(
     return BlockRegistry._from_bytes(
         data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
     )
+
+
+def _conversation_step(
+    res: CompileResult,
+    conversation: Conversation | None,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan."""
+    from rampart.conversation.plan import attach
+
+    return attach(res, conversation, context_window, reply_tokens, policy)
