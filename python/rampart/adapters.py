@@ -45,9 +45,11 @@ from rampart.caching import SessionResult
 from rampart.errors import InvalidArgumentError
 
 __all__ = [
+    "ANTHROPIC_CONTEXT_BETA",
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
     "anthropic_messages",
+    "gemini_contents",
     "openai_chat",
     "openai_responses",
     "without_schema_uri",
@@ -76,6 +78,29 @@ _ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
 
 
 Result = CompileResult | SessionResult
+
+#: The beta that Anthropic's ``context_management`` edits need (the body carries
+#: it as ``betas``: send it with ``client.beta.messages.create(**body)``).
+ANTHROPIC_CONTEXT_BETA = "context-management-2025-06-27"
+
+
+def _conversation_messages(res: Result, messages: Any, fmt: str) -> Any:
+    """``messages`` as given, or, when omitted, the compiled conversation's
+    (SPEC §9: ``reg.compile(..., conversation=conv)``)."""
+    if messages is not None:
+        return messages
+    ctx = getattr(res, "context", None)
+    return None if ctx is None else ctx.messages(fmt)
+
+
+def _native_threshold(ctx: Any) -> int | None:
+    """Where a provider-side edit should trigger: the window less the reply and
+    one clearing step (the point the client-side policy would act), in the
+    provider's tokens."""
+    if ctx is None or ctx.context_window is None:
+        return None
+    room = ctx.context_window - ctx.reply_tokens - ctx.policy.clear_at_least
+    return max(room, 1024)
 
 
 def _result(result: Any) -> Result:
@@ -265,7 +290,7 @@ def openai_chat(
             f"system_role must be one of {_OPENAI_SYSTEM_ROLES}, got {system_role!r}"
         )
     key = _cache_key(prompt_cache_key)
-    msgs = _messages(messages, _OPENAI_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "openai_chat"), _OPENAI_MESSAGE_KEYS)
     system = [{"role": system_role, "content": res.prompt}] if res.prompt else []
     body: dict[str, Any] = {"messages": [*system, *msgs]}
     sent, gated = _tools(res, "openai", choice, drop_schema_uri)
@@ -331,7 +356,14 @@ def openai_responses(
     body: dict[str, Any] = {}
     if res.prompt:
         body["instructions"] = res.prompt
-    body["input"] = _responses_items(messages)
+    body["input"] = _responses_items(_conversation_messages(res, messages, "openai_responses"))
+    ctx = getattr(res, "context", None)
+    if ctx is not None and ctx.native == "openai":
+        edit: dict[str, Any] = {"type": "compaction"}
+        threshold = _native_threshold(ctx)
+        if threshold is not None:
+            edit["compact_threshold"] = threshold
+        body["context_management"] = [edit]
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
     if sent:
         body["tools"] = sent
@@ -418,6 +450,31 @@ def _mark_last_message(msgs: list[Any], control: dict[str, Any]) -> bool:
     return True
 
 
+def _anthropic_edits(res: Result, body: dict[str, Any]) -> None:
+    """Anthropic's own tool-result clearing (``clear_tool_uses_20250919``) in
+    place of the client-side one, when the compile's policy says
+    ``native="anthropic"``: the policy's keep / exclude / inputs / clear_at_least,
+    triggered where the client would have cleared."""
+    ctx = getattr(res, "context", None)
+    if ctx is None or ctx.native != "anthropic":
+        return
+    pol = ctx.policy
+    edit: dict[str, Any] = {
+        "type": "clear_tool_uses_20250919",
+        "keep": {"type": "tool_uses", "value": pol.keep_tool_results},
+        "clear_at_least": {"type": "input_tokens", "value": pol.clear_at_least},
+    }
+    threshold = _native_threshold(ctx)
+    if threshold is not None:
+        edit["trigger"] = {"type": "input_tokens", "value": threshold}
+    if pol.exclude_tools:
+        edit["exclude_tools"] = list(pol.exclude_tools)
+    if pol.clear_tool_inputs:
+        edit["clear_tool_inputs"] = True
+    body["context_management"] = {"edits": [edit]}
+    body["betas"] = [ANTHROPIC_CONTEXT_BETA]
+
+
 def anthropic_messages(
     result: Result,
     messages: Sequence[Mapping[str, Any]] | None = None,
@@ -466,7 +523,7 @@ def anthropic_messages(
         raise InvalidArgumentError(f"cache_ttl must be one of {_CACHE_TTLS}, got {cache_ttl!r}")
     if isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int):
         raise InvalidArgumentError(f"min_cache_tokens must be an int, got {min_cache_tokens!r}")
-    msgs = _messages(messages, _ANTHROPIC_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "anthropic"), _ANTHROPIC_MESSAGE_KEYS)
     for i, m in enumerate(msgs):
         if m["role"] == "system":
             raise InvalidArgumentError(
@@ -474,6 +531,7 @@ def anthropic_messages(
                 "accept: write it into the registry so it compiles into the system prompt"
             )
     body: dict[str, Any] = {"max_tokens": max_tokens}
+    _anthropic_edits(res, body)
     sent, _ = _tools(res, "anthropic", choice, drop_schema_uri)
     if not cache:
         if res.prompt:
@@ -524,3 +582,60 @@ def anthropic_messages(
     if sent:
         body["tools"] = sent
     return _finish(body, model, extra)
+
+
+# ---- Gemini ---------------------------------------------------------------------------------
+
+
+def gemini_contents(
+    result: Result,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    model: str | None = None,
+    tools: str = "gated",
+    **extra: Any,
+) -> dict[str, Any]:
+    """A Gemini ``generateContent`` request body (REST field names):
+    ``{"systemInstruction": {"parts": [{"text": result.prompt}]}, "contents":
+    messages, "tools": [{"functionDeclarations": [...]}], **extra}``.
+    ``messages`` are Gemini contents (``{"role": "user" | "model", "parts":
+    [...]}``), or, omitted, the compiled conversation's. The tools' schemas lose
+    ``"$schema"`` (Gemini's schema subset refuses it). ``model`` is not part of a
+    Gemini body (it is in the URL): when given it is returned under ``"model"``
+    for the caller to take out."""
+    res = _result(result)
+    choice = _tool_choice(tools, False)
+    contents = _conversation_messages(res, messages, "gemini")
+    if contents is None:
+        contents = []
+    if isinstance(contents, (str, bytes, Mapping)) or not isinstance(contents, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of Gemini contents, got {type(contents).__name__}"
+        )
+    body: dict[str, Any] = {}
+    if res.prompt:
+        body["systemInstruction"] = {"parts": [{"text": res.prompt}]}
+    body["contents"] = [_plain(c) for c in contents]
+    sent, _ = _tools(res, "mcp", choice, True)
+    if sent:
+        decls = []
+        for t in sent:
+            d: dict[str, Any] = {"name": t["name"]}
+            if t.get("description"):
+                d["description"] = t["description"]
+            schema = t.get("inputSchema")
+            if isinstance(schema, Mapping) and schema.get("properties"):
+                d["parameters"] = schema
+            decls.append(d)
+        body["tools"] = [{"functionDeclarations": decls}]
+    clash = sorted(k for k in extra if k in body or k in ("contents", "systemInstruction"))
+    if clash:
+        raise InvalidArgumentError(
+            f"{', '.join(clash)} cannot be passed as extra keys: the adapter builds them"
+        )
+    if model is not None:
+        if not isinstance(model, str) or not model:
+            raise InvalidArgumentError(f"model must be a non-empty string, got {model!r}")
+        body = {"model": model, **body}
+    body.update(extra)
+    return body

@@ -20,6 +20,7 @@ import os
 import threading
 import time as _time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +63,26 @@ class Transformation:
 @dataclass(slots=True)
 class _View:
     """What a compile shows: ``shown`` in order with the prefix sums of their
-    tokens, and the bookkeeping the policy's O(1) checks need."""
+    tokens, and the bookkeeping the policy's O(1) checks need. Its lists are
+    only ever appended to (a rebuild makes a new view), so a compile result
+    holds the view and its length instead of a copy."""
 
     shown: list[Shown] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # prefix sums: tokens[k] = sum(shown[:k+1])
     total: int = 0
     version: int = 0
-    # indices into shown of tool results still shown in full, oldest first
+    # indices into shown of tool results still shown in full (unpinned), oldest first
     results: list[int] = field(default_factory=list)
     results_tokens: int = 0
+    results_by_tool: dict[str, int] = field(default_factory=dict)
+    pinned_tokens: int = 0
+    last_user: int = -1  # index into shown of the latest user text (never transformed)
+
+    def cost(self, k: int) -> int:
+        return self.tokens[k] - (self.tokens[k - 1] if k else 0)
+
+    def protected(self, k: int) -> bool:
+        return k == self.last_user or self.shown[k].item.pinned
 
 
 class Conversation:
@@ -125,10 +137,12 @@ class Conversation:
         # a reused call id is renamed (id, n): the result that follows is matched
         # to the newest call of that id (docs: "Hostile input")
         self._renamed: dict[str, str] = {}
+        # tool name -> its calls not yet known answered, oldest first (Gemini's
+        # results without ids are matched to the oldest unanswered call of the name)
+        self._by_name: dict[str, deque[str]] = {}
         self._transforms: list[Transformation] = []
         self._scale: dict[str, float] = {}
         self._view = _View()
-        self._last_pinned_user = -1  # index into _items of the latest user text
         # set by the compile step: (provider, predicted tokens, time) of the last compile
         self._last_compile: tuple[str, float, float] | None = None
         self._fixed_cache: tuple[str, int] | None = None
@@ -184,7 +198,7 @@ class Conversation:
         """The messages as a compile shows them now (transformations recorded so
         far applied, none new), in ``format``."""
         with self._lock:
-            shown = list(self._view.shown)
+            shown = self._view.shown[:]
         return render(shown, format)
 
     def __repr__(self) -> str:
@@ -286,87 +300,106 @@ class Conversation:
         self._log.append(entry)
 
     def _apply_append(self, entry: dict[str, Any]) -> None:
+        # Hot for long histories: the entry's dicts are read as they are (checked
+        # by check_entry where they came from outside), and each item is built
+        # once, after one batched count.
         pinned = bool(entry.get("pinned"))
         traj = entry.get("trajectory_id")
         t = float(entry.get("time", 0.0))
-        new: list[ConversationItem] = []
+        base = len(self._items)
+        rows: list[tuple[Any, ...]] = []
         texts: list[str] = []
+        calls = self._calls
         for g in entry["groups"]:
             group = self._groups
             self._groups += 1
             for raw in g:
-                p = codec.piece_from_dict(raw)
-                call_id, tool_name = p.call_id, p.tool_name
-                if p.kind == "tool_call":
+                kind = raw["kind"]
+                call_id, tool_name = raw.get("call_id"), raw.get("tool_name")
+                idx = base + len(rows)
+                if kind == "tool_call":
                     if call_id is None:  # Gemini without ids: a deterministic one
-                        call_id = f"call_{len(self._items) + len(new)}"
-                    if call_id in self._calls:  # reused: renamed, see __init__
-                        fresh = f"{call_id}_{len(self._items) + len(new)}"
+                        call_id = f"call_{idx}"
+                        self._by_name.setdefault(tool_name or "", deque()).append(call_id)
+                    if call_id in calls:  # reused: renamed, see __init__
+                        fresh = f"{call_id}_{idx}"
                         self._renamed[call_id] = fresh
                         call_id = fresh
-                    self._calls[call_id] = len(self._items) + len(new)
-                elif p.kind == "tool_result":
-                    call_id = self._match(p, call_id, new)
+                    calls[call_id] = idx
+                elif kind == "tool_result":
+                    call_id = self._match(call_id, tool_name)
                     if call_id is None:
                         continue  # checked before commit; a replayed orphan is skipped
-                    call = self._call_item(call_id, new)
-                    tool_name = tool_name or call.tool_name
+                    if tool_name is None:
+                        ci = calls[call_id]
+                        tool_name = (
+                            self._items[ci].tool_name if ci < base else rows[ci - base][4]
+                        )
                     self._answered.add(call_id)
-                idx = len(self._items) + len(new)
-                text = p.content
-                texts.append(text if p.kind != "tool_call" else f"{tool_name} {text}")
-                new.append(
-                    ConversationItem(
-                        id=f"i{idx}",
-                        role=p.role,
-                        kind=p.kind,
-                        content=text,
-                        tokens=0,
-                        time=t,
-                        tool_name=tool_name,
-                        call_id=call_id,
-                        trajectory_id=traj,
-                        pinned=pinned,
-                        group=group,
-                        is_error=p.is_error,
-                        native=p.native,
+                text = raw["content"]
+                texts.append(text if kind != "tool_call" else f"{tool_name} {text}")
+                rows.append(
+                    (
+                        raw["role"],
+                        kind,
+                        text,
+                        group,
+                        tool_name,
+                        call_id,
+                        raw.get("is_error") is True,
+                        raw.get("native"),
                     )
                 )
         counts = self._counter.count_many(texts) if texts else []
-        self._appended = [it.id for it in new]
-        for it, n in zip(new, counts):
-            over = TOOL_CALL_OVERHEAD if it.kind == "tool_call" else ITEM_OVERHEAD
-            it = _with_tokens(it, n + over)
-            self._index[it.id] = len(self._items)
+        self._appended = []
+        for (role, kind, text, group, tool_name, call_id, err, native), n in zip(rows, counts):
+            idx = len(self._items)
+            it = ConversationItem(
+                f"i{idx}",
+                role,
+                kind,
+                text,
+                n + (TOOL_CALL_OVERHEAD if kind == "tool_call" else ITEM_OVERHEAD),
+                t,
+                tool_name,
+                call_id,
+                traj,
+                pinned,
+                (),
+                group,
+                err,
+                native,
+            )
+            self._index[it.id] = idx
             self._items.append(it)
-            if it.role == "user" and it.kind == "text":
-                self._last_pinned_user = len(self._items) - 1
-            self._show(Shown(it, it.content), it.tokens, it.kind == "tool_result")
+            self._appended.append(it.id)
+            self._show(Shown(it, text), it.tokens, kind == "tool_result")
 
-    def _match(self, p: Piece, call_id: str | None, new: list[ConversationItem]) -> str | None:
+    def _match(self, call_id: str | None, tool_name: str | None) -> str | None:
         if call_id is not None:
             renamed = self._renamed.get(call_id)
             if renamed is not None and renamed not in self._answered:
                 return renamed
             return call_id if call_id in self._calls else None
         # Gemini without ids: the oldest unanswered call of that name
-        for cid, i in self._calls.items():
-            if cid in self._answered:
-                continue
-            it = self._items[i] if i < len(self._items) else new[i - len(self._items)]
-            if it.tool_name == p.tool_name:
-                return cid
-        return None
-
-    def _call_item(self, call_id: str, new: list[ConversationItem]) -> ConversationItem:
-        i = self._calls[call_id]
-        return self._items[i] if i < len(self._items) else new[i - len(self._items)]
+        queue = self._by_name.get(tool_name or "")
+        while queue and queue[0] in self._answered:
+            queue.popleft()
+        return queue[0] if queue else None
 
     def _show(self, s: Shown, tokens: int, is_result: bool) -> None:
         v = self._view
-        if is_result and s.content is s.item.content and not s.item.pinned:
-            v.results.append(len(v.shown))
+        it = s.item
+        k = len(v.shown)
+        if it.pinned:
+            v.pinned_tokens += tokens
+        elif is_result and s.content is it.content:
+            v.results.append(k)
             v.results_tokens += tokens
+            name = it.tool_name or ""
+            v.results_by_tool[name] = v.results_by_tool.get(name, 0) + tokens
+        if it.role == "user" and it.kind == "text":
+            v.last_user = k
         v.shown.append(s)
         v.total += tokens
         v.tokens.append(v.total)
@@ -626,34 +659,12 @@ class Conversation:
 
     # ---- for the compile step -----------------------------------------------------------
 
-    def _snapshot(self) -> tuple[_View, list[ConversationItem]]:
-        v = self._view
-        # the lists are only ever appended to or replaced: slicing at their
-        # current length is a consistent snapshot
-        n = len(v.shown)
-        snap = _View(
-            v.shown[:n], v.tokens[:n], v.total, v.version, list(v.results), v.results_tokens
-        )
-        return snap, self._items[:]
-
-    def _latest_user_shown(self, v: _View) -> int:
-        """Index into the view of the latest user turn's start (pinned)."""
-        if self._last_pinned_user < 0:
-            return len(v.shown)
-        target = self._items[self._last_pinned_user].id
-        for k in range(len(v.shown) - 1, -1, -1):
-            if v.shown[k].item.id == target:
-                return k
-        return len(v.shown)
+    def _snapshot(self) -> _View:
+        """The current view (callers hold the lock; see _View on sharing it)."""
+        return self._view
 
     def _count(self, text: str) -> int:
         return self._counter.count(text)
-
-
-def _with_tokens(it: ConversationItem, n: int) -> ConversationItem:
-    from dataclasses import replace
-
-    return replace(it, tokens=n)
 
 
 def _inactive(t: Transformation) -> Transformation:

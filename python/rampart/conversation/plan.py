@@ -44,73 +44,91 @@ def _default_policy() -> ContextPolicy:
 
 
 class ContextResult:
-    """What the compile step did to the conversation: the view it compiled, the
-    per-item report (built on first access), where it rewrote the prefix."""
+    """What the compile step did to the conversation: the view it compiled (as
+    the messages of any format), the per-item report (built on first access),
+    the budget it worked to and where it rewrote the body's prefix."""
 
     __slots__ = (
-        "_items",
+        "_n",
+        "_n_items",
         "_report",
+        "_shown",
         "_state",
         "budget",
         "context_window",
         "conversation",
         "fixed_tokens",
         "message_tokens",
-        "native",
         "policy",
         "reply_tokens",
         "rewrites",
         "scale",
-        "shown",
-        "transformations",
     )
 
     def __init__(
         self,
         conversation: Conversation,
-        shown: list[Shown],
-        items: list[ConversationItem],
-        *,
+        state: Conversation,
+        view: _View,
         policy: ContextPolicy,
         context_window: int | None,
         reply_tokens: int,
         fixed_tokens: int,
-        message_tokens: int,
         budget: int | None,
         scale: float,
         rewrites: list[RewriteNote],
-        transformations: list[dict[str, Any]],
-        state: Conversation | None = None,
     ) -> None:
         self.conversation = conversation
-        self._state = conversation if state is None else state
-        self.shown = shown
-        self._items = items
+        self._state = state
+        # The view's lists only grow (a rebuild makes a new view): its length now
+        # is this result's snapshot, with no copy on the compile path.
+        self._shown = view.shown
+        self._n = len(view.shown)
+        self._n_items = len(state._items)
         self.policy = policy
         self.context_window = context_window
         self.reply_tokens = reply_tokens
         self.fixed_tokens = fixed_tokens
-        self.message_tokens = message_tokens
+        self.message_tokens = view.total
         self.budget = budget
         self.scale = scale
         self.rewrites = rewrites
-        self.transformations = transformations
-        self.native = policy.native
         self._report: list[MessageReport] | None = None
+
+    @property
+    def native(self) -> str | bool:
+        """The policy's provider-native setting (the adapters emit its edits)."""
+        return self.policy.native
+
+    @property
+    def shown(self) -> list[Shown]:
+        return self._shown[: self._n]
 
     @property
     def total_tokens(self) -> int:
         """Instructions + tools + messages, in the provider's units (scaled)."""
         return math.ceil((self.fixed_tokens + self.message_tokens) * self.scale)
 
+    @property
+    def transformed(self) -> bool:
+        """Whether this compile rewrote the body (a new transformation)."""
+        return bool(self.rewrites)
+
     def messages(self, format: str = "openai_chat") -> list[dict[str, Any]]:
-        return render(self.shown, format)
+        """The compiled messages in ``format`` (a new list of new dicts each call)."""
+        return render(self._shown[: self._n], format)
 
     @property
     def message_report(self) -> list[MessageReport]:
         if self._report is None:
-            self._report = _report(self.shown, self._items, self._state)
+            self._report = _report(self.shown, self._state._items[: self._n_items], self._state)
         return self._report
+
+    def __repr__(self) -> str:
+        return (
+            f"<ContextResult {self._n} items shown, {self.message_tokens} message tokens, "
+            f"budget {self.budget}, {len(self.rewrites)} rewrites>"
+        )
 
 
 def _report(
@@ -175,7 +193,6 @@ def compile_conversation(
     context_window: int | None,
     reply_tokens: int | None,
     policy: ContextPolicy | None,
-    ungated: Sequence[str] = (),
 ) -> ContextResult:
     """The hook of ``BlockRegistry.compile(..., conversation=...)``: fit the
     conversation in ``context_window - reply_tokens`` beside ``result``'s
@@ -199,53 +216,27 @@ def compile_conversation(
         last = conv._last_compile
         ttl = pol.prices.ttl_s
         cold = last is not None and ttl is not None and now - last[2] > ttl
-        view, items = conv._snapshot()
-        planned: list[dict[str, Any]] = []
+        target = conv
+        view = conv._view
         notes: list[RewriteNote] = []
         budget = None
         if window is not None:
-            room = (window - reply) / scale
-            budget = math.floor(room) - fixed
-            if budget < 0 or pinned_tokens(conv, view) > budget:
-                _overflow(conv, view, fixed, budget, window, reply, scale, ungated, result)
-            target = _twin(conv) if pol.dry_run else conv
-            view = _fit(target, view, budget, pol, cold, planned, notes)
-            items = target._items[:]
-        else:
-            target = conv
+            budget = math.floor((window - reply) / scale) - fixed
+            if budget < 0 or _pinned_tokens(view) > budget:
+                _overflow(conv, view, fixed, budget, window, reply, scale, result)
+            if pol.dry_run:
+                target = _twin(conv)
+            view = _fit(target, view, budget, pol, cold, notes)
         if not pol.dry_run:
             conv._last_compile = (pol.provider, float(fixed + view.total), now)
-        return ContextResult(
-            conv,
-            view.shown,
-            items,
-            policy=pol,
-            context_window=window,
-            reply_tokens=reply,
-            fixed_tokens=fixed,
-            message_tokens=view.total,
-            budget=budget,
-            scale=scale,
-            rewrites=notes,
-            transformations=planned,
-            state=target,
-        )
+        return ContextResult(conv, target, view, pol, window, reply, fixed, budget, scale, notes)
 
 
-def _pinned_from(conv: Conversation, view: _View) -> int:
-    return conv._latest_user_shown(view)
-
-
-def pinned_tokens(conv: Conversation, view: _View) -> int:
-    """Tokens the policy can never remove: the latest user turn and pinned items."""
-    start = _pinned_from(conv, view)
-    tail = view.total - (view.tokens[start - 1] if start > 0 else 0)
-    head = sum(_cost(view, k) for k in range(start) if view.shown[k].item.pinned)
-    return tail + head
-
-
-def _cost(view: _View, k: int) -> int:
-    return view.tokens[k] - (view.tokens[k - 1] if k else 0)
+def _pinned_tokens(view: _View) -> int:
+    """Tokens the policy can never remove: pinned items and the latest user text."""
+    k = view.last_user
+    extra = view.cost(k) if k >= 0 and not view.shown[k].item.pinned else 0
+    return view.pinned_tokens + extra
 
 
 def _overflow(
@@ -256,38 +247,71 @@ def _overflow(
     window: int,
     reply: int,
     scale: float,
-    ungated: Sequence[str],
     result: CompileResult,
 ) -> None:
-    start = _pinned_from(conv, view)
-    pinned = [s.item.id for k, s in enumerate(view.shown) if s.item.pinned or k >= start]
-    names = list(ungated) or [r.name for r in result.report if r.included and not r.gated]
+    pinned = [s.item.id for k, s in enumerate(view.shown) if view.protected(k)]
+    names = [r.name for r in result.report if r.included and not r.gated]
     blocks = ", ".join(names[:5]) or "none"
     raise ContextOverflowError(
         f"conversation {conv.conversation_id!r}: what must be sent does not fit a "
-        f"{window}-token window less {reply} reply tokens (scale {scale:g}): the compiled "
-        f"instructions and tools take {fixed} tokens (ungated blocks: {blocks}), the pinned "
-        f"messages and the latest user turn ({', '.join(pinned[:8])}"
-        f"{', …' if len(pinned) > 8 else ''}) {pinned_tokens(conv, view)}; "
-        f"room for messages: {max(budget, 0)}. Raise context_window, lower reply_tokens, "
-        "unpin messages or compile fewer blocks (max_tokens)."
+        f"{window}-token window less {reply} reply tokens (count scale {scale:g}): the "
+        f"compiled instructions and tools take {fixed} tokens (ungated blocks: {blocks}), "
+        f"the pinned items and the latest user message ({', '.join(pinned[:8])}"
+        f"{', ...' if len(pinned) > 8 else ''}) {_pinned_tokens(view)}; room for messages: "
+        f"{max(budget, 0)}. Raise context_window, lower reply_tokens, unpin items or "
+        "compile fewer blocks (max_tokens)."
     )
 
 
-def _closed(view: _View, end: int) -> bool:
-    """Whether no tool call in ``shown[:end]`` has its result at or after ``end``."""
+def _boundaries(view: _View) -> list[bool]:
+    """``closed[e]``: no tool call in ``shown[:e]`` has its result at ``e`` or
+    later (a cut at ``e`` splits no call from its result). One pass; a call
+    with no result anywhere does not hold a cut open (the renderer stubs it)."""
+    answered = {s.item.call_id for s in view.shown if s.item.kind == "tool_result"}
+    closed = [True] * (len(view.shown) + 1)
     open_calls: set[str] = set()
-    for s in view.shown[:end]:
+    for e, s in enumerate(view.shown):
+        closed[e] = not open_calls
         it = s.item
-        if it.kind == "tool_call" and it.call_id:
-            open_calls.add(it.call_id)
+        if it.kind == "tool_call" and it.call_id in answered:
+            open_calls.add(it.call_id)  # type: ignore[arg-type]
         elif it.kind == "tool_result":
             open_calls.discard(it.call_id or "")
-    if not open_calls:
-        return True
-    return not any(
-        s.item.kind == "tool_result" and s.item.call_id in open_calls for s in view.shown[end:]
-    )
+    closed[len(view.shown)] = not open_calls
+    return closed
+
+
+def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
+    """(tokens clearing could remove, index of the first result it would clear)
+    in O(keep + excluded tools): what the price check needs on every compile."""
+    keep = pol.keep_tool_results
+    res = view.results
+    if len(res) <= keep:
+        return 0, -1
+    tail = sum(view.cost(k) for k in res[len(res) - keep :]) if keep else 0
+    excluded = sum(view.results_by_tool.get(t, 0) for t in pol.exclude_tools)
+    removable = view.results_tokens - tail - excluded - _STUB_ESTIMATE * (len(res) - keep)
+    first = -1
+    names = set(pol.exclude_tools)
+    for k in res[: len(res) - keep]:
+        if view.shown[k].item.tool_name not in names:
+            first = k
+            break
+    return removable, first
+
+
+def _clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]:
+    """Results the policy may clear, in the order it clears them: oldest first,
+    the last ``keep_tool_results`` only when the window forces it (newest last)."""
+    keep = pol.keep_tool_results
+    names = set(pol.exclude_tools)
+    res = [k for k in view.results if view.shown[k].item.tool_name not in names]
+    old = view.results[: len(view.results) - keep] if keep else list(view.results)
+    older = [k for k in old if view.shown[k].item.tool_name not in names]
+    if not forced:
+        return older
+    seen = set(older)
+    return older + [k for k in res if k not in seen]
 
 
 def _fit(
@@ -296,122 +320,92 @@ def _fit(
     budget: int,
     pol: ContextPolicy,
     cold: bool,
-    planned: list[dict[str, Any]],
     notes: list[RewriteNote],
 ) -> _View:
-    """The view after the policy's steps, recorded in ``conv`` (or, in a dry
-    run, planned only)."""
+    """The view after the policy's steps, each recorded in ``conv`` (the twin of
+    a dry run). Fast path: fits, and clearing cannot pay → O(keep)."""
     need = view.total - budget
-    # 1. clear tool results
+    # 1. clear tool results (Anthropic clears them itself when native)
     if pol.clear_tool_results and pol.native != "anthropic" and view.results:
-        cands = _clear_candidates(conv, view, pol)
-        if cands:
-            removable = [(k, _cost(view, k) - _STUB_ESTIMATE) for k in cands]
-            removable = [(k, r) for k, r in removable if r > 0]
-            total_removable = sum(r for _, r in removable)
-            chosen: list[int] = []
-            reason = ""
-            if need > 0:
-                got = 0
-                goal = max(need, pol.clear_at_least)
-                for k, r in removable:
+        chosen: list[int] = []
+        reason = ""
+        if need > 0:
+            # The older results go first, in a step of at least clear_at_least; the
+            # last keep_tool_results only as far as the window needs.
+            got = 0
+            older = set(_clear_candidates(view, pol, False))
+            goal = max(need, pol.clear_at_least)
+            for k in _clear_candidates(view, pol, True):
+                if got >= (goal if k in older else need):
+                    break
+                r = view.cost(k) - _STUB_ESTIMATE
+                if r > 0:
                     chosen.append(k)
                     got += r
-                    if got >= goal:
-                        break
-                reason = "window"
-            elif total_removable >= pol.clear_at_least and removable:
-                first = removable[0][0]
+            reason = "window"
+        else:
+            removable, first = _eligible_fast(view, pol)
+            if removable >= max(pol.clear_at_least, 1) and first >= 0:
                 after = view.total - (view.tokens[first - 1] if first else 0)
-                if pol.pays(total_removable, after, cold):
-                    chosen = [k for k, _ in removable]
+                if pol.pays(removable, after, cold):
+                    chosen = [
+                        k
+                        for k in _clear_candidates(view, pol, False)
+                        if view.cost(k) > _STUB_ESTIMATE
+                    ]
                     reason = "cold" if cold else "price"
-            if chosen:
-                view = _record(
-                    conv,
-                    view,
-                    pol,
-                    {
-                        "op": "clear",
-                        "ids": [view.shown[k].item.id for k in chosen],
-                        "inputs": pol.clear_tool_inputs,
-                        "reason": reason,
-                    },
-                    chosen[0],
-                    planned,
-                    notes,
-                )
-                need = view.total - budget
-    # 2. compact the oldest span
+        if chosen:
+            entry = {
+                "op": "clear",
+                "ids": [view.shown[k].item.id for k in chosen],
+                "inputs": pol.clear_tool_inputs,
+                "reason": reason,
+            }
+            view = _record(conv, view, entry, chosen[0], notes)
+            need = view.total - budget
+    # 2. compact the oldest span (OpenAI compacts itself when native)
     if need > 0 and pol.compact is not None and pol.native != "openai":
-        span = _compact_span(conv, view, pol)
+        span = _compact_span(view, pol)
         if span is not None:
             a, b = span
             ids = [view.shown[k].item.id for k in range(a, b)]
             if pol.dry_run:
-                text = f"(dry run: a summary of {len(ids)} items)"
+                text = f"(dry run: a summary of {len(ids)} items would go here)"
             else:
-                text = _summarise(pol, [view.shown[k] for k in range(a, b)])
-            view = _record(
-                conv,
-                view,
-                pol,
-                {"op": "compact", "ids": ids, "summary": {"content": text}, "reason": "window"},
-                a,
-                planned,
-                notes,
-            )
+                text = _summarise(pol, view.shown[a:b])
+            entry = {"op": "compact", "ids": ids, "summary": {"content": text}, "reason": "window"}
+            view = _record(conv, view, entry, a, notes)
             need = view.total - budget
-    # 3. drop the oldest unpinned turns
+    # 3. drop the oldest unprotected steps
     if need > 0 and pol.drop_oldest:
-        ids, first = _drop_turns(conv, view, need)
+        ids, first = _drop_steps(view, need)
         if ids:
-            view = _record(
-                conv,
-                view,
-                pol,
-                {"op": "drop", "ids": ids, "reason": "window"},
-                first,
-                planned,
-                notes,
-            )
+            view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
             need = view.total - budget
     if need > 0:
-        start = _pinned_from(conv, view)
+        left = [s.item.id for k, s in enumerate(view.shown) if view.protected(k)]
         raise ContextOverflowError(
             f"conversation {conv.conversation_id!r}: {view.total} message tokens after the "
-            f"policy's steps, {budget} fit; what is left is pinned or the latest user turn "
-            f"(from item {view.shown[start].item.id if start < len(view.shown) else '-'}), or "
-            "the policy may not remove more (enable drop_oldest or compact)"
+            f"policy's steps and {budget} fit; what is left is pinned or the latest user "
+            f"message ({', '.join(left[:8]) or 'none'}) or the policy may not remove it "
+            "(drop_oldest=False, no compact); nothing was recorded by this step"
         )
     return view
 
 
-def _clear_candidates(conv: Conversation, view: _View, pol: ContextPolicy) -> list[int]:
-    keep = pol.keep_tool_results
-    results = view.results[:-keep] if keep else list(view.results)
-    start = _pinned_from(conv, view)
-    excluded = set(pol.exclude_tools)
-    return [
-        k
-        for k in results
-        if k < start
-        and not view.shown[k].item.pinned
-        and view.shown[k].item.tool_name not in excluded
-    ]
-
-
-def _compact_span(conv: Conversation, view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
+def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
+    """The oldest run of unprotected items, ending before the last
+    ``compact_keep_recent`` and cut where no call is split from its result."""
     n = len(view.shown)
-    start = _pinned_from(conv, view)
-    end = min(n - pol.compact_keep_recent, start)
+    closed = _boundaries(view)
+    end = n - pol.compact_keep_recent
     a = 0
-    while a < end and view.shown[a].item.pinned:
+    while a < end and (view.protected(a) or not closed[a]):
         a += 1
     b = a
-    while b < end and not view.shown[b].item.pinned:
+    while b < end and not view.protected(b):
         b += 1
-    while b > a + 1 and not _closed(view, b):
+    while b > a and not closed[b]:
         b -= 1
     if b - a < 2:
         return None
@@ -421,19 +415,18 @@ def _compact_span(conv: Conversation, view: _View, pol: ContextPolicy) -> tuple[
 def _summarise(pol: ContextPolicy, span: list[Shown]) -> str:
     # The summariser's input is bounded: a span of huge tool results would
     # otherwise need a window as large as the one it relieves (letta#3279).
-    lines = []
-    budget = 200_000
+    lines: list[str] = []
+    room = _SUMMARY_INPUT_CHARS
     for s in span:
         it = s.item
-        text = s.content if len(s.content) <= 4000 else s.content[:4000] + " […]"
+        text = s.content if len(s.content) <= 4000 else s.content[:4000] + " [...]"
         who = it.tool_name if it.kind in ("tool_call", "tool_result") else it.role
         lines.append(f"{it.kind} ({who}): {text}")
-        budget -= len(lines[-1])
-        if budget <= 0:
-            lines.append("[…]")
+        room -= len(lines[-1])
+        if room <= 0:
+            lines.append("[...]")
             break
     c = pol.compact
-    items = [s.item for s in span]
     if callable(getattr(c, "chat", None)):
         prompt = (
             "Summarise this part of an agent's conversation for the agent itself: keep "
@@ -448,57 +441,64 @@ def _summarise(pol: ContextPolicy, span: list[Shown]) -> str:
         )
         out = reply.text
     else:
-        out = c(items)  # type: ignore[misc]
+        out = c([s.item for s in span])  # type: ignore[misc]
     if not isinstance(out, str) or not out.strip():
         raise InvalidArgumentError(
-            f"the compact callable returned {type(out).__name__} {out!r:.40}; expected the "
-            "summary text"
+            f"the compact backend or callable returned {type(out).__name__} {out!r:.40}; "
+            "expected the summary text"
         )
     return out
 
 
-def _drop_turns(conv: Conversation, view: _View, need: int) -> tuple[list[str], int]:
-    start = _pinned_from(conv, view)
+#: What a summariser is given at most (characters): items past 4 000 characters
+#: are cut, and the span's text past this.
+_SUMMARY_INPUT_CHARS = 200_000
+
+
+def _drop_steps(view: _View, need: int) -> tuple[list[str], int]:
+    """Ids of the oldest whole steps to drop until ``need`` tokens are gone. A
+    step runs from a cut to the next cut (a user text, or an assistant item
+    after a non-assistant one) where no call is split from its result; one
+    holding a protected item stays."""
+    closed = _boundaries(view)
+    n = len(view.shown)
     ids: list[str] = []
     got = 0
     first = -1
     k = 0
-    while k < start and got < need:
-        # a turn: from here to the next user text (or summary), closed for tool calls
+    while k < n and got < need:
         e = k + 1
-        while e < start and not _turn_start(view.shown[e].item):
+        while e < n and not (closed[e] and _step_start(view, e)):
             e += 1
-        while e < start and not _closed(view, e):
-            e += 1
-        turn = range(k, e)
-        if not any(view.shown[j].item.pinned for j in turn) and _closed(view, e):
+        if not any(view.protected(j) for j in range(k, e)):
             if first < 0:
                 first = k
-            ids.extend(view.shown[j].item.id for j in turn)
+            ids.extend(view.shown[j].item.id for j in range(k, e))
             got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
         k = e
     return ids, first
 
 
-def _turn_start(it: ConversationItem) -> bool:
-    return (it.role == "user" and it.kind == "text") or it.kind == "summary"
+def _step_start(view: _View, e: int) -> bool:
+    it = view.shown[e].item
+    if (it.role == "user" and it.kind == "text") or it.kind == "summary":
+        return True
+    prev = view.shown[e - 1].item
+    return it.role == "assistant" and prev.role != "assistant"
 
 
 def _record(
     conv: Conversation,
     view: _View,
-    pol: ContextPolicy,
     entry: dict[str, Any],
     at: int,
-    planned: list[dict[str, Any]],
     notes: list[RewriteNote],
 ) -> _View:
     before = view.total
     prefix = view.tokens[at - 1] if at else 0
     at_item = view.shown[at].item.id
     conv._commit({**entry, "time": round(_time.time(), 3)})
-    new = conv._snapshot()[0]
-    planned.append(entry)
+    new = conv._view
     notes.append(
         RewriteNote(
             at_item=at_item,
@@ -507,7 +507,7 @@ def _record(
             action=entry["op"],
             tokens_removed=before - new.total,
             prefix_tokens=prefix,
-            detail=f"{len(entry['ids'])} items; body rewritten from item {at_item} on",
+            detail=f"{len(entry['ids'])} items; the body is rewritten from item {at_item} on",
         )
     )
     return new

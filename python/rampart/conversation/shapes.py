@@ -57,17 +57,45 @@ class Piece:
     native: str | None = None
 
 
+_PRIMITIVE = (str, int, float, bool, type(None))
+
+
 def plain(value: Any, depth: int = 0) -> Any:
-    """``value`` with SDK (pydantic) objects dumped to plain dicts, bounded in depth."""
+    """``value`` with SDK (pydantic) objects dumped to plain dicts, bounded in
+    depth. Plain data comes back as the same objects (no copy)."""
+    if isinstance(value, _PRIMITIVE):
+        return value
     if depth > MAX_DEPTH:
         raise UnsupportedFormatError(f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        out = None
+        for k, v in value.items():
+            if isinstance(v, _PRIMITIVE):
+                continue
+            nv = plain(v, depth + 1)
+            if nv is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = nv
+        return value if out is None else out
+    if isinstance(value, list):
+        items = None
+        for i, v in enumerate(value):
+            if isinstance(v, _PRIMITIVE):
+                continue
+            nv = plain(v, depth + 1)
+            if nv is not v:
+                if items is None:
+                    items = list(value)
+                items[i] = nv
+        return value if items is None else items
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         return plain(dump(mode="json", exclude_none=True), depth + 1)
     if isinstance(value, Mapping):
-        return {k: plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v, depth + 1) for v in value]
+        return plain(dict(value), depth)
+    if isinstance(value, tuple):
+        return plain(list(value), depth)
     return value
 
 
@@ -129,6 +157,13 @@ def _arguments(raw: Any, where: str) -> str:
 
 def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
     role = m["role"]
+    content = m.get("content")
+    if (
+        role in ("user", "assistant")
+        and isinstance(content, list)
+        and any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_ONLY for b in content)
+    ):
+        return _anthropic(m, where)
     if role in ("system", "developer"):
         return [Piece("system", "text", t) for t in _texts(m.get("content"), where)]
     if role == "user":
@@ -140,11 +175,6 @@ def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
         return [Piece("tool", "tool_result", "".join(_texts(m.get("content"), where)), None, call)]
     if role != "assistant":
         raise UnsupportedFormatError(f"{where}: unknown role {role!r}")
-    content = m.get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS - {"text"} for b in content
-    ):
-        return _anthropic(m, where)
     out = [Piece("assistant", "text", t) for t in _texts(content, where)]
     calls = m.get("tool_calls") or []
     if not isinstance(calls, list):
@@ -161,7 +191,7 @@ def _openai_chat(m: Mapping[str, Any], where: str) -> list[Piece]:
     return out
 
 
-_ANTHROPIC_BLOCKS = frozenset({"text", "tool_use", "tool_result", "thinking", "redacted_thinking"})
+_ANTHROPIC_ONLY = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
 def _anthropic(m: Mapping[str, Any], where: str) -> list[Piece]:
@@ -310,7 +340,11 @@ def parse(message: Any, where: str) -> list[Piece]:
     role = m.get("role")
     if not isinstance(role, str):
         raise UnsupportedFormatError(f"{where} has no string 'role' (nor a Responses 'type')")
-    if m.get("type") == "message":
+    content = m.get("content")
+    if m.get("type") == "message" and not (
+        isinstance(content, list)
+        and any(isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_ONLY for b in content)
+    ):
         return _responses(m, where)
     return _openai_chat(m, where)
 
@@ -345,10 +379,6 @@ def _response_object(text: str) -> dict[str, Any]:
     return v if isinstance(v, dict) else {"result": text}
 
 
-def _answered(shown: Sequence[Shown]) -> set[str]:
-    return {s.item.call_id for s in shown if s.item.kind == "tool_result"}
-
-
 def _no_system(s: Shown, fmt: str) -> None:
     raise UnsupportedFormatError(
         f"conversation item {s.item.id} is a system message, which the {fmt} API does not "
@@ -370,10 +400,16 @@ def render(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
     raise UnsupportedFormatError(f"unknown message format {fmt!r}; one of {', '.join(FORMATS)}")
 
 
+def _late(it: Any, content: str) -> str:
+    """A tool result that does not follow its call (other items came between):
+    sent as text, its call answered by a stub, so nothing is reordered and no
+    API sees a result away from its call."""
+    return f"[result of the earlier call {it.call_id} ({it.tool_name or 'tool'})]\n{content}"
+
+
 def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    answered = _answered(shown)
-    pending: list[str] = []  # calls of the open assistant message with no result
+    pending: list[str] = []  # calls of the open assistant message not yet answered
 
     def close() -> None:
         for cid in pending:
@@ -387,11 +423,7 @@ def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
         if it.native is not None:
             continue
         if it.role == "assistant":
-            if (
-                current is None
-                or group != it.group
-                or (it.kind == "text" and "tool_calls" in current)
-            ):
+            if current is None or group != it.group:
                 close()
                 current = {"role": "assistant", "content": None}
                 group = it.group
@@ -408,15 +440,17 @@ def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                         "function": {"name": it.tool_name, "arguments": s.content},
                     }
                 )
-                if it.call_id not in answered:
-                    pending.append(it.call_id)
+                pending.append(it.call_id)
             continue
         current = None
-        if it.kind == "tool_result":
+        if it.kind == "tool_result" and it.call_id in pending:
+            pending.remove(it.call_id)
             out.append({"role": "tool", "tool_call_id": it.call_id, "content": s.content})
             continue
         close()
-        if it.role == "system":
+        if it.kind == "tool_result":
+            out.append({"role": "user", "content": _late(it, s.content)})
+        elif it.role == "system":
             out.append({"role": "system", "content": s.content})
         elif it.kind == "summary":
             out.append({"role": "user", "content": SUMMARY_HEAD + s.content})
@@ -428,11 +462,18 @@ def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
 
 def _render_responses(shown: Sequence[Shown]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    answered = _answered(shown)
+    pending: list[str] = []
+
+    def close() -> None:
+        for cid in pending:
+            out.append({"type": "function_call_output", "call_id": cid, "output": NO_RESULT})
+        pending.clear()
+
     for s in shown:
         it = s.item
         if it.native is not None:
             if it.native == "openai_responses":
+                close()
                 out.append(json.loads(it.content))
             continue
         if it.kind == "tool_call":
@@ -444,16 +485,20 @@ def _render_responses(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                     "arguments": s.content,
                 }
             )
-            if it.call_id not in answered:
-                out.append(
-                    {"type": "function_call_output", "call_id": it.call_id, "output": NO_RESULT}
-                )
-        elif it.kind == "tool_result":
+            pending.append(it.call_id)
+            continue
+        if it.kind == "tool_result" and it.call_id in pending:
+            pending.remove(it.call_id)
             out.append({"type": "function_call_output", "call_id": it.call_id, "output": s.content})
+            continue
+        close()
+        if it.kind == "tool_result":
+            out.append({"role": "user", "content": _late(it, s.content)})
         elif it.kind == "summary":
             out.append({"role": "user", "content": SUMMARY_HEAD + s.content})
         else:
             out.append({"role": it.role, "content": s.content})
+    close()
     return out
 
 
@@ -462,8 +507,7 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
     assistant = "assistant" if anthropic else "model"
     out: list[dict[str, Any]] = []
     key = "content" if anthropic else "parts"
-    answered = _answered(shown)
-    unanswered: list[Shown] = []
+    pending: list[Any] = []  # call items of the open assistant message not yet answered
 
     def add(role: str, block: dict[str, Any]) -> None:
         if out and out[-1]["role"] == role:
@@ -471,20 +515,27 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, key: [block]})
 
-    def flush() -> None:
-        for u in unanswered:
-            add("user", _result_block(u.item, NO_RESULT, anthropic))
-        unanswered.clear()
+    def close() -> None:
+        for it in pending:
+            add("user", _result_block(it, NO_RESULT, anthropic))
+        pending.clear()
+
+    def text(role: str, t: str) -> None:
+        add(role, {"type": "text", "text": t} if anthropic else {"text": t})
 
     for s in shown:
         it = s.item
         if it.native is not None:
             if it.native == fmt:
+                if out and out[-1]["role"] != assistant:
+                    close()
                 add(assistant, json.loads(it.content))
             continue
         if it.role == "system":
             _no_system(s, "Anthropic Messages" if anthropic else "Gemini")
         if it.kind == "tool_call":
+            if out and out[-1]["role"] != assistant:
+                close()
             if anthropic:
                 block = {
                     "type": "tool_use",
@@ -501,17 +552,22 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
                     }
                 }
             add(assistant, block)
-            if it.call_id not in answered:
-                unanswered.append(s)
+            pending.append(it)
             continue
         if it.kind == "tool_result":
-            add("user", _result_block(it, s.content, anthropic))
+            match = [p for p in pending if p.call_id == it.call_id]
+            if match:
+                pending.remove(match[0])
+                add("user", _result_block(it, s.content, anthropic))
+                continue
+            close()
+            text("user", _late(it, s.content))
             continue
-        flush()
-        text = SUMMARY_HEAD + s.content if it.kind == "summary" else s.content
         role = assistant if it.role == "assistant" else "user"
-        add(role, {"type": "text", "text": text} if anthropic else {"text": text})
-    flush()
+        if role != assistant or (out and out[-1]["role"] != assistant):
+            close()  # an assistant text inside the calls' own message keeps them open
+        text(role, SUMMARY_HEAD + s.content if it.kind == "summary" else s.content)
+    close()
     return out
 
 
