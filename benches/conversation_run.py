@@ -267,9 +267,15 @@ def run(
     rewrites = 0
     prev: list[str] = []
     overflow = None
+    overflow_reason = None
     for call in range(1, calls + 1):
         so_far = full[: 1 + 2 * (call - 1)]  # the task, then call-1 tool calls with results
-        msgs = rampart_run(call) if rampart_run is not None else build(so_far)  # type: ignore[misc]
+        try:
+            msgs = rampart_run(call) if rampart_run is not None else build(so_far)  # type: ignore[misc]
+        except rampart.errors.ContextOverflowError as e:
+            # What must be sent does not fit: the compile refuses, as the provider would.
+            overflow, overflow_reason = call, str(e)
+            break
         request = head_tokens + sum(message_tokens(m) for m in msgs)
         if request > window - REPLY_TOKENS:
             overflow = call
@@ -289,6 +295,7 @@ def run(
         "window": window,
         "calls_made": (overflow - 1) if overflow else calls,
         "overflow_at_call": overflow,
+        "overflow_reason": overflow_reason,
         "peak_request_tokens": peak,
         "cost_token_equivalents": round(cost),
         "prefix_rewrites": rewrites,
