@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import rampart  # noqa: E402
 from rampart.agent import Agent  # noqa: E402
 from rampart.llm import OpenAIBackend  # noqa: E402
+
 from tests import fake_openai as fake  # noqa: E402
 
 AT = (1, 10, 50, 120, 155, 200)

@@ -143,7 +143,7 @@ def test_without_a_window_the_messages_go_as_they_came(registry: Any, opened: An
     [
         ({"context_window": REPLY}, "context_window must be an int above reply_tokens"),
         ({"context_window": 10.5}, "context_window"),
-        ({"policy": {"keep_tool_results": 1}}, "policy must be a rampart.ContextPolicy"),
+        ({"policy": {"keep_tool_results": 1}}, r"policy must be a rampart\.ContextPolicy"),
     ],
 )
 def test_bad_window_arguments(registry: Any, opened: Any, kwargs: Any, match: str) -> None:
@@ -154,5 +154,5 @@ def test_bad_window_arguments(registry: Any, opened: Any, kwargs: Any, match: st
 def test_a_foreign_conversation_is_refused(registry: Any, opened: Any) -> None:
     with fake.FakeOpenAI(fake.scripted(LOOP)) as server:
         agent = _agent(registry, server, opened)
-        with pytest.raises(ValueError, match="conversation must be a rampart.Conversation"):
+        with pytest.raises(ValueError, match=r"conversation must be a rampart\.Conversation"):
             agent.run("x", conversation=[{"role": "user", "content": "hi"}])  # type: ignore[arg-type]
