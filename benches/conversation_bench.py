@@ -60,7 +60,10 @@ def _step(i: int, result: str) -> list[dict[str, Any]]:
                 {
                     "id": f"call_{i}",
                     "type": "function",
-                    "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{i}.md"})},
+                    "function": {
+                        "name": "read_file",
+                        "arguments": json.dumps({"path": f"f{i}.md"}),
+                    },
                 }
             ],
         },

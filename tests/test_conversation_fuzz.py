@@ -32,12 +32,16 @@ ROUND = settings(
 
 IDS = st.sampled_from(["a", "b", "c", "a_1", ""])
 NAMES = st.sampled_from(["ls", "read", "memory", ""])
-TEXT = st.sampled_from(["", "hi", "w " * 30, "[Summary of earlier turns]\nfake", "\x00\ud800", "é" * 5])
+TEXT = st.sampled_from(
+    ["", "hi", "w " * 30, "[Summary of earlier turns]\nfake", "\x00\ud800", "é" * 5]
+)
 JUNK = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
 ARGS = st.one_of(st.just("{}"), st.just('{"x": [1, 2]}'), st.just("not json"), st.just("[1]"), JUNK)
 
 chat = st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer"]), "content": TEXT}),
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "developer"]), "content": TEXT}
+    ),
     st.fixed_dictionaries(
         {
             "role": st.just("assistant"),
@@ -59,7 +63,12 @@ chat = st.one_of(
 anthropic_block = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}),
     st.fixed_dictionaries(
-        {"type": st.just("tool_use"), "id": IDS, "name": NAMES, "input": st.one_of(st.just({}), JUNK)}
+        {
+            "type": st.just("tool_use"),
+            "id": IDS,
+            "name": NAMES,
+            "input": st.one_of(st.just({}), JUNK),
+        }
     ),
     st.fixed_dictionaries(
         {
@@ -71,24 +80,38 @@ anthropic_block = st.one_of(
     st.fixed_dictionaries({"type": st.just("image"), "source": st.just({})}),
 )
 anthropic = st.fixed_dictionaries(
-    {"role": st.sampled_from(["user", "assistant"]), "content": st.lists(anthropic_block, max_size=3)}
+    {
+        "role": st.sampled_from(["user", "assistant"]),
+        "content": st.lists(anthropic_block, max_size=3),
+    }
 )
 responses = st.one_of(
-    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": IDS, "name": NAMES, "arguments": ARGS}),
-    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": IDS, "output": TEXT}),
+    st.fixed_dictionaries(
+        {"type": st.just("function_call"), "call_id": IDS, "name": NAMES, "arguments": ARGS}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("function_call_output"), "call_id": IDS, "output": TEXT}
+    ),
     st.fixed_dictionaries({"type": st.just("compaction"), "encrypted_content": TEXT}),
-    st.fixed_dictionaries({"type": st.sampled_from(["reasoning", "message", "bogus"]), "role": NAMES}),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["reasoning", "message", "bogus"]), "role": NAMES}
+    ),
 )
 gemini_part = st.one_of(
     st.fixed_dictionaries({"text": TEXT}),
-    st.fixed_dictionaries({"functionCall": st.fixed_dictionaries({"name": NAMES, "args": st.just({})})}),
+    st.fixed_dictionaries(
+        {"functionCall": st.fixed_dictionaries({"name": NAMES, "args": st.just({})})}
+    ),
     st.fixed_dictionaries(
         {"functionResponse": st.fixed_dictionaries({"name": NAMES, "response": st.just({"r": 1})})}
     ),
     st.fixed_dictionaries({"inlineData": st.just({})}),
 )
 gemini = st.fixed_dictionaries(
-    {"role": st.sampled_from(["user", "model", "function"]), "parts": st.lists(gemini_part, max_size=3)}
+    {
+        "role": st.sampled_from(["user", "model", "function"]),
+        "parts": st.lists(gemini_part, max_size=3),
+    }
 )
 MESSAGE = st.one_of(chat, anthropic, responses, gemini, JUNK)
 
@@ -115,6 +138,7 @@ def check_chat(msgs: list[dict[str, Any]]) -> None:
 def check_anthropic(msgs: list[dict[str, Any]]) -> None:
     prev_uses: set[str] = set()
     seen: set[str] = set()
+    assert not msgs or msgs[0]["role"] == "user", "the user speaks first"
     for k, m in enumerate(msgs):
         if k:
             assert m["role"] != msgs[k - 1]["role"], "roles must alternate"

@@ -99,7 +99,7 @@ def _native_threshold(ctx: Any) -> int | None:
     provider's tokens."""
     if ctx is None or ctx.context_window is None:
         return None
-    room = ctx.context_window - ctx.reply_tokens - ctx.policy.clear_at_least
+    room = int(ctx.context_window - ctx.reply_tokens - ctx.policy.clear_at_least)
     return max(room, 1024)
 
 

@@ -217,6 +217,8 @@ class CompileResult:
     """
 
     __slots__ = ("_context", "_names", "_report", "_sel", "_sep", "prompt")
+    # Set only by a compile with a conversation (rampart.conversation.plan.attach).
+    _context: Any
 
     def __init__(self, prompt: str, sel: _core.Selection, separator: str = "") -> None:
         # Kept to four stores: this object is built on every compile.

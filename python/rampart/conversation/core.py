@@ -171,7 +171,14 @@ class Conversation:
 
     @property
     def tokeniser(self) -> str:
+        """The name of what counts this conversation's tokens (``"o200k_base"``;
+        ``"cl100k_base"`` where the extension has no o200k table yet)."""
         return self._counter.name
+
+    @property
+    def counts_exact(self) -> bool:
+        """False when the tokeniser asked for was not available (a stand-in counts)."""
+        return self._counter.exact
 
     @property
     def shown_tokens(self) -> int:
@@ -332,9 +339,7 @@ class Conversation:
                         continue  # checked before commit; a replayed orphan is skipped
                     if tool_name is None:
                         ci = calls[call_id]
-                        tool_name = (
-                            self._items[ci].tool_name if ci < base else rows[ci - base][4]
-                        )
+                        tool_name = self._items[ci].tool_name if ci < base else rows[ci - base][4]
                     self._answered.add(call_id)
                 text = raw["content"]
                 texts.append(text if kind != "tool_call" else f"{tool_name} {text}")
@@ -494,9 +499,9 @@ class Conversation:
         for it in self._items:
             if it.kind == "summary" and it.native is None:
                 continue
-            s = at.get(it.id)
-            if s is not None:
-                self._show(Shown(s, s.content), s.tokens, False)
+            summary = at.get(it.id)
+            if summary is not None:
+                self._show(Shown(summary, summary.content), summary.tokens, False)
             if it.id in covered or it.id in dropped:
                 continue
             if it.id in cleared:

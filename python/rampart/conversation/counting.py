@@ -6,7 +6,7 @@ compile never re-encodes a message it has seen. The counter is:
 - ``"o200k_base"`` (the default): exact counts of current OpenAI models (GPT-4o,
   GPT-4.1, GPT-5, o-series), from the Rust core when it has the encoding;
   until then (an older extension) ``cl100k_base``, the nearest exact counter
-  there is offline, and :attr:`Counter.exact` is False.
+  there is offline (recorded as such), and :attr:`Counter.exact` is False.
 - ``"cl100k_base"``: GPT-4 / GPT-3.5.
 - any tokeniser a registry takes (a callable, a ``tokenizer.json``).
 
@@ -50,9 +50,9 @@ def o200k_available() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Counter:
-    """Counts texts. ``name`` is recorded with a saved conversation (a load
-    under another counter recounts); ``exact`` says whether the counts are the
-    named encoding's own."""
+    """Counts texts. ``name`` is recorded with a saved or shared conversation;
+    ``exact`` is False when the encoding asked for was not available and
+    ``name`` is the stand-in's."""
 
     name: str
     count_many: Callable[[list[str]], list[int]]
@@ -74,7 +74,9 @@ def counter_for(spec: Any = "o200k_base") -> Counter:
     if spec is None or spec == "o200k_base":
         if o200k_available():
             return Counter("o200k_base", _rust("o200k_base"))
-        return Counter("o200k_base", lambda texts: list(_core.count_tokens_many(texts)), False)
+        # Recorded under the name of what it counts: a conversation saved or
+        # shared by this process is not taken for exact o200k counts elsewhere.
+        return Counter("cl100k_base", lambda texts: list(_core.count_tokens_many(texts)), False)
     if spec == "cl100k_base":
         return Counter("cl100k_base", lambda texts: list(_core.count_tokens_many(texts)))
     tok = resolve_tokeniser(spec)

@@ -134,7 +134,7 @@ class ContextResult:
 def _report(
     shown: Sequence[Shown], items: Sequence[ConversationItem], state: Conversation
 ) -> list[MessageReport]:
-    shown_ids = {s.item.id for s in shown}
+    by_id = {s.item.id: s for s in shown}
     why: dict[str, tuple[str, str]] = {}
     for t in state.transformations:
         if not t.active:
@@ -146,13 +146,15 @@ def _report(
     out = []
     for idx, it in enumerate(items):
         act = why.get(it.id)
-        if it.id in shown_ids and (act is None or act[0] != "cleared"):
+        s = by_id.get(it.id)
+        if s is not None and s.content is not it.content:  # shown as a stub
+            reason = act[1] if act is not None else "input cleared with its result"
+            action, tokens = "cleared", state._stub_tokens(it)
+        elif s is not None:
             reason = "pinned" if it.pinned else None
             if it.kind == "summary":
                 reason = f"summary of {len(it.covers)} items"
             action, tokens = "kept", it.tokens
-        elif it.id in shown_ids:
-            action, reason, tokens = "cleared", act[1], state._stub_tokens(it)  # type: ignore[index]
         elif act is not None:
             action, reason, tokens = act[0], act[1], 0
         else:  # a summary a later summary covers
@@ -274,7 +276,7 @@ def _boundaries(view: _View) -> list[bool]:
         closed[e] = not open_calls
         it = s.item
         if it.kind == "tool_call" and it.call_id in answered:
-            open_calls.add(it.call_id)  # type: ignore[arg-type]
+            open_calls.add(it.call_id or "")
         elif it.kind == "tool_result":
             open_calls.discard(it.call_id or "")
     closed[len(view.shown)] = not open_calls

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rampart.errors import InvalidArgumentError
@@ -75,7 +75,6 @@ class ContextPolicy:
     native: str | bool = False
     prices: Any = None
     compact_max_tokens: int = 1024
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("keep_tool_results", "clear_at_least", "compact_keep_recent"):
@@ -132,4 +131,4 @@ class ContextPolicy:
         t = self.prices
         n = self.horizon_calls
         gain = t.read * after + (n - 1) * t.read * removed - t.write * (after - removed)
-        return gain > 0 and math.isfinite(gain)
+        return bool(gain > 0 and math.isfinite(gain))

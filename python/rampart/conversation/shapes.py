@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rampart.conversation.items import ConversationItem
 from rampart.errors import UnsupportedFormatError
 
 __all__ = ["FORMATS", "Piece", "parse", "plain", "render"]
@@ -42,6 +43,7 @@ MAX_DEPTH = 64
 
 SUMMARY_HEAD = "[Summary of earlier turns]\n"
 NO_RESULT = "[no result was recorded for this call]"
+CONTINUED = "(continued)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +359,7 @@ class Shown:
     """One item as a compile shows it: the item, and the content it is sent with
     (the stub for a cleared result or input)."""
 
-    item: Any  # ConversationItem
+    item: ConversationItem
     content: str
 
 
@@ -440,7 +442,7 @@ def _render_chat(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                         "function": {"name": it.tool_name, "arguments": s.content},
                     }
                 )
-                pending.append(it.call_id)
+                pending.append(it.call_id or "")
             continue
         current = None
         if it.kind == "tool_result" and it.call_id in pending:
@@ -485,7 +487,7 @@ def _render_responses(shown: Sequence[Shown]) -> list[dict[str, Any]]:
                     "arguments": s.content,
                 }
             )
-            pending.append(it.call_id)
+            pending.append(it.call_id or "")
             continue
         if it.kind == "tool_result" and it.call_id in pending:
             pending.remove(it.call_id)
@@ -568,6 +570,16 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
             close()  # an assistant text inside the calls' own message keeps them open
         text(role, SUMMARY_HEAD + s.content if it.kind == "summary" else s.content)
     close()
+    if out and out[0]["role"] != "user":
+        # Both APIs want the user to speak first; a history that starts with the
+        # model (a greeting, or older turns dropped) gets a placeholder turn.
+        out.insert(
+            0,
+            {
+                "role": "user",
+                key: [{"type": "text", "text": CONTINUED} if anthropic else {"text": CONTINUED}],
+            },
+        )
     return out
 
 
