@@ -117,6 +117,52 @@ def test_span_is_a_child_of_the_callers_span(spans: Any, registry: Any) -> None:
     assert compile_span.parent.span_id == parent.get_span_context().span_id
 
 
+def test_a_conversation_compile_reports_messages_rewrites_and_cache(
+    spans: Any, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = rampart.Conversation()
+    log = "x " * 2000
+    conv.append({"role": "user", "content": "Why did the build fail?"})
+    for k in range(4):
+        conv.append(
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": f"c{k}", "type": "function",
+                         "function": {"name": "read_log", "arguments": "{}"}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": f"c{k}", "content": log},
+            ]
+        )  # fmt: skip
+    registry.compile(conversation=conv, context_window=100_000)
+    conv.observe_usage(
+        {"input_tokens": 40, "cache_read_input_tokens": 7000, "cache_creation_input_tokens": 900}
+    )
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "1")
+    result = registry.compile(conversation=conv, context_window=6000, reply_tokens=500)
+    first, second = spans.get_finished_spans()
+    assert "gen_ai.usage.cache_read.input_tokens" not in first.attributes  # no usage yet
+    a = second.attributes
+    ctx = result.context
+    assert a["rampart.context_window"] == 6000 and a["rampart.reply_tokens"] == 500
+    assert a["gen_ai.usage.input_tokens"] == ctx.fixed_tokens + ctx.message_tokens
+    assert a["rampart.message_tokens"] == ctx.message_tokens <= ctx.budget
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 7000
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == 900
+    (event,) = [e for e in second.events if e.name == "rampart.message_report"]
+    ev = event.attributes
+    assert list(ev["rampart.message.ids"]) == [r.id for r in result.message_report]
+    assert list(ev["rampart.message.actions"]) == [r.action for r in result.message_report]
+    assert "cleared" in ev["rampart.message.actions"]
+    rewrites = [e for e in second.events if e.name == "rampart.prefix_rewrite"]
+    assert len(rewrites) == len(ctx.rewrites) >= 1
+    assert rewrites[0].attributes["rampart.rewrite.reason"] == ctx.rewrites[0].reason
+    assert json.loads(a["gen_ai.input.messages"]) == result.messages("openai_chat")
+
+
 def test_cache_tokens_from_provider_usage_shapes() -> None:
     anthropic = {
         "input_tokens": 10,

@@ -9,14 +9,17 @@ each :meth:`BlockRegistry.compile` / ``acompile`` is an ``INTERNAL`` span named
   (a ``model`` the compile was given, or the conversation's);
 - ``gen_ai.usage.input_tokens``: the tokens of the request as compiled;
 - ``gen_ai.usage.cache_read.input_tokens`` / ``gen_ai.usage.cache_creation.input_tokens``:
-  from the provider ``usage`` last observed on the conversation, when there is one;
+  from the provider ``usage`` last given to ``Conversation.observe_usage`` (the call
+  made with the previous compile), when there is one;
 - ``rampart.*``: registry, budget, context window, blocks in and out, the stable
-  prefix;
+  prefix; with a conversation, its message tokens, budget and count scale;
 
-and two span events, the block report (``rampart.block_report``) and, with a
+and span events: the block report (``rampart.block_report``) and, with a
 conversation, the message report (``rampart.message_report``), each one event of
 parallel arrays (ids, names or actions, reasons, tokens), so a 10 000-block registry
-stays one event under the SDK's default limit of 128 events a span.
+stays one event under the SDK's default limit of 128 events a span; and one
+``rampart.prefix_rewrite`` per place the policy rewrote the body's prefix (where,
+why, tokens removed).
 
 What the prompt and messages *say* is recorded only on request: set
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (the variable the
@@ -173,7 +176,10 @@ def _record(
 ) -> None:
     report = result.report
     included = sum(1 for r in report if r.included)
-    request_tokens = getattr(result, "request_tokens", None)
+    context = getattr(result, "context", None)
+    request_tokens = (
+        None if context is None else int(context.fixed_tokens) + int(context.message_tokens)
+    )
     span.set_attributes(
         {
             "rampart.registry": registry.label,
@@ -199,6 +205,28 @@ def _record(
             "rampart.block.tokens": [r.cost for r in report],
         },
     )
+    if context is not None:
+        span.set_attributes(
+            {
+                "rampart.message_tokens": int(context.message_tokens),
+                "rampart.scale": float(context.scale),
+            }
+        )
+        if context.budget is not None:
+            span.set_attribute("rampart.message_budget", int(context.budget))
+        for note in context.rewrites:
+            # Where the body's prefix was rewritten (the provider's cache lost from there).
+            span.add_event(
+                "rampart.prefix_rewrite",
+                {
+                    "rampart.rewrite.at_item": note.at_item,
+                    "rampart.rewrite.at_index": note.at_index,
+                    "rampart.rewrite.reason": note.reason,
+                    "rampart.rewrite.action": note.action,
+                    "rampart.rewrite.tokens_removed": note.tokens_removed,
+                    "rampart.rewrite.prefix_tokens": note.prefix_tokens,
+                },
+            )
     messages = getattr(result, "message_report", None)
     if messages:
         span.add_event(
@@ -222,9 +250,10 @@ def _record(
             "gen_ai.system_instructions",
             json.dumps([{"type": "text", "content": result.prompt}], ensure_ascii=False),
         )
-        if conversation is not None and hasattr(result, "messages"):
+        if context is not None:
             span.set_attribute(
-                "gen_ai.input.messages", json.dumps(result.messages("openai"), ensure_ascii=False)
+                "gen_ai.input.messages",
+                json.dumps(result.messages("openai_chat"), ensure_ascii=False),
             )
 
 
@@ -235,11 +264,9 @@ def _capturing() -> bool:
 
 
 def _last_usage(conversation: Any) -> Any:
-    for name in ("last_usage", "usage"):
-        usage = getattr(conversation, name, None)
-        if usage is not None and not callable(usage):
-            return usage
-    return None
+    # The usage of the call made with the previous compile (Conversation.observe_usage):
+    # what the provider's cache served and wrote for this conversation's prefix.
+    return getattr(conversation, "last_usage", None)
 
 
 def _field(obj: Any, name: str) -> Any:
