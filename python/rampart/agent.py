@@ -882,7 +882,7 @@ class Agent:
                     action = loop.send(self._compile(action[1], action[2]))  # type: ignore[arg-type,misc]
                 elif action[0] == "step":
                     _, fn, args = action  # type: ignore[misc]
-                    action = loop.send(fn(*args))
+                    action = loop.send(fn(*args))  # type: ignore[misc,operator]
                 else:
                     action = loop.send(self._call_sync(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:
@@ -906,7 +906,7 @@ class Agent:
                     action = loop.send(await self._acompile(action[1], action[2]))  # type: ignore[arg-type,misc]
                 elif action[0] == "step":
                     _, fn, args = action  # type: ignore[misc]
-                    action = loop.send(await asyncio.to_thread(fn, *args))
+                    action = loop.send(await asyncio.to_thread(fn, *args))  # type: ignore[misc,arg-type]
                 else:
                     action = loop.send(await self._call_async(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:

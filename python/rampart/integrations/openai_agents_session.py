@@ -93,7 +93,7 @@ class RampartSession:
         latest ``limit`` items when given."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidArgumentError(f"limit must be an int or None, got {limit!r}")
-        items = (await asyncio.to_thread(self._compile)).messages("openai_responses")
+        items: list[Any] = (await asyncio.to_thread(self._compile)).messages("openai_responses")
         if limit is None:
             return items
         return items[-limit:] if limit > 0 else []
@@ -137,9 +137,8 @@ class RampartSession:
             reply_tokens=self.reply_tokens,
             policy=self.policy,
         )
-        return ModelInputData(
-            input=result.messages("openai_responses"), instructions=model_data.instructions
-        )
+        compiled: list[Any] = result.messages("openai_responses")
+        return ModelInputData(input=compiled, instructions=model_data.instructions)
 
     # ---- helpers -----------------------------------------------------------------------
 
