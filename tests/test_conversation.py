@@ -423,6 +423,11 @@ def test_nothing_removable_left_is_a_typed_error_and_records_nothing(reg: Any) -
     pol = ContextPolicy(clear_tool_results=False, drop_oldest=False)
     with pytest.raises(ContextOverflowError, match="may not remove"):
         reg.compile(conversation=c, context_window=500, policy=pol)
+    # a clear that would have run before the overflow is not recorded either
+    log = c.log
+    with pytest.raises(ContextOverflowError, match="nothing was recorded"):
+        reg.compile(conversation=c, context_window=200, policy=ContextPolicy(drop_oldest=False))
+    assert c.log == log and c.transformations == ()
 
 
 # ---- cache-aware --------------------------------------------------------------------------------
@@ -709,6 +714,14 @@ def test_a_shared_conversation_is_continued_by_another_process(tmp_path: Path) -
         Conversation.open(url, "session-1", tokeniser=words)
     with pytest.raises(InvalidArgumentError, match="no conversation 'other'"):
         Conversation.open(url, "other", create=False)
+    ls = subprocess.run(
+        [sys.executable, "-m", "rampart", "store", "ls", url],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert ls.stdout.startswith("session-1 (conversation)  ")
     reg.release()
 
 
@@ -730,6 +743,15 @@ def test_a_50_mb_tool_result_is_bounded(reg: Any) -> None:
     msgs = r.messages("openai_chat")
     assert len(json.dumps(msgs)) < 10_000 and "tokens removed" in msgs[-1]["content"]
     assert_pairs_intact(msgs)
+
+
+def test_a_lone_surrogate_is_replaced_at_the_door(tmp_path: Path) -> None:
+    c = Conversation()  # the Rust counter: it takes no lone surrogate
+    c.append({"role": "user", "content": "a\ud800b"})
+    c.append({"role": "assistant", "content": [{"type": "text", "text": "\udfff"}]})
+    assert [i.content for i in c.items] == ["a\ufffdb", "\ufffd"]
+    c.save(tmp_path / "c.json")
+    assert Conversation.load(tmp_path / "c.json").items == c.items
 
 
 def test_100_000_messages(reg: Any) -> None:
@@ -759,3 +781,83 @@ def test_100_000_messages(reg: Any) -> None:
     assert_pairs_intact(r.messages("openai_chat"))
     with pytest.raises(InvalidArgumentError, match="max_items"):
         Conversation(tokeniser=words, max_items=10).append(batch[:20])
+
+
+# ---- threads and the event loop ------------------------------------------------------------------
+
+
+def test_appends_and_compiles_from_many_threads(reg: Any) -> None:
+    import threading
+
+    sys.setswitchinterval(1e-6)
+    try:
+        c = Conversation(tokeniser=words)
+        c.append({"role": "user", "content": "go"})
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def writer(t: int) -> None:
+            barrier.wait()
+            try:
+                for i in range(30):
+                    cid = f"t{t}_{i}"
+                    c.append(
+                        [
+                            {
+                                "role": "assistant",
+                                "content": None,
+                                "tool_calls": [
+                                    {
+                                        "id": cid,
+                                        "type": "function",
+                                        "function": {"name": "t", "arguments": "{}"},
+                                    }
+                                ],
+                            },
+                            {"role": "tool", "tool_call_id": cid, "content": "w " * 50},
+                        ]
+                    )
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        def compiler() -> None:
+            barrier.wait()
+            try:
+                for _ in range(30):
+                    r = reg.compile(conversation=c, context_window=2000)
+                    assert_pairs_intact(r.messages("openai_chat"))
+                    assert r.context.total_tokens <= 2000
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
+        threads.append(threading.Thread(target=compiler))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert len(c.items) == 1 + 3 * 30 * 2
+        assert_pairs_intact(c.to_messages("openai_chat"))
+    finally:
+        sys.setswitchinterval(0.005)
+
+
+def test_acompile_runs_a_compact_backend_off_the_loop(reg: Any) -> None:
+    import threading
+
+    ran_on: list[int] = []
+
+    def summarise(items: list[Any]) -> str:
+        ran_on.append(threading.get_ident())
+        return "summary"
+
+    pol = ContextPolicy(clear_tool_results=False, compact=summarise)
+
+    async def main() -> tuple[Any, int]:
+        r = await reg.acompile(conversation=agent_run(30), context_window=2000, policy=pol)
+        return r, threading.get_ident()
+
+    r, loop_thread = asyncio.run(main())
+    assert ran_on and ran_on[0] != loop_thread
+    assert "summary" in r.messages("openai_chat")[1]["content"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from typing import Any
 
@@ -193,6 +194,12 @@ def fuzz_once(messages: list[Any], keep: int, window: int, pinned: list[bool]) -
             check_anthropic(out)
         elif fmt == "openai_responses":
             check_responses(out)
+    # the log saves and loads to the same bodies
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "c.json")
+        conv.save(path)
+        again = Conversation.load(path, tokeniser=words)
+        assert again.to_messages("openai_responses") == conv.to_messages("openai_responses")
     # undoing every transformation gives back the view as appended
     plain = conv.to_messages("openai_responses")
     while any(t.active for t in conv.transformations):

@@ -889,7 +889,12 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
     if isinstance(path, os.PathLike) and not os.path.exists(path):
         raise CliError(f"{args.url}: no such file")
     rows = [
-        {"name": n, "entries": store.last_seq(n), "checkpoint": (store.checkpoint(n) or (0,))[0]}
+        {
+            "name": n,
+            "kind": _journal_kind(store.meta(n)),
+            "entries": store.last_seq(n),
+            "checkpoint": (store.checkpoint(n) or (0,))[0],
+        }
         for n in store.names()
     ]
     if args.json:
@@ -897,10 +902,20 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         for r in rows:
-            print(f"{r['name']}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
-        print(f"{len(rows)} shared registries in {args.url}")
+            kind = "" if r["kind"] == "registry" else f" ({r['kind']})"
+            print(f"{r['name']}{kind}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
+        print(f"{len(rows)} shared registries and conversations in {args.url}")
     store.close()
     return 0
+
+
+def _journal_kind(meta: bytes | None) -> str:
+    """``"conversation"`` for a conversation's journal (SPEC §9), else ``"registry"``."""
+    try:
+        kind = json.loads(meta or b"{}").get("kind")
+    except (ValueError, AttributeError):
+        return "registry"
+    return "conversation" if kind == "conversation" else "registry"
 
 
 def _cmd_store_compact(args: argparse.Namespace) -> int:

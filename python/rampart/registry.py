@@ -1611,9 +1611,31 @@ class BlockRegistry:
     ) -> CompileResult:
         """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
         (a new task's vector, blocks written since the last gate): both are
-        awaited off the loop; everything else is the sync compile."""
+        awaited off the loop; everything else is the sync compile. A conversation
+        whose compile may wait (a ``compact`` backend, a shared store) is
+        compiled on the loop's default executor."""
         if _telemetry.tracing() is not None:  # one dict lookup unless OpenTelemetry is set up
             return await _telemetry.atraced_compile(self, locals())
+        if conversation is not None and _conversation_may_wait(conversation, policy):
+            from rampart import _aio
+
+            waited: CompileResult = await _aio.off_loop(
+                lambda: self.compile(
+                    max_tokens,
+                    task_text,
+                    relevance_threshold,
+                    top_k,
+                    separator,
+                    task_embedding=task_embedding,
+                    gate=gate,
+                    tools_in_prompt=tools_in_prompt,
+                    conversation=conversation,
+                    context_window=context_window,
+                    reply_tokens=reply_tokens,
+                    policy=policy,
+                )
+            )
+            return waited
         if (relevance_threshold is None and top_k is None) or gate is not None:
             return self.compile(
                 max_tokens,
@@ -1737,3 +1759,11 @@ def _conversation_step(
     from rampart.conversation.plan import attach
 
     return attach(res, conversation, context_window, reply_tokens, policy)
+
+
+def _conversation_may_wait(conversation: Any, policy: Any) -> bool:
+    """Whether compiling ``conversation`` may call a model (a compact backend) or
+    a store (a shared conversation records its transformations there)."""
+    return bool(getattr(conversation, "shared", False)) or (
+        policy is not None and getattr(policy, "compact", None) is not None
+    )

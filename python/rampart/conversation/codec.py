@@ -42,6 +42,7 @@ _MAX_IDS = 10_000_000
 
 
 def piece_to_dict(p: Piece) -> dict[str, Any]:
+    """One parsed piece as the log's plain data."""
     d: dict[str, Any] = {"role": p.role, "kind": p.kind, "content": p.content}
     if p.tool_name is not None:
         d["tool_name"] = p.tool_name
@@ -62,6 +63,7 @@ def _opt_str(d: dict[str, Any], k: str) -> str | None:
 
 
 def piece_from_dict(d: Any) -> Piece:
+    """A piece from the log's plain data, checked (InvalidArgumentError)."""
     if not isinstance(d, dict):
         raise InvalidArgumentError(f"an item must be an object, got {type(d).__name__}")
     role, kind, content = d.get("role"), d.get("kind"), d.get("content")
@@ -145,10 +147,12 @@ def check_entry(e: Any, conv: Conversation) -> None:
 
 
 def encode_entry(e: dict[str, Any]) -> bytes:
+    """One log entry as a journal entry's bytes (compact JSON, UTF-8)."""
     return json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def decode_entry(raw: bytes) -> dict[str, Any]:
+    """A journal entry's bytes as a log entry (InvalidArgumentError if not one)."""
     try:
         v = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -159,6 +163,7 @@ def decode_entry(raw: bytes) -> dict[str, Any]:
 
 
 def encode_file(conversation_id: str, tokeniser: str, log: list[dict[str, Any]]) -> bytes:
+    """The save file of a conversation: its header and the log, one entry a line."""
     head = {
         "format": FORMAT,
         "version": VERSION,
@@ -172,6 +177,8 @@ def encode_file(conversation_id: str, tokeniser: str, log: list[dict[str, Any]])
 
 
 def decode_file(path: Path, max_bytes: int) -> tuple[str, str, list[dict[str, Any]]]:
+    """(conversation id, tokeniser, log entries) of a save file, bounded by ``max_bytes``;
+    RegistryFileError naming the file for anything else. Entries are checked when replayed."""
     try:
         size = path.stat().st_size
     except OSError as exc:

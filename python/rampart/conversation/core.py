@@ -21,7 +21,7 @@ import threading
 import time as _time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,7 @@ class Conversation:
         return len(self._items)
 
     def get(self, item_id: str) -> ConversationItem:
+        """The item with this id (InvalidArgumentError when there is none)."""
         i = self._index.get(item_id)
         if i is None:
             raise InvalidArgumentError(
@@ -661,6 +662,7 @@ class Conversation:
         return self._shared is not None
 
     def close(self) -> None:
+        """Release a shared conversation's store connection (nothing for a local one)."""
         if self._shared is not None:
             self._shared.close()
 
@@ -706,7 +708,3 @@ def _input_tokens(usage: Any) -> int:
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 total += v
     return total
-
-
-def render_shown(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
-    return render(shown, fmt)

@@ -59,6 +59,7 @@ class Counter:
     exact: bool = True
 
     def count(self, text: str) -> int:
+        """Tokens of one text."""
         return self.count_many([text])[0]
 
 

@@ -147,6 +147,7 @@ def _report(
     for idx, it in enumerate(items):
         act = why.get(it.id)
         s = by_id.get(it.id)
+        reason: str | None
         if s is not None and s.content is not it.content:  # shown as a stub
             reason = act[1] if act is not None else "input cleared with its result"
             action, tokens = "cleared", state._stub_tokens(it)
@@ -226,9 +227,18 @@ def compile_conversation(
             budget = math.floor((window - reply) / scale) - fixed
             if budget < 0 or _pinned_tokens(view) > budget:
                 _overflow(conv, view, fixed, budget, window, reply, scale, result)
-            if pol.dry_run:
-                target = _twin(conv)
-            view = _fit(target, view, budget, pol, cold, notes)
+            # The steps are planned on a copy of the state (made only when a step
+            # runs) and recorded in the conversation once they all succeeded: a
+            # compile that overflows after a clear leaves the conversation as it was.
+            plan = _Plan(conv)
+            view = _fit(plan, view, budget, pol, cold, notes)
+            if plan.twin is not None:
+                if pol.dry_run:
+                    target = plan.twin
+                else:
+                    for entry in plan.entries:
+                        conv._commit(entry)
+                    view = conv._view
         if not pol.dry_run:
             conv._last_compile = (pol.provider, float(fixed + view.total), now)
         return ContextResult(conv, target, view, pol, window, reply, fixed, budget, scale, notes)
@@ -294,8 +304,9 @@ def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
     excluded = sum(view.results_by_tool.get(t, 0) for t in pol.exclude_tools)
     removable = view.results_tokens - tail - excluded - _STUB_ESTIMATE * (len(res) - keep)
     first = -1
-    names = set(pol.exclude_tools)
-    for k in res[: len(res) - keep]:
+    names = pol.exclude_tools
+    for j in range(len(res) - keep):  # no slice: this runs on every compile
+        k = res[j]
         if view.shown[k].item.tool_name not in names:
             first = k
             break
@@ -316,8 +327,31 @@ def _clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int
     return older + [k for k in res if k not in seen]
 
 
+class _Plan:
+    """The steps of one compile: recorded into a twin of the conversation (made
+    on the first step), kept as entries to commit afterwards."""
+
+    __slots__ = ("conv", "entries", "twin")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.twin: Conversation | None = None
+        self.entries: list[dict[str, Any]] = []
+
+    @property
+    def conversation_id(self) -> str:
+        return self.conv.conversation_id
+
+    def record(self, entry: dict[str, Any]) -> _View:
+        if self.twin is None:
+            self.twin = _twin(self.conv)
+        self.twin._commit(entry)
+        self.entries.append(entry)
+        return self.twin._view
+
+
 def _fit(
-    conv: Conversation,
+    conv: _Plan,
     view: _View,
     budget: int,
     pol: ContextPolicy,
@@ -390,7 +424,7 @@ def _fit(
             f"conversation {conv.conversation_id!r}: {view.total} message tokens after the "
             f"policy's steps and {budget} fit; what is left is pinned or the latest user "
             f"message ({', '.join(left[:8]) or 'none'}) or the policy may not remove it "
-            "(drop_oldest=False, no compact); nothing was recorded by this step"
+            "(drop_oldest=False, no compact); nothing was recorded"
         )
     return view
 
@@ -490,7 +524,7 @@ def _step_start(view: _View, e: int) -> bool:
 
 
 def _record(
-    conv: Conversation,
+    conv: _Plan,
     view: _View,
     entry: dict[str, Any],
     at: int,
@@ -499,8 +533,7 @@ def _record(
     before = view.total
     prefix = view.tokens[at - 1] if at else 0
     at_item = view.shown[at].item.id
-    conv._commit({**entry, "time": round(_time.time(), 3)})
-    new = conv._view
+    new = conv.record({**entry, "time": round(_time.time(), 3)})
     notes.append(
         RewriteNote(
             at_item=at_item,

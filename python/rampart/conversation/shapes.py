@@ -26,6 +26,7 @@ Choices (docs/conversation.md):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -255,7 +256,7 @@ def _gemini(m: Mapping[str, Any], where: str) -> list[Piece]:
                 out.append(Piece("assistant" if role == "model" else "user", "text", t))
         elif "functionCall" in p or "function_call" in p:
             fc = p.get("functionCall", p.get("function_call"))
-            if not isinstance(fc, Mapping) or not isinstance(fc.get("name"), str):
+            if not isinstance(fc, Mapping) or not isinstance(fc.get("name"), str) or not fc["name"]:
                 raise UnsupportedFormatError(f"{w}: functionCall needs a name")
             args = fc.get("args", {})
             if not isinstance(args, Mapping):
@@ -272,7 +273,7 @@ def _gemini(m: Mapping[str, Any], where: str) -> list[Piece]:
             )
         elif "functionResponse" in p or "function_response" in p:
             fr = p.get("functionResponse", p.get("function_response"))
-            if not isinstance(fr, Mapping) or not isinstance(fr.get("name"), str):
+            if not isinstance(fr, Mapping) or not isinstance(fr.get("name"), str) or not fr["name"]:
                 raise UnsupportedFormatError(f"{w}: functionResponse needs a name")
             resp = fr.get("response", {})
             text = _json(resp, w) if not isinstance(resp, str) else resp
@@ -328,8 +329,33 @@ def _responses(m: Mapping[str, Any], where: str) -> list[Piece]:
     )
 
 
+# A UTF-16 surrogate alone (JSON's "\ud800" decodes to one) is not text: no
+# tokeniser or UTF-8 file takes it. Replaced by U+FFFD at the door.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(p: Piece) -> Piece:
+    fields = (p.content, p.tool_name or "", p.call_id or "")
+    if all(f.isascii() for f in fields):
+        return p
+    sub = _LONE_SURROGATE.sub
+    return Piece(
+        p.role,
+        p.kind,
+        sub("\ufffd", p.content),
+        None if p.tool_name is None else sub("\ufffd", p.tool_name),
+        None if p.call_id is None else sub("\ufffd", p.call_id),
+        p.is_error,
+        p.native,
+    )
+
+
 def parse(message: Any, where: str) -> list[Piece]:
     """The pieces of one message in any of the four shapes (module docstring)."""
+    return [_clean(p) for p in _parse(message, where)]
+
+
+def _parse(message: Any, where: str) -> list[Piece]:
     m = plain(message)
     if not isinstance(m, Mapping):
         raise UnsupportedFormatError(

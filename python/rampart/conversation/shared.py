@@ -69,12 +69,14 @@ class Journal:
         return err
 
     def submit(self, conv: Conversation, entry: dict[str, Any]) -> None:
+        """Append ``entry`` to the journal, apply everything up to it; raise its error."""
         seq, entries = self.store.append(self.name, codec.encode_entry(entry), self.position)
         err = self._apply_entries(conv, entries, seq)
         if err is not None:
             raise err
 
     def catch_up(self, conv: Conversation) -> int:
+        """Apply every entry other processes appended; returns how many were read."""
         n = 0
         while True:
             entries = self.store.read(self.name, self.position)
@@ -87,12 +89,15 @@ class Journal:
                 return n
 
     def close(self) -> None:
+        """Close the store."""
         close = getattr(self.store, "close", None)
         if callable(close):
             close()
 
 
 def open_journal(conv: Conversation, store: Any, name: str, create: bool) -> None:
+    """Attach ``conv`` to the journal ``name`` in ``store`` (created unless
+    ``create=False``) and apply what it holds."""
     check_name(name)
     st = open_store(store, create=create)
     raw = st.meta(name)
