@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import enum
+import functools
 import inspect
 import json
 import math
@@ -994,7 +995,10 @@ class Agent:
         run = Run(task=task, trajectory_id=f"run-{uuid.uuid4().hex[:16]}")
         conv = run.conversation = Conversation() if conversation is None else conversation
         trajectory = run.trajectory_id
-        conv.append({"role": "user", "content": task}, trajectory_id=trajectory)
+        # Appends are registry-like steps: a conversation in a shared store writes to it,
+        # so arun makes them on a worker thread, never on the event loop.
+        append = functools.partial(conv.append, trajectory_id=trajectory)
+        yield ("step", append, ({"role": "user", "content": task},))
         reply: Reply | None = None
         for index in range(self.max_steps):
             t_step = time.perf_counter()
@@ -1014,7 +1018,7 @@ class Agent:
             model_s = time.perf_counter() - t_model
             self._count(run, reply)
             if reply.prompt_tokens is not None:
-                conv.observe_usage({"prompt_tokens": reply.prompt_tokens})
+                yield ("step", conv.observe_usage, ({"prompt_tokens": reply.prompt_tokens},))
             step = Step(index, result, reply, [t["function"]["name"] for t in tools])
             step.model_s = model_s
             run.steps.append(step)
@@ -1022,9 +1026,9 @@ class Agent:
                 step.latency_s = time.perf_counter() - t_step
                 run.answer = reply.text
                 if reply.text:  # the session goes on from the answer
-                    conv.append(reply.assistant_message(), trajectory_id=trajectory)
+                    yield ("step", append, (reply.assistant_message(),))
                 break
-            conv.append(reply.assistant_message(), trajectory_id=trajectory)
+            yield ("step", append, (reply.assistant_message(),))
             results: list[dict[str, Any]] = []
             offered = set(step.tools_offered)
             for n_call, call in enumerate(reply.calls):
@@ -1056,7 +1060,7 @@ class Agent:
                     ToolResult(call, output, is_error, time.perf_counter() - t_tool)
                 )
                 results.append({"role": "tool", "tool_call_id": call.id, "content": output})
-            conv.append(results, trajectory_id=trajectory)
+            yield ("step", append, (results,))
             step.latency_s = time.perf_counter() - t_step
         else:
             run.stop_reason = "max_steps"
