@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 from rampart.tools import ToolsInput, block_metadata_json, parse_tools, render_tool
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
+
+# Without OpenTelemetry a compile pays one membership test of this dict (rampart.telemetry).
+_MODULES = sys.modules
 
 DEFAULT_SEPARATOR = "\n\n---\n\n"
 _QUERY_CACHE = 64  # task texts whose vectors a registry keeps
@@ -1027,8 +1031,8 @@ class BlockRegistry:
             >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
             [('read_before_edit', 'gate'), ('never_force_push', 'gate')]
         """
-        if _telemetry.tracing() is not None:  # one dict lookup unless OpenTelemetry is set up
-            return _telemetry.traced_compile(self, locals())
+        if _telemetry.TRACE_MODULE in _MODULES and _telemetry.tracing() is not None:
+            return _telemetry.traced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
@@ -1614,8 +1618,8 @@ class BlockRegistry:
         awaited off the loop; everything else is the sync compile. A conversation
         whose compile may wait (a ``compact`` backend, a shared store) is
         compiled on the loop's default executor."""
-        if _telemetry.tracing() is not None:  # one dict lookup unless OpenTelemetry is set up
-            return await _telemetry.atraced_compile(self, locals())
+        if _telemetry.TRACE_MODULE in _MODULES and _telemetry.tracing() is not None:
+            return await _telemetry.atraced_compile(self, locals())  # OpenTelemetry is set up
         if conversation is not None and _conversation_may_wait(conversation, policy):
             from rampart import _aio
 

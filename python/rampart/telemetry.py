@@ -48,7 +48,7 @@ __all__ = ["CAPTURE_CONTENT_ENV", "capture_content", "tracing", "use_tracer_prov
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
-_TRACE_MODULE = "opentelemetry.trace"
+TRACE_MODULE = "opentelemetry.trace"  # compile looks this up in sys.modules first
 _tracer: Any = None
 _capture: bool | None = None  # None: follow the environment variable
 # Set inside a traced compile, so the compile it calls is not traced a second time
@@ -84,7 +84,7 @@ def tracing() -> Any:
 
     The first check is one dict lookup, which is all a compile pays without
     OpenTelemetry."""
-    trace = sys.modules.get(_TRACE_MODULE)
+    trace = sys.modules.get(TRACE_MODULE)
     if trace is None or _inside.get():
         return None
     global _tracer
@@ -135,7 +135,7 @@ async def atraced_compile(registry: BlockRegistry, args: Mapping[str, Any]) -> C
 
 
 def _internal() -> Any:
-    return sys.modules[_TRACE_MODULE].SpanKind.INTERNAL
+    return sys.modules[TRACE_MODULE].SpanKind.INTERNAL
 
 
 def _model(kwargs: Mapping[str, Any]) -> str | None:
