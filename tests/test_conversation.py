@@ -19,14 +19,14 @@ from rampart import ContextOverflowError, ContextPolicy, Conversation
 from rampart.adapters import (
     ANTHROPIC_CONTEXT_BETA,
     anthropic_messages,
-    gemini_contents,
+    gemini_generate_content,
     openai_chat,
     openai_responses,
 )
 from rampart.conversation import FORMATS
 from rampart.errors import InvalidArgumentError, RegistryFileError, UnsupportedFormatError
 
-from tests.conftest import words
+from tests.conftest import import_or_skip, words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -550,8 +550,6 @@ def test_acompile_takes_the_conversation(reg: Any) -> None:
 
 @pytest.fixture
 def sdks() -> Any:
-    from tests.conftest import import_or_skip
-
     return import_or_skip("openai", "sdks"), import_or_skip("anthropic", "sdks")
 
 
@@ -572,8 +570,11 @@ def test_adapters_build_the_whole_body_from_the_result(reg: Any, sdks: Any) -> N
     body = anthropic_messages(r, model="claude-sonnet-4-5", cache=True)
     sdk_check(MessageCreateParamsNonStreaming, body)
     json.dumps(body)
-    g = gemini_contents(r)
-    assert g["contents"] == r.messages("gemini") and g["systemInstruction"]["parts"][0]["text"]
+    g = gemini_generate_content(r, model="gemini-2.5-flash")
+    assert g["contents"] == r.messages("gemini") and g["config"]["system_instruction"]
+    genai = import_or_skip("google.genai.types", "sdks")
+    for content in g["contents"]:  # extra="forbid": an unknown key is an error
+        genai.Content.model_validate(content)
 
 
 def test_provider_native_edits_validate_against_the_sdks(reg: Any, sdks: Any) -> None:

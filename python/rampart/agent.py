@@ -65,17 +65,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from rampart import _http
+import rampart._http as _http
 from rampart.block import CompileResult, InstructionBlock
 from rampart.conversation import ContextPolicy, Conversation
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
 from rampart.registry import BlockRegistry
+from rampart.tool_search import (
+    TOOL_SEARCH_K,
+    answer_tool_search,
+    answered_tools,
+    asearch_tools,
+    search_tools,
+)
 from rampart.tools import ToolSchema
 
 __all__ = [
     "LESSON_TAG",
     "TOOL_SEARCH",
+    "TOOL_SEARCH_K",
     "Agent",
     "Lesson",
     "Quarantine",
@@ -143,8 +151,6 @@ _MEMORY_NAMES = frozenset(t["function"]["name"] for t in _MEMORY_TOOLS)
 
 #: The name of the gate's fallback tool (offered when the agent gates its tools).
 TOOL_SEARCH = "find_tools"
-#: How many tools one ``find_tools`` call returns at most.
-TOOL_SEARCH_K = 3
 _TOOL_SEARCH_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -577,75 +583,6 @@ def _clean_rule(text: str, limit: int) -> str:
         cut = line[:limit].rsplit(" ", 1)[0]
         line = (cut or line[:limit]).rstrip(",;:") + "…"
     return line
-
-
-def _tools_named(
-    registry: BlockRegistry, query: str, allowed: Iterable[str] | None
-) -> tuple[str, dict[str, ToolSchema], list[tuple[ToolSchema, str, float | None]]]:
-    """search_tools' first half: (the clipped query, the tools searched, those it names)."""
-    query = query.strip()[:1000]
-    keep = None if allowed is None else set(allowed)
-    schemas: dict[str, ToolSchema] = {}
-    for b in registry.list_blocks():
-        schema = b.tool_schema
-        if schema is not None and (keep is None or schema.name in keep):
-            schemas.setdefault(schema.name, schema)
-    lower = {n.lower(): n for n in schemas}
-    found: list[tuple[ToolSchema, str, float | None]] = []
-    for w in [query, *re.findall(r"[A-Za-z0-9_.-]+", query)]:
-        name = lower.get(w.lower().strip("."))
-        if name and all(f[0].name != name for f in found):
-            found.append((schemas[name], "name", None))
-    return query, schemas, found
-
-
-def _tools_ranked(
-    ranked: Iterable[tuple[InstructionBlock, float]],
-    schemas: dict[str, ToolSchema],
-    found: list[tuple[ToolSchema, str, float | None]],
-    k: int,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    for block, score in ranked:
-        schema = block.tool_schema
-        if schema is not None and schema.name in schemas:
-            if all(f[0].name != schema.name for f in found):
-                found.append((schema, "relevance", float(score)))
-            if len(found) >= k:
-                break
-    return found
-
-
-def search_tools(
-    registry: BlockRegistry,
-    query: str,
-    *,
-    k: int = TOOL_SEARCH_K,
-    allowed: Iterable[str] | None = None,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
-    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
-    query, or a word of it, case-insensitive) when there are any, since the model then
-    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
-    (its embedding model; without one, nothing). ``allowed`` limits the search to
-    these tool names (the tools a caller can run)."""
-    query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
-        return found
-    return _tools_ranked(registry.find_relevant(query), schemas, found, k)
-
-
-async def asearch_tools(
-    registry: BlockRegistry,
-    query: str,
-    *,
-    k: int = TOOL_SEARCH_K,
-    allowed: Iterable[str] | None = None,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    """:func:`search_tools` for coroutines (the query is embedded off the loop)."""
-    query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
-        return found
-    return _tools_ranked(await registry.afind_relevant(query), schemas, found, k)
 
 
 class Agent:
@@ -1197,35 +1134,24 @@ class Agent:
             return f"error: {type(exc).__name__}: {exc}", True
 
     def _find_tools(self, call: ToolCall, run: Run) -> tuple[str, bool]:
-        """The gate's way back (:func:`search_tools` over the tools this agent can
-        run); what it finds joins the tools offered from the next step on."""
+        """The gate's way back (:func:`rampart.tool_search.answer_tool_search` over
+        the tools this agent can run); what it finds joins the tools offered from the
+        next step on."""
         args = self._arguments(call)
         if isinstance(args, str):
             return args, True
-        query = str(args.get("query", "")).strip()
-        if not query:
+        if not str(args.get("query", "")).strip():
             return f"error: {TOOL_SEARCH} needs a non-empty 'query'", True
         try:
-            found = search_tools(self.registry, query, allowed=(*self._functions, *self._mcp_tools))
+            answer = answer_tool_search(
+                self.registry, call, provider="openai", allowed=(*self._functions, *self._mcp_tools)
+            )
         except RampartError as exc:
             return f"error: {type(exc).__name__}: {exc}", True
-        if not found:
-            return f"no tool matches {query[:200]!r}", False
-        out = []
-        for schema, how, _score in found:
-            if schema.name not in run.found_tools:
-                run.found_tools.append(schema.name)
-            out.append(
-                {
-                    "name": schema.name,
-                    "description": _clip(schema.description, 300),
-                    "matched_by": how,
-                }
-            )
-        return (
-            json.dumps({"found": out, "note": "these tools are offered from your next step"}),
-            False,
-        )
+        for name in answered_tools(answer):
+            if name not in run.found_tools:
+                run.found_tools.append(name)
+        return str(answer["content"]), False
 
     # ---- judging and learning --------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rampart import _core
+import rampart._core as _core
 from rampart.errors import UnsupportedFormatError
 from rampart.tools import (
     METADATA_KEY,

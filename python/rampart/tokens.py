@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
 
-from rampart import _core
+import rampart._core as _core
 from rampart.errors import InvalidArgumentError, ParseError
 
 __all__ = [

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rampart.conversation import codec
+import rampart.conversation.codec as codec
 from rampart.conversation.counting import ITEM_OVERHEAD, TOOL_CALL_OVERHEAD, counter_for
 from rampart.conversation.items import (
     DEFAULT_MAX_ITEM_BYTES,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rampart import _core
+import rampart._core as _core
 from rampart.tokens import resolve_tokeniser
 
 __all__ = ["ITEM_OVERHEAD", "TOOL_CALL_OVERHEAD", "Counter", "counter_for", "o200k_available"]

@@ -580,3 +580,11 @@ def attach(
         result, conversation, context_window, reply_tokens, policy
     )
     return result
+
+
+def may_wait(conversation: Any, policy: ContextPolicy | None) -> bool:
+    """Whether compiling ``conversation`` may call a model (a compact backend) or
+    a store (a shared conversation records its transformations there)."""
+    return bool(getattr(conversation, "shared", False)) or (
+        policy is not None and policy.compact is not None
+    )

@@ -19,7 +19,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rampart.conversation import codec
+import rampart.conversation.codec as codec
 from rampart.errors import InvalidArgumentError, RegistryFileError, UnsupportedFormatError
 from rampart.stores import Damaged, check_name, open_store
 

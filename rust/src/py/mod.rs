@@ -12,7 +12,7 @@
 //! | `selection.rs` | `OrderView`, `Selection`, prompt rendering and the prompt memo |
 //! | `snapshot.rs` | `Snapshot`, `SavedRegistry` |
 //! | `registry.rs` | `Registry`: reads, one method per write operation, the one compile entry |
-//! | `journal.rs` | `run`, the one write path (local apply or the replica's journal), and what replicas need |
+//! | `journal.rs` | `run`, the one write path (local apply, or the encoded entry as a `PendingEntry`), and what replicas need |
 
 use std::sync::{Arc, OnceLock};
 
@@ -255,6 +255,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOrderView>()?;
     m.add_class::<PySnapshot>()?;
     m.add_class::<PySaved>()?;
+    m.add_class::<journal::PyPendingEntry>()?;
     m.add_function(wrap_pyfunction!(snapshot::decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::decode_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(label_of, m)?)?;
