@@ -153,6 +153,8 @@ test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
 test: export RAMPART_REQUIRE_SERVER = 1
+test: export RAMPART_REQUIRE_OTEL = 1
+test: export RAMPART_REQUIRE_LANGCHAIN = 1
 # The time-bounded hypothesis fuzzers (seed parser, registry files, tool schemas,
 # markdown export round trip, and garbage written into each real store) run this
 # many seconds each: together a few minutes.

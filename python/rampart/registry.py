@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ import rampart._args as _args
 import rampart._core as _core
 import rampart.gates as gates
 import rampart.persistence as persistence
+import rampart.telemetry as _telemetry
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
 from rampart._files import atomic_write
 from rampart._labels import claim_label, label_of, release_label
@@ -50,6 +52,10 @@ from rampart.tools import (
 )
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
+
+# Without OpenTelemetry a compile pays one membership test of this dict (rampart.telemetry).
+_MODULES = sys.modules
+_TRACE = _telemetry.TRACE_MODULE  # a compile looks it up in sys.modules: one dict probe
 
 _QUERY_CACHE = 64  # task texts whose vectors a registry keeps
 SOURCES = persistence.SOURCES
@@ -934,6 +940,8 @@ class BlockRegistry:
             >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
             [('read_before_edit', 'gate'), ('never_force_push', 'gate')]
         """
+        if _TRACE in _MODULES and _telemetry.tracing() is not None:
+            return _telemetry.traced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
@@ -1351,6 +1359,8 @@ class BlockRegistry:
         a new task's vector, blocks written since the last gate and the tool-example
         gate awaited off the loop. A compile without a gate never waits: it is the
         sync call."""
+        if _TRACE in _MODULES and _telemetry.tracing() is not None:
+            return await _telemetry.atraced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None:
             if conversation is None and context_window is None and policy is None:
                 return self.compile(

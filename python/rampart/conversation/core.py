@@ -145,6 +145,7 @@ class Conversation:
         self._view = _View()
         # set by the compile step: (provider, predicted tokens, time) of the last compile
         self._last_compile: tuple[str, float, float] | None = None
+        self.last_usage: Any = None  # the provider usage observe_usage saw last
         self._fixed_cache: tuple[str, int] | None = None
         self._shared: Any = None  # rampart.conversation.shared.Journal
         self._appended: list[str] = []
@@ -556,6 +557,7 @@ class Conversation:
         compile of this conversation predicted a count yet)."""
         observed = _input_tokens(usage)
         with self._lock:
+            self.last_usage = usage  # read by rampart.telemetry (cache read/creation tokens)
             last = self._last_compile
             if last is None or last[1] <= 0:
                 return None

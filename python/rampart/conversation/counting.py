@@ -41,7 +41,7 @@ def o200k_available() -> bool:
     global _O200K
     if _O200K is None:
         try:
-            _core.count_tokens("a", "o200k_base")  # type: ignore[call-arg]
+            _core.count_tokens("a", "o200k_base")
             _O200K = True
         except (TypeError, ValueError):
             _O200K = False
@@ -65,7 +65,7 @@ class Counter:
 
 def _rust(encoding: str) -> Callable[[list[str]], list[int]]:
     def count_many(texts: list[str]) -> list[int]:
-        return list(_core.count_tokens_many(texts, encoding))  # type: ignore[call-arg]
+        return list(_core.count_tokens_many(texts, encoding))
 
     return count_many
 
