@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rampart.block import CompileResult
-    from rampart.registry import BlockRegistry
+    from rampart._view import RegistryView
 
 __all__ = ["CAPTURE_CONTENT_ENV", "capture_content", "tracing", "use_tracer_provider"]
 
@@ -100,7 +100,7 @@ def tracing() -> Any:
     return _tracer
 
 
-def traced_compile(registry: BlockRegistry, args: Mapping[str, Any]) -> CompileResult:
+def traced_compile(registry: RegistryView, args: Mapping[str, Any]) -> CompileResult:
     """``registry.compile(**args)`` inside a compile span (``args``: compile's locals)."""
     tracer = tracing()
     kwargs = {k: v for k, v in args.items() if k != "self"}
@@ -117,7 +117,7 @@ def traced_compile(registry: BlockRegistry, args: Mapping[str, Any]) -> CompileR
         _inside.reset(token)
 
 
-async def atraced_compile(registry: BlockRegistry, args: Mapping[str, Any]) -> CompileResult:
+async def atraced_compile(registry: RegistryView, args: Mapping[str, Any]) -> CompileResult:
     """``await registry.acompile(**args)`` inside a compile span."""
     tracer = tracing()
     kwargs = {k: v for k, v in args.items() if k != "self"}
@@ -172,7 +172,7 @@ def _request_attributes(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _record(
-    span: Any, registry: BlockRegistry, result: CompileResult, kwargs: Mapping[str, Any]
+    span: Any, registry: RegistryView, result: CompileResult, kwargs: Mapping[str, Any]
 ) -> None:
     report = result.report
     included = sum(1 for r in report if r.included)
