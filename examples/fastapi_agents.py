@@ -7,6 +7,12 @@ gated compile of a new task runs the model off the event loop. A block one
 worker writes is in every worker's replica within milliseconds;
 ``?sync=true`` makes a read wait until it has everything written before it.
 
+A session's messages live in the same store as a :class:`rampart.Conversation`
+(``POST /conversations/{name}/messages`` appends, ``POST /conversations/{name}/compile``
+compiles the registry and the messages into a context window), so a session
+started on one worker continues on any other, and every worker builds the same
+request body from the same state.
+
 The store is chosen by URL alone: ``redis://host:6379/0`` (workers on many
 hosts), ``postgresql://…``, or ``sqlite:///abs/path.db`` (workers on one host).
 
@@ -18,6 +24,10 @@ Run::
          -d '{"content": "Run the linter before committing.", "trajectory_id": "run-1"}'
     curl -X POST localhost:8000/compile -H 'content-type: application/json' \\
          -d '{"max_tokens": 400}'
+    curl -X POST localhost:8000/conversations/s1/messages -H 'content-type: application/json' \\
+         -d '{"messages": [{"role": "user", "content": "Why did the build fail?"}]}'
+    curl -X POST localhost:8000/conversations/s1/compile -H 'content-type: application/json' \\
+         -d '{"context_window": 128000, "reply_tokens": 4096, "model": "gpt-4o"}'
 
 Environment: ``RAMPART_STORE`` (default: a SQLite file in the temporary folder),
 ``RAMPART_REGISTRY`` (the registry's name, default ``agents``),
@@ -28,6 +38,7 @@ Environment: ``RAMPART_STORE`` (default: a SQLite file in the temporary folder),
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -37,8 +48,10 @@ from typing import Any
 
 import rampart
 from fastapi import FastAPI, Request
+from fastapi import Path as FastAPIPath
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from rampart.adapters import openai_chat
 
 SEEDS = Path(__file__).resolve().parent.parent / "seeds"
 STORE = os.environ.get("RAMPART_STORE") or f"sqlite:///{tempfile.gettempdir()}/rampart-agents.db"
@@ -53,10 +66,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.registry = await rampart.BlockRegistry.aopen(
         STORE, NAME, None if MODEL == "none" else MODEL, seeds=[SEEDS], label=NAME
     )
+    app.state.conversations = {}  # name -> this worker's replica of a conversation
     try:
         yield
     finally:
         await app.state.registry.aclose()  # publishes access counts, stops following
+        for conv in app.state.conversations.values():
+            conv.close()
 
 
 app = FastAPI(title="rampart agents", lifespan=lifespan)
@@ -71,6 +87,8 @@ def registry(request: Request) -> rampart.BlockRegistry:
 _STATUS: list[tuple[type[Exception], int]] = [
     (rampart.BlockNotFoundError, 404),
     (rampart.InvalidArgumentError, 422),
+    (rampart.UnsupportedFormatError, 422),  # a malformed message
+    (rampart.ContextOverflowError, 413),  # what must be sent does not fit the window
     (rampart.EvictionError, 409),
     (rampart.BlockPermissionError, 403),
     (rampart.StoreUnavailableError, 503),
@@ -95,6 +113,36 @@ class CompileRequest(BaseModel):
     task: str | None = None
     max_tokens: int | None = Field(None, ge=0)
     top_k: int | None = Field(None, ge=0)
+
+
+class NewMessages(BaseModel):
+    # OpenAI Chat, OpenAI Responses, Anthropic or Gemini messages (checked on append).
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+
+
+class ConversationCompile(BaseModel):
+    context_window: int | None = Field(None, ge=1)
+    reply_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=0)
+    model: str = "gpt-4o"
+
+
+# A conversation's name in the store, beside the registry's (its journal is its own).
+SESSION = "[A-Za-z0-9_-]{1,64}"
+_MAX_OPEN = 1024  # conversations a worker keeps open
+
+
+async def conversation(request: Request, name: str) -> rampart.Conversation:
+    """This worker's replica of conversation ``name``, caught up with the store."""
+    open_: dict[str, rampart.Conversation] = request.app.state.conversations
+    conv = open_.get(name)
+    if conv is None:
+        conv = await asyncio.to_thread(rampart.Conversation.open, STORE, f"{NAME}-session-{name}")
+        if len(open_) >= _MAX_OPEN:  # the oldest replica goes; the store keeps it
+            open_.pop(next(iter(open_))).close()
+        open_[name] = conv
+    await asyncio.to_thread(conv.sync)  # what the other workers appended
+    return conv
 
 
 def _block(b: rampart.InstructionBlock) -> dict[str, Any]:
@@ -155,6 +203,37 @@ async def compile_context(req: CompileRequest, request: Request) -> dict[str, An
         "prompt": result.prompt,
         "included": result.included,
         "total_tokens": result.total_tokens,
+    }
+
+
+@app.post("/conversations/{name}/messages", status_code=201)
+async def append_messages(
+    msgs: NewMessages, request: Request, name: str = FastAPIPath(pattern=SESSION)
+) -> dict[str, Any]:
+    conv = await conversation(request, name)
+    ids = await asyncio.to_thread(conv.append, msgs.messages)
+    return {"worker": os.getpid(), "ids": ids, "items": len(conv)}
+
+
+@app.post("/conversations/{name}/compile")
+async def compile_conversation(
+    req: ConversationCompile, request: Request, name: str = FastAPIPath(pattern=SESSION)
+) -> dict[str, Any]:
+    conv = await conversation(request, name)
+    result = await registry(request).acompile(
+        max_tokens=req.max_tokens,
+        conversation=conv,
+        context_window=req.context_window,
+        reply_tokens=req.reply_tokens,
+    )
+    return {
+        "worker": os.getpid(),
+        # The whole request body, built from the compile (instructions, tools, messages).
+        "body": openai_chat(result, model=req.model),
+        "report": [
+            {"id": r.id, "action": r.action, "reason": r.reason, "tokens": r.tokens}
+            for r in result.message_report
+        ],
     }
 
 

@@ -4,6 +4,7 @@ import importlib
 import importlib.util
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ DATA = ROOT / "tests" / "data"
 SKILLS = DATA / "skills"
 MINILM_REFERENCE = DATA / "minilm_reference.json"
 SEEDS = ROOT / "seeds"
+# The experiments (not in the wheel) are tested as scripts of the checkout.
+sys.path.insert(0, str(ROOT / "experiments"))
 
 
 def required(component: str) -> bool:

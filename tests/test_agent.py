@@ -611,7 +611,7 @@ def demo_model(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
     system = fake.system_text(payload)
     user = payload["messages"][-1]["content"]
     if "write one rule" in system:
-        from rampart.agent_demo import CONVENTIONS
+        from agent_demo import CONVENTIONS
 
         for key, conv in (
             ("DD.MM", "date"),
@@ -636,7 +636,7 @@ def demo_model(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
 
 
 def test_demo_learns_with_a_model_that_follows_rules(backends: Any, tmp_path: Any) -> None:
-    from rampart.agent_demo import CONVENTIONS, format_summary, run_demo, split
+    from agent_demo import CONVENTIONS, format_summary, run_demo, split
 
     train, held = split(2)
     assert len(train) == len(held) == 2 * len(CONVENTIONS)
@@ -657,7 +657,7 @@ def test_demo_learns_with_a_model_that_follows_rules(backends: Any, tmp_path: An
 
 
 def test_demo_checkers() -> None:
-    from rampart.agent_demo import check_date, check_header, check_logging, check_naming
+    from agent_demo import check_date, check_header, check_logging, check_naming
 
     run = Run("t", "run-x")
     assert check_date("05.03.2025")("- 05.03.2025: fix", run)[0]
@@ -673,12 +673,12 @@ def test_demo_checkers() -> None:
 
 
 def test_demo_cli_against_a_server(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from rampart.cli import main as cli_main
+    from agent_demo import main as demo_main
 
     with fake.FakeOpenAI(demo_model) as server:
-        argv = ["agent", "demo", "--base-url", server.base_url, "--model", "fake"]
+        argv = ["--base-url", server.base_url, "--model", "fake"]
         argv += ["--seeds", "3", "--per-convention", "1", "--no-embed", "--no-ceiling"]
-        assert cli_main([*argv, "--out", str(tmp_path)]) == 0
+        assert demo_main([*argv, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "gain after - before: +100.0%" in out and "4 held-out tasks" in out
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""The find_tools experiment (rampart.agent_tools_demo): its sandbox tools really act
+"""The find_tools experiment (experiments/agent_tools_demo.py): its sandbox tools really act
 (git, SQLite, files, a graph file, a 127.0.0.1 page), each task's checker fails on a
 fresh sandbox and passes once the task's tool did its job, and the three-condition
 runner counts gate misses, find_tools calls and recoveries right (a scripted model
@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rampart.agent import TOOL_SEARCH
-from rampart.agent_tools_demo import (
+from agent_tools_demo import (
     CONDITIONS,
     TASKS,
     StatusPage,
@@ -25,6 +24,7 @@ from rampart.agent_tools_demo import (
     sandbox,
     tool_definitions,
 )
+from rampart.agent import TOOL_SEARCH
 from rampart.errors import InvalidArgumentError
 from rampart.llm import OpenAIBackend
 
@@ -212,12 +212,12 @@ def test_runner_counts_misses_and_recoveries(tmp_path: Path) -> None:
 
 
 def test_runner_and_cli_refuse_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
-    from rampart.cli import main as cli_main
+    from agent_tools_demo import main
 
     with pytest.raises(InvalidArgumentError, match="conditions"):
         run_tools_demo(object(), conditions=["gated", "nope"], embedding_model=HashingEmbedder())  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="at least one task"):
         run_tools_demo(object(), tasks=[], embedding_model=HashingEmbedder())  # type: ignore[arg-type]
-    argv = ["agent", "tools-demo", "--base-url", "http://127.0.0.1:9", "--tasks", "stage,nope"]
-    assert cli_main(argv) == 2
+    argv = ["--base-url", "http://127.0.0.1:9", "--tasks", "stage,nope"]
+    assert main(argv) == 2
     assert "unknown ['nope']" in capsys.readouterr().err

@@ -98,8 +98,8 @@ def test_price_tables_are_data_with_sources() -> None:
     for t in PRICES.values():
         assert "http" in t.source or "llama" in t.source, t.name
     assert price_table("openai") is o and price_table(a) is a
-    with pytest.raises(rampart.InvalidArgumentError, match="unknown price table 'gemini'"):
-        price_table("gemini")
+    with pytest.raises(rampart.InvalidArgumentError, match="unknown price table 'bard'"):
+        price_table("bard")
     for bad in (
         {"read": -0.1},
         {"write": float("nan")},

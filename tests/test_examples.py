@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,11 +216,49 @@ def _workers_share_writes(url: str) -> None:
         assert call("DELETE", f"/blocks/{rid}").status_code == 200
         r = call("GET", f"/blocks/{rid}", params={"sync": "true"})
         assert r.status_code == 404
+        _workers_continue_a_conversation(call, pids)
     finally:
         proc.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown: lifespan closes
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert "Traceback" not in out, out
+
+
+def _workers_continue_a_conversation(call: Any, pids: set[int]) -> None:
+    """One session's messages appended through both workers, compiled by either:
+    the same messages, the same body, in the order they were appended."""
+    log = "x " * 3000  # a tool result of 3 000 tokens
+    appended: list[int] = []
+    for k in range(12):
+        step = [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{k}", "type": "function",
+                 "function": {"name": "read_log", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"{k} {log}"},
+        ]  # fmt: skip
+        if k == 0:
+            step.insert(0, {"role": "user", "content": "Why did the build fail?"})
+        r = call("POST", "/conversations/s1/messages", json={"messages": step})
+        assert r.status_code == 201, r.text
+        appended.append(r.json()["worker"])
+    assert set(appended) == pids, "both workers appended to the session"
+    bodies: dict[int, Any] = {}
+    for _ in range(40):
+        if len(bodies) == 2:
+            break
+        r = call("POST", "/conversations/s1/compile", json={"context_window": 20000})
+        assert r.status_code == 200, r.text
+        bodies.setdefault(r.json()["worker"], r.json())
+    assert set(bodies) == pids
+    a, b = bodies.values()
+    assert a["body"] == b["body"], "every worker builds the same body from the session"
+    msgs = a["body"]["messages"]
+    assert msgs[1] == {"role": "user", "content": "Why did the build fail?"}
+    results = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert len(results) == 12 and results[-1].startswith("11 ")  # in appended order
+    assert sum(r["action"] == "cleared" for r in a["report"]) >= 6  # 36 000 tokens in 20 000
+    r = call("POST", "/conversations/s1/messages", json={"messages": [{"role": "bogus"}]})
+    assert r.status_code == 422 and r.json()["error"] == "UnsupportedFormatError"
 
 
 def test_fastapi_workers_share_a_registry_on_sqlite(tmp_path: Path) -> None:

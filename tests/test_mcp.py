@@ -238,6 +238,40 @@ def test_find_tools_over_the_protocol() -> None:
     reg.release()
 
 
+def test_find_tools_answers_in_the_providers_tool_search_forms() -> None:
+    """find_tools(format=...) returns what a client's own search tool hands the
+    provider: tool_reference blocks (Anthropic) or a tool_search_output's tools
+    (OpenAI Responses), for the same tools the plain rows name."""
+    import anyio
+    from mcp import Client
+    from rampart.mcp_server import build_server
+    from rampart.tool_search import answered_tools
+
+    from tests.conftest import DATA, words
+    from tests.test_gate import HashingEmbedder
+
+    reg = rampart.BlockRegistry(HashingEmbedder(), tokeniser=words)
+    reg.load_tools(DATA / "mcp_git_tools.json", tags=["server:git"])
+    query = {"query": "show the commit log history", "top_k": 2}
+
+    async def script() -> dict[str, Any]:
+        async with Client(build_server(reg)) as client:
+            out = {}
+            for fmt in ("mcp", "anthropic", "openai-responses", "gemini"):
+                out[fmt] = await client.call_tool("find_tools", {**query, "format": fmt})
+            return out
+
+    out = anyio.run(script)
+    names = [row["name"] for row in data(out["mcp"])]
+    refs = data(out["anthropic"])
+    assert refs == [{"type": "tool_reference", "tool_name": n} for n in names]
+    tools = data(out["openai-responses"])
+    assert answered_tools({"type": "tool_search_output", "tools": tools}) == names
+    assert tools[0]["type"] == "namespace" and tools[0]["name"] == "git"
+    assert out["gemini"].is_error and "format must be" in text(out["gemini"])
+    reg.release()
+
+
 def test_server_log_lines_are_single_lines() -> None:
     import logging
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rampart import InvalidArgumentError, ModelError, ModelNotFoundError
+from rampart import gguf as probe_models
 from rampart.cli import main as cli_main
 from rampart.probe import (
     IDENTIFIER,
@@ -30,7 +31,6 @@ from rampart.probe import (
     schema,
     sweep,
 )
-from rampart.probe import models as probe_models
 from rampart.probe.experiments import compose, parse_positions
 
 try:

@@ -642,24 +642,29 @@ def test_tool_schemas_load_once_for_every_replica(sqlite_url: str) -> None:
 
 
 def _valid_entries() -> list[bytes]:
-    """Real entries, encoded by the core's own write methods (a collecting journal
-    attached in place of a replica)."""
-    from rampart._replica import _Collect
+    """Real entries, encoded by the core's own write methods: with a journal
+    origin attached, each write's body returns its entry as a value
+    (``_core.PendingEntry``) instead of applying it, and no replica takes it."""
+    from rampart import _core
+    from rampart._ops import body_of
 
-    reg = rampart.BlockRegistry.from_files([SEEDS], label=None)
+    B = rampart.BlockRegistry
+    reg = B.from_files([SEEDS], label=None)
     rid = reg.runtime_ids()[0]
     snap = reg.snapshot()
-    collect = _Collect()
-    reg._core.attach_journal(collect)
-    reg._insert_many([("n", "text", 0.5, ["t"], None, None)], "seed", False, None)
-    reg.write_agent_block("c", "run", "n", tags=["t"], position=2, gated=False)
-    reg.promote_group([rid], to_position=1)
-    reg.evict_by_policy(1, threshold=0.1)
-    reg.set_wrap(rid, "<a>", "</a>")
-    reg.set_gated(rid, False)
-    reg.restore(snap)
-    assert len(collect.entries) == 7
-    return collect.entries
+    reg._core.attach_journal(b"\0" * 16)
+    pending = [
+        reg._insert_many([("n", "text", 0.5, ["t"], None, None)], "seed", False, None),
+        body_of(B.write_agent_block)(reg, "c", "run", "n", tags=["t"], position=2, gated=False),
+        body_of(B.promote_group)(reg, [rid], to_position=1),
+        body_of(B.evict_by_policy)(reg, 1, threshold=0.1),
+        body_of(B.set_wrap)(reg, rid, "<a>", "</a>"),
+        body_of(B.set_gated)(reg, rid, False),
+        body_of(B.restore)(reg, snap),
+    ]
+    assert all(type(p) is _core.PendingEntry for p in pending)
+    assert len(reg) == len(snap)  # nothing was applied
+    return [p.data for p in pending]
 
 
 VALID = _valid_entries()

@@ -5,14 +5,15 @@ instruction blocks in an ordered registry; before each model call the context is
 compiled from it under explicit policy (order, relevance gate, token budget).
 """
 
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from rampart import _core
 from rampart.block import BlockReport, CompileResult, DryRunResult, InstructionBlock, Snapshot
+from rampart.conversation import ContextPolicy, Conversation, ConversationItem, MessageReport
 from rampart.errors import (
     BlockNotFoundError,
     BlockPermissionError,
+    ContextOverflowError,
     EvictionError,
     InvalidArgumentError,
     ModelError,
@@ -25,7 +26,6 @@ from rampart.errors import (
     StoreUnavailableError,
     UnsupportedFormatError,
 )
-from rampart.openai_embedder import OpenAIEmbedder
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry, get_by_label
 from rampart.seeds import BlockSource, SeedBlock, SeedRegistry, register_parser
 from rampart.tokens import count_tokens
@@ -39,10 +39,15 @@ __all__ = [
     "BlockReport",
     "BlockSource",
     "CompileResult",
+    "ContextOverflowError",
+    "ContextPolicy",
+    "Conversation",
+    "ConversationItem",
     "DryRunResult",
     "EvictionError",
     "InstructionBlock",
     "InvalidArgumentError",
+    "MessageReport",
     "ModelError",
     "ModelNotFoundError",
     "OnnxEmbedder",
@@ -72,26 +77,40 @@ def _version() -> str:
     # One version, written once in Cargo.toml: maturin puts it in the wheel's
     # metadata and compiles it into the extension (CARGO_PKG_VERSION). The metadata
     # is what pip and users see; the extension's copy serves a bare source tree.
+    from importlib import metadata
+
     try:
-        return _metadata.version("rampart-registry")
-    except _metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return metadata.version("rampart-registry")
+    except metadata.PackageNotFoundError:  # pragma: no cover - not installed
         return _core.__version__
 
 
-__version__: str = _version()
-"""The installed version (PEP 440), from the package metadata; equals the crate's."""
-
 if TYPE_CHECKING:
     from rampart.embeddings import OnnxEmbedder, default_embedder
+    from rampart.openai_embedder import OpenAIEmbedder
 
-# The embedder needs numpy/onnxruntime/tokenizers (the "embed" extra); `import rampart`
-# stays light and imports rampart.embeddings only when one of these names is used.
-_LAZY = frozenset({"OnnxEmbedder", "default_embedder"})
+    __version__: str
+    """The installed version (PEP 440), from the package metadata; equals the crate's."""
+
+# Import costs nothing (PEP 562): what needs numpy/onnxruntime/tokenizers (the
+# "embed" extra), http.client and ssl (the OpenAI embedder) or importlib.metadata
+# (the version, ~45 ms) is loaded when one of these names is first used.
+_LAZY = {
+    "OnnxEmbedder": "rampart.embeddings",
+    "default_embedder": "rampart.embeddings",
+    "OpenAIEmbedder": "rampart.openai_embedder",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from rampart import embeddings
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(embeddings, name)
-    raise AttributeError(f"module 'rampart' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+    elif name == "__version__":
+        value = _version()
+    else:
+        raise AttributeError(f"module 'rampart' has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value

@@ -1,9 +1,9 @@
-"""The asyncio side of a registry: embedding without blocking the event loop.
+"""The asyncio side of a registry: what a read needs, without blocking the loop.
 
-The ``a``-methods of :class:`~rampart.registry.BlockRegistry` call the sync
-method where it never waits (every read, compile without a new task, and any
-write to a local registry: microseconds). What can wait goes here or to
-``_replica`` (a shared registry's append):
+A read that may need the model (a gated compile, a ranking) is one generator
+(``rampart._ops``): ``compile`` drives it in the calling thread, ``acompile``
+with ``_ops.adrive``, which answers each need here. A write's shared append is
+``_replica``'s (``asubmit``).
 
 - **The model.** A model with ``aencode`` (``OnnxEmbedder``: its coalescer's
   rounds run on threads, never on the loop) is awaited; a model with only
@@ -20,26 +20,23 @@ import asyncio
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from rampart import _args
 from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry
+    from rampart._view import RegistryView
 
-__all__ = ["aembed_pending", "aencode_texts", "aquery"]
-
-_QUERY_CACHE = 64  # as BlockRegistry._query
+__all__ = ["aembed_pending", "aencode_one", "aencode_texts", "off_loop"]
 
 # Per registry, per event loop: the lock that lets one coroutine embed at a time.
 # A side table, so the registry's slots stay as they are; asyncio.Lock is bound
 # to one loop, and a registry may be used from several (one asyncio.run each).
 _LOCKS: weakref.WeakKeyDictionary[
-    BlockRegistry, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
+    RegistryView, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
 
 
-def _embed_lock(reg: BlockRegistry) -> asyncio.Lock:
+def _embed_lock(reg: RegistryView) -> asyncio.Lock:
     loop = asyncio.get_running_loop()
     per_loop = _LOCKS.get(reg)
     if per_loop is None:
@@ -69,7 +66,8 @@ class _Computed:
         return self._out
 
 
-async def _aencode_one(model: Any, text: str) -> Any:
+async def aencode_one(model: Any, text: str) -> Any:
+    """A vector of ``text``: the model's own coroutine, or its run on the executor."""
     encode = getattr(model, "aencode", None)
     if encode is not None:
         return await encode(text)
@@ -77,23 +75,7 @@ async def _aencode_one(model: Any, text: str) -> Any:
     return await loop.run_in_executor(None, model.encode, text)
 
 
-async def aquery(reg: BlockRegistry, task_text: str | None, task_embedding: Any) -> bytes:
-    """``BlockRegistry._query`` for coroutines (the same per-registry cache)."""
-    if task_embedding is not None:
-        return _args.vector(task_embedding, "task_embedding")
-    model = reg._model()
-    text = _args.text(task_text, "task_text")
-    key = (id(model), text)
-    q = reg._queries.get(key)
-    if q is None:
-        q = _args.vector(await _aencode_one(model, text), "query embedding")
-        if len(reg._queries) >= _QUERY_CACHE:
-            reg._queries.clear()
-        reg._queries[key] = q
-    return q
-
-
-async def aembed_pending(reg: BlockRegistry) -> int:
+async def aembed_pending(reg: RegistryView) -> int:
     """``BlockRegistry.embed_pending`` for coroutines."""
     core = reg._core
     if not core.unembedded():  # one comparison while nothing changed
@@ -119,18 +101,3 @@ async def aembed_pending(reg: BlockRegistry) -> int:
 async def off_loop(call: Any) -> Any:
     """``call()`` on the loop's default executor (a bounded pool)."""
     return await asyncio.get_running_loop().run_in_executor(None, call)
-
-
-async def with_vectors(reg: BlockRegistry, run: Any) -> Any:
-    """``BlockRegistry._with_vectors`` for coroutines: embed, then run the cosine
-    call until it finds every block with a vector."""
-    from rampart.errors import RampartError
-
-    for _ in range(100):
-        await aembed_pending(reg)
-        out = run()
-        if out is not None:
-            return out
-    raise RampartError(
-        f"registry {reg.label!r}: blocks kept arriving faster than they could be embedded"
-    )

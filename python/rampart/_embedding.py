@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-from rampart import _args
+import rampart._args as _args
 from rampart.errors import InvalidArgumentError, RampartError
 
 __all__ = ["EmbeddingModel", "default_model", "encode_texts", "resolve_model"]
@@ -62,13 +62,20 @@ def resolve_model(model: Any) -> Any:
             from rampart.embeddings import default_embedder
 
             return default_embedder()
-        from rampart.embeddings.prepare import NAMED_MODELS  # light: no numpy/onnx
+        from rampart.embeddings.prepare import (  # light: no numpy/onnx
+            MODEL_VARIANTS,
+            NAMED_MODELS,
+            is_model_name,
+            parse_model_name,
+        )
 
-        if model not in NAMED_MODELS:
+        if not is_model_name(model):
             raise InvalidArgumentError(
                 f'embedding_model must be a model object, "default" or a packaged model '
-                f"name ({', '.join(NAMED_MODELS)}), got {model!r}"
+                f"name ({', '.join(NAMED_MODELS)}, or NAME:{'|'.join(MODEL_VARIANTS)}), "
+                f"got {model!r}"
             )
+        parse_model_name(model)  # an unknown variant: its own message
         from rampart.embeddings.embedder import named_embedder
 
         return named_embedder(model)

@@ -20,17 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rampart._labels import label_of
 from rampart.block import InstructionBlock
 from rampart.errors import InvalidArgumentError, ParseError
 from rampart.seeds import EXACT_KEY, SeedBlock, parse_markdown, parse_markdown_text
 
 __all__ = ["export_text"]
-
-# libyaml's emitter where PyYAML has it: the pure-Python one took most of an export.
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _needs_exact(b: InstructionBlock) -> set[str]:
@@ -67,7 +62,11 @@ def _block_text(b: InstructionBlock, exact: set[str]) -> str:
         # names (possible through write_block) would change the block read back.
         if k not in (EXACT_KEY, "gated"):
             front.setdefault(k, v)
-    head = yaml.dump(front, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=10**9)
+    import yaml  # on first export: `import rampart` does not load PyYAML
+
+    # libyaml's emitter where PyYAML has it: the pure-Python one took most of an export.
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    head = yaml.dump(front, Dumper=dumper, sort_keys=False, allow_unicode=True, width=10**9)
     body = json.dumps(b.content, ensure_ascii=False) if "content" in exact else b.content
     return f"---\n{head}---\n\n{body}\n"
 

@@ -223,22 +223,3 @@ def registry_settings(text: str) -> dict[str, Any]:
     if model is not None and not isinstance(model, str):
         raise FileProblem(f"its settings hold a bad embedding_model {model!r:.60}")
     return settings
-
-
-def check_block_metadata(rows: Any) -> None:
-    """Every block's metadata is a JSON object of bounded depth, and a tool
-    block's schema is valid: what reading ``metadata`` or ``tool_schema`` later
-    would otherwise raise as JSONDecodeError or RecursionError. ``rows``:
-    ``(index, name, metadata JSON)`` of the blocks that have metadata, as
-    ``SavedRegistry.block_metadata()`` gives them before any registry exists."""
-    from rampart.tools import METADATA_KEY, schema_from_metadata
-
-    for k, name, raw in rows:
-        meta = json_object(raw, f"the metadata of block #{k} ({name!r:.80})")
-        if METADATA_KEY in meta:
-            try:
-                schema_from_metadata(meta)
-            except ValueError as exc:
-                raise FileProblem(
-                    f"block #{k} ({name!r:.80}) holds a malformed tool schema: {exc}"
-                ) from None

@@ -7,22 +7,20 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import Any
 
-from rampart import _args, _core
+import rampart._args as _args
+import rampart._core as _core
 from rampart.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry
 
 __all__ = ["claim_label", "get_by_label", "label_of", "release_label"]
 
-_LABELS: weakref.WeakValueDictionary[str, BlockRegistry] = weakref.WeakValueDictionary()
+_LABELS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _LABELS_LOCK = threading.Lock()
 _LABEL_COUNTER = itertools.count(1)
 
 
-def claim_label(label: str | None, reg: BlockRegistry) -> str:
+def claim_label(label: str | None, reg: Any) -> str:
     with _LABELS_LOCK:
         if label is None:
             while True:
@@ -42,13 +40,13 @@ def claim_label(label: str | None, reg: BlockRegistry) -> str:
         return label
 
 
-def get_by_label(label: str) -> BlockRegistry | None:
+def get_by_label(label: str) -> Any:
     """The live registry holding ``label``, or None. Labels do not keep registries alive."""
     with _LABELS_LOCK:
         return _LABELS.get(label)
 
 
-def release_label(label: str, reg: BlockRegistry) -> None:
+def release_label(label: str, reg: Any) -> None:
     """Free ``label`` if ``reg`` holds it (another registry may then claim it)."""
     with _LABELS_LOCK:
         if _LABELS.get(label) is reg:

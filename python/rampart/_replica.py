@@ -1,12 +1,14 @@
 """The replica side of a shared registry (SPEC §7): append, apply, follow.
 
-A shared ``BlockRegistry`` is an ordinary registry whose core has this replica
-attached (``attach_journal``): every write method of the core builds its
-operation as usual and, instead of applying it, hands the encoded entry to
-``Replica.submit``, which appends it to the store and applies every entry up to
-and including its own (``apply_entry``, the core's one write path) before the
-call returns. A follower thread applies other processes' entries as they
-arrive; compile never touches the store or the replica's lock.
+A shared ``BlockRegistry`` is an ordinary registry whose core has this replica's
+origin attached (``attach_journal``): every write method of the core builds its
+operation as usual and, instead of applying it, returns the encoded entry as a
+value (``_core.PendingEntry``). The write's driver (``rampart._ops``) hands it
+to ``Replica.submit`` (sync) or ``Replica.asubmit`` (async), which append it to
+the store and apply every entry up to and including its own (``apply_entry``,
+the core's one write path) before the call returns. A follower thread applies
+other processes' entries as they arrive; compile never touches the store or the
+replica's lock.
 
 The replica reaches its registry only through ``ReplicaHost`` (below): the
 core object, which never changes (a reload from a checkpoint replaces its
@@ -31,7 +33,6 @@ Choices SPEC §7 leaves open (docs/shared.md explains them):
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import os
@@ -40,10 +41,11 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rampart import _core, _files
+import rampart._core as _core
+import rampart._files as _files
 from rampart.errors import (
     InvalidArgumentError,
     RampartError,
@@ -51,9 +53,10 @@ from rampart.errors import (
     StoreUnavailableError,
 )
 from rampart.stores import Damaged, Entries, Store, check_name, open_store
+from rampart.tools import check_block_metadata
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry
+    pass
 
 __all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "open_shared"]
 
@@ -69,22 +72,18 @@ _BACKOFF_MAX = 2.0
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
 
-#: Set by ``awrite`` around a write method of a shared registry: the replica's
-#: ``submit`` then hands the encoded entry back (``_Deferred``) instead of
-#: appending it, and the coroutine appends it with the store's async client.
-_DEFER: contextvars.ContextVar[Replica | None] = contextvars.ContextVar(
-    "rampart_defer", default=None
-)
+#: Longest journal tail a coroutine applies on the event loop itself; a longer
+#: one (a replica far behind) is applied on the loop's default executor.
+_APPLY_ON_LOOP = 16
 
 
-class _Deferred(BaseException):
-    """Carries a write method's encoded entry out of the core, unapplied (a
-    BaseException: no ``except Exception`` on the way may swallow it)."""
-
-    def __init__(self, entry: bytes, writes_text: bool) -> None:
-        super().__init__()
-        self.entry = entry
-        self.writes_text = writes_text
+async def _aacquire(lock: threading.Lock) -> None:
+    """Take a lock that threads hold only briefly, from a coroutine: poll,
+    yielding to the loop between tries, instead of blocking it."""
+    delay = 0.0
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(0.001, delay * 2 or 0.0001)
 
 
 class ReplicaHost(Protocol):
@@ -268,11 +267,9 @@ class Replica:
     # ---- mutations ------------------------------------------------------------------
 
     def submit(self, entry: bytes, writes_text: bool) -> Any:
-        """Append one mutation (encoded by the core's write method, which calls
-        this) and apply the journal up to it; return its outcome (or raise its
-        error), as the local call would."""
-        if _DEFER.get() is self:
-            raise _Deferred(entry, writes_text)
+        """Append one mutation (encoded by the core's write method, handed here
+        by the operation's sync driver) and apply the journal up to it; return
+        its outcome (or raise its error), as the local call would."""
         if self._closed:
             raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
         with self._lock:
@@ -387,20 +384,23 @@ class Replica:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.store.append, self.name, entry, self.position)
 
-    async def _alock(self) -> None:
-        """Take the replica's lock from a coroutine: it is only ever held while
-        entries are applied (or a thread's blocking append), so poll, yielding."""
-        delay = 0.0
-        while not self._lock.acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(0.001, delay * 2 or 0.0001)
-
     async def _aapply(self, entries: Entries) -> None:
-        await self._alock()
-        try:
+        """Apply ``entries`` from a coroutine without ever waiting on the loop: a
+        short tail, when the replica's lock is free at this instant, is applied
+        here (microseconds); a long one, or one that would wait for a thread
+        holding the lock (the follower applying, a sync write's round trip), is
+        applied on the loop's default executor."""
+        if len(entries) <= _APPLY_ON_LOOP and self._lock.acquire(blocking=False):
+            try:
+                self._apply(entries)
+            finally:
+                self._lock.release()
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._apply_locked, entries)
+
+    def _apply_locked(self, entries: Entries) -> None:
+        with self._lock:
             self._apply(entries)
-        finally:
-            self._lock.release()
 
     async def asubmit(self, entry: bytes, writes_text: bool) -> Any:
         """:meth:`submit` for coroutines. The append and apply run in a task of
@@ -420,16 +420,26 @@ class Replica:
             task.exception()  # retrieved: a cancelled caller's error is not an orphan
 
     async def _asubmit(self, entry: bytes, writes_text: bool) -> Any:
-        with self._olock:
+        # _olock guards a few dict operations that threads do too: taken without
+        # blocking, so the loop never waits for a thread that holds it.
+        await _aacquire(self._olock)
+        try:
             floor = self.position  # our entry lands after it: keep outcomes past it
             self._floors[floor] += 1
+        finally:
+            self._olock.release()
         try:
             seq, tail = await self._aappend(entry)
             await self._aapply(tail)
-            with self._olock:
+            await _aacquire(self._olock)
+            try:
                 result, error = self._outcomes.pop(seq, (None, None))
+            finally:
+                self._olock.release()
         finally:
-            with self._olock:
+            # (a cancelled write's bookkeeping: its task is shielded, so this runs)
+            await _aacquire(self._olock)
+            try:
                 self._floors[floor] -= 1
                 if not self._floors[floor]:
                     del self._floors[floor]
@@ -438,6 +448,8 @@ class Replica:
                     if low is not None and k > low:
                         break
                     del self._outcomes[k]
+            finally:
+                self._olock.release()
         return self._settle(seq, writes_text, result, error)
 
     async def _ainflight(self) -> None:
@@ -550,31 +562,12 @@ class Replica:
         self._checkpoint_due = None
         self._wrote = False
         self.origin = os.urandom(16)
+        reg = self._reg()
+        if reg is not None and not self._closed:
+            # The child writes under its own origin (its entries are its own).
+            reg._core.attach_journal(self.origin)
         if not self._closed:
             self.start()
-
-
-async def awrite(
-    reg: BlockRegistry, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
-) -> Any:
-    """Run the write method ``call`` of a shared registry with its journal entry
-    deferred, then append and apply that entry asynchronously; ``post`` turns
-    the core's outcome into what the method returns (it is skipped when the
-    method returned without writing)."""
-    rep = reg._replica
-    if rep is None:
-        return call()
-    token = _DEFER.set(rep)
-    try:
-        out = call()
-    except _Deferred as d:
-        entry, writes_text = d.entry, d.writes_text
-    else:
-        return out  # refused or nothing to write: no entry was made
-    finally:
-        _DEFER.reset(token)
-    result = await rep.asubmit(entry, writes_text)
-    return result if post is None else post(result)
 
 
 def _follow(rep: Replica) -> None:
@@ -667,28 +660,19 @@ def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, nam
     if saved.registry_id != registry_id:
         raise RegistryFileError(f"shared registry {name!r}: checkpoint of another registry")
     try:
-        _files.check_block_metadata(saved.block_metadata())
+        check_block_metadata(saved.block_metadata())
     except _files.FileProblem as e:
         raise RegistryFileError(f"shared registry {name!r}: bad checkpoint: {e}") from None
     core.reset_to(saved)
 
 
-class _Collect:
-    """A journal that only keeps entries: the creator's seed load, encoded by the
-    core's ordinary write method before the registry exists in the store."""
-
-    origin = b"\0" * 16
-
-    def __init__(self) -> None:
-        self.entries: list[bytes] = []
-
-    def submit(self, entry: bytes, writes_text: bool) -> list[str]:
-        self.entries.append(entry)
-        return []
+#: The origin of the creator's seed entries (no replica's: every replica
+#: applies them).
+_SEED_ORIGIN = b"\0" * 16
 
 
 def open_shared(
-    cls: type[BlockRegistry],
+    cls: type[Any],
     store: str | Store,
     name: str,
     embedding_model: Any,
@@ -697,10 +681,10 @@ def open_shared(
     seeds: Iterable[Any] | None,
     kwargs: dict[str, Any],
     create: bool = True,
-) -> BlockRegistry:
-    """``BlockRegistry.open``: create or join the shared registry ``name``
-    (``create=False``: join only; a missing registry, or SQLite file, is
-    InvalidArgumentError naming the store and the name)."""
+) -> Any:
+    """``BlockRegistry.open``: create or join the shared registry ``name`` as an
+    instance of ``cls`` (``create=False``: join only; a missing registry, or
+    SQLite file, is InvalidArgumentError naming the store and the name)."""
     from rampart.seeds import load_sources
 
     check_name(name)
@@ -714,7 +698,7 @@ def open_shared(
                 f"store {st.url} holds no registry {name!r} (rampart store ls {st.url})"
             )
     if label is None:
-        from rampart.registry import get_by_label
+        from rampart._labels import get_by_label
 
         label = name if get_by_label(name) is None else None
     probe = cls(embedding_model, tokeniser, label=label, **kwargs)
@@ -725,12 +709,14 @@ def open_shared(
         if raw is None:
             meta = {"format": META_FORMAT, "registry_id": str(uuid.uuid4()), "settings": settings}
             if seeds is not None:
+                # The seed load, encoded by the core's ordinary write method
+                # before the registry exists in the store; never applied here.
                 seeder = cls._with_id(embedding_model, tokeniser, meta["registry_id"], None, kwargs)
-                collect = _Collect()
-                seeder._core.attach_journal(collect)
-                seeder._insert_seeds(load_sources(seeds))
+                seeder._core.attach_journal(_SEED_ORIGIN)
+                pending = seeder._insert_seeds(load_sources(seeds))
                 seeder._drop()
-                entries = collect.entries
+                if isinstance(pending, _core.PendingEntry):
+                    entries = [pending.data]
             if not st.create(name, json.dumps(meta).encode(), entries):
                 raw = st.meta(name)  # another process created it first: join it
         if raw is not None:
@@ -751,7 +737,7 @@ def open_shared(
                 _replay_instead(name, e)
         reg._replica = rep
         rep.catch_up()
-        reg._core.attach_journal(rep)
+        reg._core.attach_journal(rep.origin)
         reg._embed_written()  # publishes what no replica has embedded yet
         rep.start()
     except BaseException:

@@ -15,7 +15,13 @@ the provider's prompt cache (tools come first in it) survives a change of task;
 ``"allowed"`` (OpenAI only) sends every tool and restricts the model to the gated
 ones with ``tool_choice={"type": "allowed_tools", ...}``: the gate still decides
 what the model may call, without touching the cached ``tools``. An evicted tool is
-absent whatever the choice. See docs/caching.md.
+absent whatever the choice. See docs/caching.md. The providers' own tool search
+(:mod:`rampart.tool_search`, docs/tool-gate.md): ``"deferred"`` (Anthropic) sends
+every tool with ``defer_loading`` beside a client-side search tool and preloads the
+gated ones as ``tool_reference`` blocks; ``"search"`` (OpenAI Responses) sends every
+tool deferred in per-server namespaces beside a client ``tool_search`` tool and
+preloads the gated ones as a ``tool_search_output`` item; the model's later search
+calls are answered by :func:`answer_tool_search`.
 
 Choices: an empty prompt sends no system prompt and an empty tool list no ``tools``
 key (both APIs reject ``tools: []`` or treat it as noise); ``messages`` are copied
@@ -40,14 +46,22 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rampart import tool_search
 from rampart.block import CompileResult
 from rampart.caching import SessionResult
 from rampart.errors import InvalidArgumentError
+from rampart.tool_search import aanswer_tool_search, answer_tool_search, answered_tools
 
 __all__ = [
+    "ANTHROPIC_CONTEXT_BETA",
     "ANTHROPIC_MIN_CACHE_TOKENS",
     "TOOL_CHOICES",
+    "aanswer_tool_search",
+    "answer_tool_search",
+    "answered_tools",
     "anthropic_messages",
+    "gemini_cache_payload",
+    "gemini_generate_content",
     "openai_chat",
     "openai_responses",
     "without_schema_uri",
@@ -76,6 +90,29 @@ _ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
 
 
 Result = CompileResult | SessionResult
+
+#: The beta that Anthropic's ``context_management`` edits need (the body carries
+#: it as ``betas``: send it with ``client.beta.messages.create(**body)``).
+ANTHROPIC_CONTEXT_BETA = "context-management-2025-06-27"
+
+
+def _conversation_messages(res: Result, messages: Any, fmt: str) -> Any:
+    """``messages`` as given, or, when omitted, the compiled conversation's
+    (SPEC §9: ``reg.compile(..., conversation=conv)``)."""
+    if messages is not None:
+        return messages
+    ctx = getattr(res, "context", None)
+    return None if ctx is None else ctx.messages(fmt)
+
+
+def _native_threshold(ctx: Any) -> int | None:
+    """Where a provider-side edit should trigger: the window less the reply and
+    one clearing step (the point the client-side policy would act), in the
+    provider's tokens."""
+    if ctx is None or ctx.context_window is None:
+        return None
+    room = int(ctx.context_window - ctx.reply_tokens - ctx.policy.clear_at_least)
+    return max(room, 1024)
 
 
 def _result(result: Any) -> Result:
@@ -171,7 +208,7 @@ def without_schema_uri(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     out = []
     for t in tools:
         t = dict(t)
-        for key in ("parameters", "input_schema", "inputSchema"):
+        for key in ("parameters", "input_schema", "inputSchema", "parameters_json_schema"):
             if key in t:
                 t[key] = _drop_uri(t[key])
         if isinstance(t.get("function"), Mapping):
@@ -284,7 +321,7 @@ def openai_chat(
             f"system_role must be one of {_OPENAI_SYSTEM_ROLES}, got {system_role!r}"
         )
     key = _cache_key(prompt_cache_key)
-    msgs = _messages(messages, _OPENAI_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "openai_chat"), _OPENAI_MESSAGE_KEYS)
     system = [{"role": system_role, "content": res.prompt}] if res.prompt else []
     body: dict[str, Any] = {"messages": [*system, *msgs]}
     sent, gated = _tools(res, "openai", choice, drop_schema_uri)
@@ -342,17 +379,35 @@ def openai_responses(
     (``resp.output``) appended as they are. ``tools`` as for :func:`openai_chat`;
     with ``"allowed"`` the tool choice has the Responses shape
     ``{"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function",
-    "name": ...}, ...]}``.
+    "name": ...}, ...]}``. ``"search"``: OpenAI's tool search with rampart as the
+    search (:func:`rampart.tool_search.openai_search`): every tool deferred, in one
+    namespace per MCP server, a client ``tool_search`` tool, and the gated tools
+    preloaded as a ``tool_search_output`` item after the task's user message; answer
+    the model's ``tool_search_call`` items with :func:`answer_tool_search`
+    (``provider="openai-responses"``).
     """
     res = _result(result)
-    choice = _tool_choice(tools, True)
+    search = tools == "search"
+    choice = "all" if search else _tool_choice(tools, True)
     key = _cache_key(prompt_cache_key)
     body: dict[str, Any] = {}
     if res.prompt:
         body["instructions"] = res.prompt
-    body["input"] = _responses_items(messages)
+    body["input"] = _responses_items(_conversation_messages(res, messages, "openai_responses"))
+    ctx = getattr(res, "context", None)
+    if ctx is not None and ctx.native == "openai":
+        edit: dict[str, Any] = {"type": "compaction"}
+        threshold = _native_threshold(ctx)
+        if threshold is not None:
+            edit["compact_threshold"] = threshold
+        body["context_management"] = [edit]
     sent, gated = _tools(res, "openai-responses", choice, drop_schema_uri)
-    if sent:
+    if search and sent:  # the provider's tool search, answered by the gate
+        clean = without_schema_uri if drop_schema_uri else None
+        body["tools"], body["input"] = tool_search.openai_search(
+            _compile_of(res), body["input"], clean
+        )
+    elif sent:
         body["tools"] = sent
         if choice == "allowed" and len(gated) < len(sent):
             named = [{"type": "function", "name": t["name"]} for t in gated]
@@ -437,6 +492,31 @@ def _mark_last_message(msgs: list[Any], control: dict[str, Any]) -> bool:
     return True
 
 
+def _anthropic_edits(res: Result, body: dict[str, Any]) -> None:
+    """Anthropic's own tool-result clearing (``clear_tool_uses_20250919``) in
+    place of the client-side one, when the compile's policy says
+    ``native="anthropic"``: the policy's keep / exclude / inputs / clear_at_least,
+    triggered where the client would have cleared."""
+    ctx = getattr(res, "context", None)
+    if ctx is None or ctx.native != "anthropic":
+        return
+    pol = ctx.policy
+    edit: dict[str, Any] = {
+        "type": "clear_tool_uses_20250919",
+        "keep": {"type": "tool_uses", "value": pol.keep_tool_results},
+        "clear_at_least": {"type": "input_tokens", "value": pol.clear_at_least},
+    }
+    threshold = _native_threshold(ctx)
+    if threshold is not None:
+        edit["trigger"] = {"type": "input_tokens", "value": threshold}
+    if pol.exclude_tools:
+        edit["exclude_tools"] = list(pol.exclude_tools)
+    if pol.clear_tool_inputs:
+        edit["clear_tool_inputs"] = True
+    body["context_management"] = {"edits": [edit]}
+    body["betas"] = [ANTHROPIC_CONTEXT_BETA]
+
+
 def anthropic_messages(
     result: Result,
     messages: Sequence[Mapping[str, Any]] | None = None,
@@ -459,7 +539,13 @@ def anthropic_messages(
     system role inside ``messages``, so a message with ``"role": "system"`` is an
     error: put that text in the registry instead. ``messages`` may hold SDK objects
     (a ``Message`` response, or content blocks in a dict's ``content``).
-    ``tools``: ``"gated"`` or ``"all"`` (module docstring).
+    ``tools``: ``"gated"``, ``"all"`` or ``"deferred"`` (module docstring):
+    Anthropic's tool search with rampart as the search
+    (:func:`rampart.tool_search.anthropic_deferred`): every tool with
+    ``defer_loading``, a client-side ``tool_search`` tool first, and the gated tools
+    preloaded as ``tool_reference`` blocks after the task's user message; answer the
+    model's ``tool_search`` calls with :func:`answer_tool_search`
+    (``provider="anthropic"``).
 
     ``cache=True`` adds prompt-cache breakpoints (``cache_control``; Anthropic
     caches a prefix only up to a breakpoint). ``system`` becomes text blocks split
@@ -478,14 +564,15 @@ def anthropic_messages(
     cost 2x instead of 1.25x).
     """
     res = _result(result)
-    choice = _tool_choice(tools, False)
+    deferred = tools == "deferred"
+    choice = "all" if deferred else _tool_choice(tools, False)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     if cache_ttl not in _CACHE_TTLS:
         raise InvalidArgumentError(f"cache_ttl must be one of {_CACHE_TTLS}, got {cache_ttl!r}")
     if isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int):
         raise InvalidArgumentError(f"min_cache_tokens must be an int, got {min_cache_tokens!r}")
-    msgs = _messages(messages, _ANTHROPIC_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "anthropic"), _ANTHROPIC_MESSAGE_KEYS)
     for i, m in enumerate(msgs):
         if m["role"] == "system":
             raise InvalidArgumentError(
@@ -493,7 +580,10 @@ def anthropic_messages(
                 "accept: write it into the registry so it compiles into the system prompt"
             )
     body: dict[str, Any] = {"max_tokens": max_tokens}
+    _anthropic_edits(res, body)
     sent, _ = _tools(res, "anthropic", choice, drop_schema_uri)
+    if deferred and sent:  # the provider's tool search, answered by the gate
+        sent, msgs = tool_search.anthropic_deferred(_compile_of(res), sent, msgs)
     if not cache:
         if res.prompt:
             body["system"] = res.prompt
@@ -505,7 +595,8 @@ def anthropic_messages(
     control: dict[str, Any] = {"type": "ephemeral"}
     if cache_ttl is not None:
         control["ttl"] = cache_ttl
-    tool_tokens = _tool_tokens(res, sent)
+    # Deferred tools are not in the model's context (nor in the cached prefix).
+    tool_tokens = 0 if deferred else _tool_tokens(res, sent)
     points = _cache_points(res)
     cuts = [0, *(c for c, _ in points), len(res.prompt)]
     system: list[dict[str, Any]] = [
@@ -543,3 +634,91 @@ def anthropic_messages(
     if sent:
         body["tools"] = sent
     return _finish(body, model, extra)
+
+
+# ---- Gemini: the wire form and body live in rampart.providers.gemini --------------------
+
+
+def gemini_generate_content(
+    result: Result,
+    contents: Sequence[Any] | None = None,
+    *,
+    model: str,
+    tools: str = "gated",
+    cached_content: str | None = None,
+    drop_schema_uri: bool = False,
+    **config: Any,
+) -> dict[str, Any]:
+    """A Gemini ``generate_content`` request: ``{"model", "contents", "config"}``,
+    the keyword arguments of ``client.models.generate_content(**body)``.
+
+    ``config.system_instruction`` is the compiled prompt; ``config.tools`` one
+    ``Tool`` of function declarations. ``tools``: ``"gated"``, ``"all"`` (every
+    tool block, the same for every task) or ``"allowed"``: every tool, and
+    ``config.tool_config.function_calling_config`` with mode ``VALIDATED`` and
+    ``allowed_function_names`` naming the gated ones (mode ``NONE`` when the gate
+    kept none; no ``tool_config`` when it kept them all).
+
+    ``contents`` may be omitted when the result holds a compiled conversation
+    (``reg.compile(..., conversation=conv)``): its messages in Gemini's shape.
+
+    ``cached_content``: the name of an explicit cache made from
+    :func:`gemini_cache_payload`'s payload (the prompt's task-independent head and
+    every tool). Then the body leaves out what the cache holds, and the rest of the
+    prompt (from ``result.stable_prefix_chars`` on) opens ``contents`` as a user
+    turn. Whether an explicit cache pays for its storage beside Gemini's implicit
+    cache: :func:`rampart.providers.gemini.explicit_cache_pays`. ``**config``:
+    further ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``, …).
+    """
+    from rampart.providers import gemini
+
+    res = _result(result)
+    contents = _conversation_messages(res, contents, "gemini")
+    every, gated = _tools(res, "gemini", "all", drop_schema_uri)
+    if drop_schema_uri:
+        gated = without_schema_uri(gated)
+    prompt = res.prompt
+    opening: list[dict[str, Any]] = []
+    if cached_content is not None:
+        rest = res.prompt[res.stable_prefix_chars :]
+        if rest:
+            opening = [{"role": "user", "parts": [{"text": rest}]}]
+        prompt = ""
+    body = gemini.generate_content(
+        prompt,
+        gated,
+        every,
+        contents,
+        model=model,
+        tools=tools,
+        cached_content=cached_content,
+        opening=opening,
+        extra=config,
+    )
+    return body
+
+
+def gemini_cache_payload(
+    result: Result,
+    *,
+    model: str,
+    ttl_s: int = 3600,
+    display_name: str | None = None,
+    drop_schema_uri: bool = False,
+) -> dict[str, Any]:
+    """``client.caches.create(**payload)``'s arguments for an explicit Gemini cache of
+    what does not depend on the task: the prompt up to ``result.stable_prefix_chars``
+    as the system instruction, and every tool block (registry order). Byte-identical
+    for every task of one registry state; use the returned cache's ``name`` as
+    :func:`gemini_generate_content`'s ``cached_content``."""
+    from rampart.providers import gemini
+
+    res = _result(result)
+    every, _ = _tools(res, "gemini", "all", drop_schema_uri)
+    return gemini.cache_payload(
+        res.prompt[: res.stable_prefix_chars],
+        every,
+        model=model,
+        ttl_s=ttl_s,
+        display_name=display_name,
+    )

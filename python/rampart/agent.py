@@ -31,6 +31,14 @@ docstring) or the tools of an MCP client session (``mcp.ClientSession``, awaited
 and ``forget``, which write and evict blocks through the registry's own permission
 model: pinned blocks (seeds, tools) cannot be forgotten.
 
+The messages of a run live in a :class:`rampart.Conversation` (``Run.conversation``;
+pass it back as ``run(task, conversation=...)`` to continue the session), and each
+step compiles them with the registry: with ``context_window`` the request
+(instructions, tools, messages) fits the window less ``reply_tokens``, old tool
+results cleared, compacted or dropped as ``policy`` (a :class:`rampart.ContextPolicy`)
+says, so a long run no longer overflows; the provider's ``usage`` of each call tunes
+the count (``Conversation.observe_usage``).
+
 Everything the loop feeds back is bounded: tool results are cut at
 ``max_tool_result_chars``, rules at ``max_rule_chars``, the tool calls run per step
 at ``max_calls_per_step``, the loop at ``max_steps``.
@@ -41,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import enum
+import functools
 import inspect
 import json
 import math
@@ -56,17 +65,26 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from rampart import _http
+import rampart._http as _http
 from rampart._files import FileProblem, read_regular_file
 from rampart.block import CompileResult, InstructionBlock
+from rampart.conversation import ContextPolicy, Conversation
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.llm import Backend, Reply, ToolCall
 from rampart.registry import BlockRegistry
+from rampart.tool_search import (
+    TOOL_SEARCH_K,
+    answer_tool_search,
+    answered_tools,
+    asearch_tools,
+    search_tools,
+)
 from rampart.tools import ToolSchema
 
 __all__ = [
     "LESSON_TAG",
     "TOOL_SEARCH",
+    "TOOL_SEARCH_K",
     "Agent",
     "Lesson",
     "Quarantine",
@@ -134,8 +152,6 @@ _MEMORY_NAMES = frozenset(t["function"]["name"] for t in _MEMORY_TOOLS)
 
 #: The name of the gate's fallback tool (offered when the agent gates its tools).
 TOOL_SEARCH = "find_tools"
-#: How many tools one ``find_tools`` call returns at most.
-TOOL_SEARCH_K = 3
 _TOOL_SEARCH_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -358,6 +374,8 @@ class Run:
     prompt_tokens: int = 0  # every call of the run, judge and diagnosis included
     completion_tokens: int = 0
     latency_s: float = 0.0
+    # The session's messages, this run's appended (pass it to the next run to continue).
+    conversation: Conversation | None = None
 
     @property
     def tokens(self) -> int:
@@ -538,7 +556,7 @@ def _mcp_output(result: Any) -> tuple[str, bool]:
 # on a worker thread, so the event loop never waits on the store or the model.
 _Chat = tuple[str, list[dict[str, Any]], list[dict[str, Any]], int]
 _Step = tuple[str, Callable[..., Any], tuple[Any, ...]]
-_Action = _Chat | tuple[str, ToolCall] | tuple[str, str] | _Step
+_Action = _Chat | tuple[str, ToolCall] | tuple[str, str, Conversation] | _Step
 
 
 def _clip(text: str, limit: int) -> str:
@@ -584,75 +602,6 @@ def _renderable_rule(text: str, limit: int) -> str:
     return line
 
 
-def _tools_named(
-    registry: BlockRegistry, query: str, allowed: Iterable[str] | None
-) -> tuple[str, dict[str, ToolSchema], list[tuple[ToolSchema, str, float | None]]]:
-    """search_tools' first half: (the clipped query, the tools searched, those it names)."""
-    query = query.strip()[:1000]
-    keep = None if allowed is None else set(allowed)
-    schemas: dict[str, ToolSchema] = {}
-    for b in registry.list_blocks():
-        schema = b.tool_schema
-        if schema is not None and (keep is None or schema.name in keep):
-            schemas.setdefault(schema.name, schema)
-    lower = {n.lower(): n for n in schemas}
-    found: list[tuple[ToolSchema, str, float | None]] = []
-    for w in [query, *re.findall(r"[A-Za-z0-9_.-]+", query)]:
-        name = lower.get(w.lower().strip("."))
-        if name and all(f[0].name != name for f in found):
-            found.append((schemas[name], "name", None))
-    return query, schemas, found
-
-
-def _tools_ranked(
-    ranked: Iterable[tuple[InstructionBlock, float]],
-    schemas: dict[str, ToolSchema],
-    found: list[tuple[ToolSchema, str, float | None]],
-    k: int,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    for block, score in ranked:
-        schema = block.tool_schema
-        if schema is not None and schema.name in schemas:
-            if all(f[0].name != schema.name for f in found):
-                found.append((schema, "relevance", float(score)))
-            if len(found) >= k:
-                break
-    return found
-
-
-def search_tools(
-    registry: BlockRegistry,
-    query: str,
-    *,
-    k: int = TOOL_SEARCH_K,
-    allowed: Iterable[str] | None = None,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    """The tool blocks of ``registry`` a ``find_tools(query)`` call returns, as
-    ``(schema, "name" | "relevance", score)``: the tools named in the query (the whole
-    query, or a word of it, case-insensitive) when there are any, since the model then
-    knew what it wanted; else the ``k`` the registry ranks most relevant to the query
-    (its embedding model; without one, nothing). ``allowed`` limits the search to
-    these tool names (the tools a caller can run)."""
-    query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
-        return found
-    return _tools_ranked(registry.find_relevant(query), schemas, found, k)
-
-
-async def asearch_tools(
-    registry: BlockRegistry,
-    query: str,
-    *,
-    k: int = TOOL_SEARCH_K,
-    allowed: Iterable[str] | None = None,
-) -> list[tuple[ToolSchema, str, float | None]]:
-    """:func:`search_tools` for coroutines (the query is embedded off the loop)."""
-    query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
-        return found
-    return _tools_ranked(await registry.afind_relevant(query), schemas, found, k)
-
-
 class Agent:
     """A tool-calling agent whose context is compiled from ``registry``.
 
@@ -672,6 +621,11 @@ class Agent:
     ``top_k`` gates). ``max_calls_per_step``: the tool calls of one reply that run
     (default 32); the rest are answered with an error the model can act on, so a
     reply listing thousands of calls costs thirty-two tool runs, not thousands.
+
+    ``context_window``: the model's window in tokens; each step's request
+    (instructions + tools + messages) then fits it less ``reply_tokens``, the
+    messages managed by ``policy`` (default ``ContextPolicy()``). Without it the
+    messages are sent as they are, as before.
     """
 
     def __init__(
@@ -697,6 +651,8 @@ class Agent:
         tool_search: bool | None = None,
         learn_tools: bool | None = None,
         max_calls_per_step: int = 32,
+        context_window: int | None = None,
+        policy: ContextPolicy | None = None,
     ) -> None:
         if not isinstance(registry, BlockRegistry):
             raise InvalidArgumentError(
@@ -716,6 +672,19 @@ class Agent:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{what} must be an int >= 1, got {value!r}")
+        if context_window is not None and (
+            isinstance(context_window, bool)
+            or not isinstance(context_window, int)
+            or context_window <= reply_tokens
+        ):
+            raise InvalidArgumentError(
+                f"context_window must be an int above reply_tokens ({reply_tokens}) or None, "
+                f"got {context_window!r}"
+            )
+        if policy is not None and not isinstance(policy, ContextPolicy):
+            raise InvalidArgumentError(
+                f"policy must be a rampart.ContextPolicy or None, got {type(policy).__name__}"
+            )
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise InvalidArgumentError(f"top_k must be an int >= 1 or None, got {top_k!r}")
@@ -746,6 +715,8 @@ class Agent:
         self.max_tool_result_chars = max_tool_result_chars
         self.max_rule_chars = max_rule_chars
         self.max_calls_per_step = max_calls_per_step
+        self.context_window = context_window
+        self.policy = policy
         self.duplicate_threshold = duplicate_threshold
         self.lesson_priority = lesson_priority
         trusted: set[str] = set()
@@ -845,14 +816,17 @@ class Agent:
 
     # ---- running ----------------------------------------------------------------------------
 
-    def run(self, task: str, *, seed: int = 0) -> Run:
-        """Run ``task`` to an answer (or ``max_steps``); learn from it if it failed."""
+    def run(self, task: str, *, seed: int = 0, conversation: Conversation | None = None) -> Run:
+        """Run ``task`` to an answer (or ``max_steps``); learn from it if it failed.
+
+        ``conversation``: the session to continue (``task`` is appended to it as the
+        next user message); default: a new one, in ``Run.conversation``."""
         if self._sessions:
             raise InvalidArgumentError(
                 "this agent has MCP session tools, which are async: use `await agent.arun(task)` "
                 "inside the session's event loop"
             )
-        loop = self._loop(task, seed)
+        loop = self._loop(task, seed, conversation)
         action: _Action = next(loop)
         while True:
             try:
@@ -860,20 +834,22 @@ class Agent:
                     _, messages, tools, limit = action  # type: ignore[misc]
                     action = loop.send(self._chat(messages, tools, limit, seed))
                 elif action[0] == "compile":
-                    action = loop.send(self._compile(action[1]))  # type: ignore[arg-type]
+                    action = loop.send(self._compile(action[1], action[2]))  # type: ignore[arg-type,misc]
                 elif action[0] == "step":
                     _, fn, args = action  # type: ignore[misc]
-                    action = loop.send(fn(*args))
+                    action = loop.send(fn(*args))  # type: ignore[misc,operator]
                 else:
                     action = loop.send(self._call_sync(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
 
-    async def arun(self, task: str, *, seed: int = 0) -> Run:
+    async def arun(
+        self, task: str, *, seed: int = 0, conversation: Conversation | None = None
+    ) -> Run:
         """:meth:`run` for async code: awaits MCP tools and coroutine functions, and
         runs the (blocking) model call in a worker thread."""
         await self._list_mcp()
-        loop = self._loop(task, seed)
+        loop = self._loop(task, seed, conversation)
         action: _Action = next(loop)
         while True:
             try:
@@ -882,10 +858,10 @@ class Agent:
                     reply = await asyncio.to_thread(self._chat, messages, tools, limit, seed)
                     action = loop.send(reply)
                 elif action[0] == "compile":
-                    action = loop.send(await self._acompile(action[1]))  # type: ignore[arg-type]
+                    action = loop.send(await self._acompile(action[1], action[2]))  # type: ignore[arg-type,misc]
                 elif action[0] == "step":
                     _, fn, args = action  # type: ignore[misc]
-                    action = loop.send(await asyncio.to_thread(fn, *args))
+                    action = loop.send(await asyncio.to_thread(fn, *args))  # type: ignore[misc,arg-type]
                 else:
                     action = loop.send(await self._call_async(action[1]))  # type: ignore[arg-type]
             except StopIteration as done:
@@ -902,18 +878,21 @@ class Agent:
             tools=tools or None,
         )
 
-    def _compile(self, task: str) -> CompileResult:
-        if self.top_k is None:
-            return self.registry.compile(self.max_tokens, tools_in_prompt=False)
-        return self.registry.compile(
-            self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
-        )
+    def _compile_args(self, task: str, conversation: Conversation) -> dict[str, Any]:
+        args: dict[str, Any] = {"tools_in_prompt": False, "conversation": conversation}
+        if self.top_k is not None:
+            args.update(task_text=task, top_k=self.top_k)
+        if self.context_window is not None:
+            args.update(context_window=self.context_window, reply_tokens=self.reply_tokens)
+            args["policy"] = self.policy
+        return args
 
-    async def _acompile(self, task: str) -> CompileResult:
-        if self.top_k is None:
-            return await self.registry.acompile(self.max_tokens, tools_in_prompt=False)
+    def _compile(self, task: str, conversation: Conversation) -> CompileResult:
+        return self.registry.compile(self.max_tokens, **self._compile_args(task, conversation))
+
+    async def _acompile(self, task: str, conversation: Conversation) -> CompileResult:
         return await self.registry.acompile(
-            self.max_tokens, task_text=task, top_k=self.top_k, tools_in_prompt=False
+            self.max_tokens, **self._compile_args(task, conversation)
         )
 
     def _offered(self, result: CompileResult, found: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -957,37 +936,54 @@ class Agent:
                 return wire
         return None
 
-    def _loop(self, task: str, seed: int) -> Generator[_Action, Any, Run]:
+    def _loop(
+        self, task: str, seed: int, conversation: Conversation | None = None
+    ) -> Generator[_Action, Any, Run]:
         if not isinstance(task, str) or not task.strip():
             raise InvalidArgumentError("task must be a non-empty string")
+        if conversation is not None and not isinstance(conversation, Conversation):
+            raise InvalidArgumentError(
+                f"conversation must be a rampart.Conversation, got {type(conversation).__name__}"
+            )
         t_run = time.perf_counter()
         run = Run(task=task, trajectory_id=f"run-{uuid.uuid4().hex[:16]}")
-        transcript: list[dict[str, Any]] = []
+        conv = run.conversation = Conversation() if conversation is None else conversation
+        trajectory = run.trajectory_id
+        # Appends are registry-like steps: a conversation in a shared store writes to it,
+        # so arun makes them on a worker thread, never on the event loop.
+        append = functools.partial(conv.append, trajectory_id=trajectory)
+        yield ("step", append, ({"role": "user", "content": task},))
         reply: Reply | None = None
         for index in range(self.max_steps):
             t_step = time.perf_counter()
             # What the model has read before it makes this step's calls: results of
             # this step's own calls reach it only on the next step.
             tainted = run.tainted
-            result = yield ("compile", task)
+            result = yield ("compile", task, conv)
             tools = self._offered(result, run.found_tools)
             messages: list[dict[str, Any]] = []
             if result.prompt:
                 messages.append({"role": "system", "content": result.prompt})
-            messages.append({"role": "user", "content": task})
-            messages.extend(transcript)
+            # The conversation as compiled: with a window, old tool results cleared,
+            # compacted or dropped by the policy; without one, every message as it came.
+            messages.extend(result.messages("openai_chat"))
             t_model = time.perf_counter()
             reply = yield ("chat", messages, tools, self.reply_tokens)
             model_s = time.perf_counter() - t_model
             self._count(run, reply)
+            if reply.prompt_tokens is not None:
+                yield ("step", conv.observe_usage, ({"prompt_tokens": reply.prompt_tokens},))
             step = Step(index, result, reply, [t["function"]["name"] for t in tools])
             step.model_s = model_s
             run.steps.append(step)
             if not reply.calls:
                 step.latency_s = time.perf_counter() - t_step
                 run.answer = reply.text
+                if reply.text:  # the session goes on from the answer
+                    yield ("step", append, (reply.assistant_message(),))
                 break
-            transcript.append(reply.assistant_message())
+            yield ("step", append, (reply.assistant_message(),))
+            results: list[dict[str, Any]] = []
             offered = set(step.tools_offered)
             for n_call, call in enumerate(reply.calls):
                 t_tool = time.perf_counter()
@@ -1017,7 +1013,8 @@ class Agent:
                 step.results.append(
                     ToolResult(call, output, is_error, time.perf_counter() - t_tool)
                 )
-                transcript.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                results.append({"role": "tool", "tool_call_id": call.id, "content": output})
+            yield ("step", append, (results,))
             step.latency_s = time.perf_counter() - t_step
         else:
             run.stop_reason = "max_steps"
@@ -1154,35 +1151,24 @@ class Agent:
             return f"error: {type(exc).__name__}: {exc}", True
 
     def _find_tools(self, call: ToolCall, run: Run) -> tuple[str, bool]:
-        """The gate's way back (:func:`search_tools` over the tools this agent can
-        run); what it finds joins the tools offered from the next step on."""
+        """The gate's way back (:func:`rampart.tool_search.answer_tool_search` over
+        the tools this agent can run); what it finds joins the tools offered from the
+        next step on."""
         args = self._arguments(call)
         if isinstance(args, str):
             return args, True
-        query = str(args.get("query", "")).strip()
-        if not query:
+        if not str(args.get("query", "")).strip():
             return f"error: {TOOL_SEARCH} needs a non-empty 'query'", True
         try:
-            found = search_tools(self.registry, query, allowed=(*self._functions, *self._mcp_tools))
+            answer = answer_tool_search(
+                self.registry, call, provider="openai", allowed=(*self._functions, *self._mcp_tools)
+            )
         except RampartError as exc:
             return f"error: {type(exc).__name__}: {exc}", True
-        if not found:
-            return f"no tool matches {query[:200]!r}", False
-        out = []
-        for schema, how, _score in found:
-            if schema.name not in run.found_tools:
-                run.found_tools.append(schema.name)
-            out.append(
-                {
-                    "name": schema.name,
-                    "description": _clip(schema.description, 300),
-                    "matched_by": how,
-                }
-            )
-        return (
-            json.dumps({"found": out, "note": "these tools are offered from your next step"}),
-            False,
-        )
+        for name in answered_tools(answer):
+            if name not in run.found_tools:
+                run.found_tools.append(name)
+        return str(answer["content"]), False
 
     # ---- judging and learning --------------------------------------------------------------
 

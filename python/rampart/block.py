@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rampart import _core
+import rampart._core as _core
 from rampart.errors import UnsupportedFormatError
 from rampart.tools import (
     METADATA_KEY,
@@ -216,7 +216,9 @@ class CompileResult:
     saw, so a compile costs what it includes, not the size of the registry.
     """
 
-    __slots__ = ("_names", "_report", "_sel", "_sep", "prompt")
+    __slots__ = ("_context", "_names", "_report", "_sel", "_sep", "prompt")
+    # Set only by a compile with a conversation (rampart.conversation.plan.attach).
+    _context: Any
 
     def __init__(self, prompt: str, sel: _core.Selection, separator: str = "") -> None:
         # Kept to four stores: this object is built on every compile.
@@ -328,6 +330,39 @@ class CompileResult:
                 seen.add(schema.name)
                 out.append(schema.to_format(format))
         return out
+
+    # ---- the conversation part (SPEC §9; compile(..., conversation=conv)) ---------------
+
+    @property
+    def context(self) -> Any:
+        """The compile step's outcome when a conversation was compiled (a
+        :class:`rampart.conversation.ContextResult`: budget, scale, rewrites),
+        else None."""
+        try:
+            return self._context
+        except AttributeError:
+            return None
+
+    @property
+    def conversation(self) -> Any:
+        """The :class:`rampart.Conversation` compiled with this result, or None."""
+        ctx = self.context
+        return None if ctx is None else ctx.conversation
+
+    def messages(self, format: str = "openai_chat") -> list[dict[str, Any]]:
+        """The conversation's messages as compiled (transformations applied), in
+        ``format``: ``"openai_chat"``, ``"openai_responses"``, ``"anthropic"`` or
+        ``"gemini"``; empty when no conversation was compiled."""
+        ctx = self.context
+        return [] if ctx is None else ctx.messages(format)
+
+    @property
+    def message_report(self) -> list[Any]:
+        """One :class:`rampart.conversation.MessageReport` per conversation item:
+        ``.id``, ``.action`` (kept / cleared / compacted / dropped), ``.reason``,
+        ``.tokens``; empty when no conversation was compiled."""
+        ctx = self.context
+        return [] if ctx is None else ctx.message_report
 
     def __len__(self) -> int:
         return self._sel.included_count()

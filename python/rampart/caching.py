@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from rampart.block import CompileResult, InstructionBlock
 from rampart.errors import InvalidArgumentError
+from rampart.providers import gemini
 
 if TYPE_CHECKING:
-    from rampart.registry import BlockRegistry, GateFn
+    from rampart._view import GateFn, RegistryView
 
 __all__ = [
     "PRICES",
@@ -57,6 +58,8 @@ class PriceTable:
     breakpoint (Anthropic); otherwise every prefix of every request is cached.
     ``scope``: ``"any"`` (any earlier request's prefix) or ``"last"`` (only the
     previous request's: llama-cpp-python, one llama.cpp server slot).
+    ``storage_per_hour``: what keeping one token in an explicit cache costs per
+    hour, per uncached input token (Gemini's explicit caches; 0 elsewhere).
     """
 
     name: str
@@ -69,6 +72,7 @@ class PriceTable:
     lookback: int = 20
     scope: str = "any"
     source: str = ""
+    storage_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
         for field in ("read", "write"):
@@ -169,6 +173,18 @@ PRICES: dict[str, PriceTable] = {
             1024,
             granularity=128,
             source=_OPENAI.format(pct="50 %", models="GPT-4o"),
+        ),
+        *(
+            PriceTable(
+                name,
+                row["read"],
+                row["write"],
+                row["ttl_s"],
+                row["min_tokens"],
+                storage_per_hour=row["storage_per_hour"],
+                source=row["source"],
+            )
+            for name, row in gemini.PRICES.items()
         ),
         PriceTable("local", 0.0, 1.0, None, 0, scope="last", source=_LOCAL),
         PriceTable("local-vllm", 0.0, 1.0, None, 0, granularity=16, source=_VLLM),
@@ -490,7 +506,7 @@ class CacheSession:
 
     def __init__(
         self,
-        registry: BlockRegistry,
+        registry: RegistryView,
         *,
         max_tokens: int | None = None,
         top_k: int | None = None,
@@ -502,12 +518,9 @@ class CacheSession:
         calls_per_task: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+        from rampart._view import DEFAULT_SEPARATOR, check_view
 
-        if not isinstance(registry, BlockRegistry):
-            raise InvalidArgumentError(
-                f"CacheSession needs a BlockRegistry, got {type(registry).__name__}"
-            )
+        check_view(registry, "CacheSession")
         if top_k is None and relevance_threshold is None:
             raise InvalidArgumentError(
                 "a CacheSession needs a gate (top_k and/or relevance_threshold): without one "

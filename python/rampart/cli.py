@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 from rampart import __version__
 from rampart.block import BlockReport, CompileResult
 from rampart.errors import InvalidArgumentError, RampartError
-from rampart.probe.experiments import DEFAULT_TEMPERATURE
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
 
 _DESCRIPTION = """\
@@ -448,11 +447,14 @@ def _probe_backend(args: argparse.Namespace) -> Any:
 
 def _probe_common(args: argparse.Namespace) -> dict[str, Any]:
     # Defaults differ per experiment, so unset options are left to the API's own.
-    given = {"trials": args.trials, "max_tokens": args.max_tokens}
+    given = {
+        "trials": args.trials,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+    }
     return {
         **{k: v for k, v in given.items() if v is not None},
         "n_blocks": args.n_blocks,
-        "temperature": args.temperature,
         "seed": args.seed,
         "seeds": args.seeds,
         "concurrency": args.concurrency,
@@ -567,8 +569,10 @@ def _add_probe_parser(sub: Any) -> None:
     common.add_argument(
         "--temperature",
         type=float,
-        default=DEFAULT_TEMPERATURE,
-        help=f"sampling (default {DEFAULT_TEMPERATURE})",
+        default=None,
+        # rampart.probe.experiments.DEFAULT_TEMPERATURE; not imported here, so that
+        # every other command starts without loading the probes
+        help="sampling (default 0.3)",
     )
     common.add_argument(
         "--seed", type=int, default=0, help="sampling seed of trial 0 (+1 per trial)"
@@ -632,92 +636,6 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
     )
     return 0
-
-
-def _agent_model_args(p: argparse.ArgumentParser) -> None:
-    """The model options every ``rampart agent`` experiment takes."""
-    p.add_argument(
-        "--model",
-        default="qwen2.5-coder-1.5b",
-        help="GGUF alias or path, or a model name with --base-url",
-    )
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible server instead of llama.cpp")
-    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default 1)")
-
-
-def _add_agent_parser(sub: Any) -> None:
-    ag = sub.add_parser("agent", help="the agent loop: rerun its learning experiment")
-    asub = ag.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
-    d = asub.add_parser(
-        "demo",
-        help="held-out success before/after the agent learns project conventions",
-        description="Tasks on conventions a model cannot guess; success on held-out tasks "
-        "before learning, after learning from the training tasks, and with hand-written "
-        "rules, per seed (docs/agent.md).",
-    )
-    _agent_model_args(d)
-    d.add_argument("--seeds", default="0,1,2", help="comma list (default 0,1,2)")
-    d.add_argument("--per-convention", type=int, default=2, help="train/held-out tasks each (1-3)")
-    d.add_argument("--temperature", type=float, default=0.7)
-    d.add_argument("--out", default=None, help="folder for summary.json")
-    d.add_argument("--no-ceiling", action="store_true", help="skip the hand-written-rules runs")
-    d.add_argument("--no-embed", action="store_true", help="text similarity for duplicate rules")
-    d.set_defaults(func=_cmd_agent_demo)
-    t = asub.add_parser(
-        "tools-demo",
-        help="tool tasks: gated tools + find_tools vs all tools vs gated only",
-        description="Tasks that each need one of the 40 MCP tools of tests/data, run in a "
-        "sandbox where the tools really act; success per condition, gate misses, "
-        "find_tools recoveries, prompt tokens per call (docs/agent.md).",
-    )
-    _agent_model_args(t)
-    t.add_argument("--seeds", default="0", help="comma list (default 0)")
-    t.add_argument("--top-k", type=int, default=5, help="tools the gate offers (default 5)")
-    t.add_argument("--max-steps", type=int, default=4, help="model calls per task (default 4)")
-    t.add_argument("--temperature", type=float, default=0.0)
-    t.add_argument("--tasks", default=None, help="comma list of task names (default: all)")
-    t.add_argument(
-        "--conditions",
-        default=None,
-        help="comma list among gated+find_tools,all,gated (default: all three)",
-    )
-    t.add_argument("--data", default=None, help="folder with the mcp_*_tools.json lists")
-    t.add_argument("--out", default=None, help="folder for summary.json")
-    t.set_defaults(func=_cmd_agent_tools_demo)
-
-
-def _cmd_agent_demo(args: argparse.Namespace) -> int:
-    from rampart.agent_demo import cli_demo
-
-    return cli_demo(
-        model=args.model,
-        base_url=args.base_url,
-        seeds=args.seeds,
-        per_convention=args.per_convention,
-        temperature=args.temperature,
-        threads=args.threads,
-        out=args.out,
-        ceiling=not args.no_ceiling,
-        embed=not args.no_embed,
-    )
-
-
-def _cmd_agent_tools_demo(args: argparse.Namespace) -> int:
-    from rampart.agent_tools_demo import cli_tools_demo
-
-    return cli_tools_demo(
-        model=args.model,
-        base_url=args.base_url,
-        seeds=args.seeds,
-        top_k=args.top_k,
-        max_steps=args.max_steps,
-        temperature=args.temperature,
-        threads=args.threads,
-        tasks=args.tasks,
-        conditions=args.conditions,
-        data=args.data,
-        out=args.out,
-    )
 
 
 def _add_mcp_parser(sub: Any) -> None:
@@ -801,7 +719,10 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
     model_common = _Parser(add_help=False)
     model_common.add_argument(
-        "--model-dir", default=None, help="model directory (default: packaged all-MiniLM-L6-v2)"
+        "--model-dir",
+        default=None,
+        help="model directory or packaged name, NAME:int8 for its int8 graph "
+        "(default: packaged all-MiniLM-L6-v2)",
     )
     model_common.add_argument("--json", action="store_true", help="machine-readable output")
     mp = msub.add_parser(
@@ -815,7 +736,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_probe_parser(sub)
     _add_mcp_parser(sub)
     _add_store_parser(sub)
-    _add_agent_parser(sub)
     _add_tools_parser(sub)
     return p
 
@@ -889,7 +809,12 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
     if isinstance(path, os.PathLike) and not os.path.exists(path):
         raise CliError(f"{args.url}: no such file")
     rows = [
-        {"name": n, "entries": store.last_seq(n), "checkpoint": (store.checkpoint(n) or (0,))[0]}
+        {
+            "name": n,
+            "kind": _journal_kind(store.meta(n)),
+            "entries": store.last_seq(n),
+            "checkpoint": (store.checkpoint(n) or (0,))[0],
+        }
         for n in store.names()
     ]
     if args.json:
@@ -897,10 +822,20 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         for r in rows:
-            print(f"{r['name']}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
-        print(f"{len(rows)} shared registries in {args.url}")
+            kind = "" if r["kind"] == "registry" else f" ({r['kind']})"
+            print(f"{r['name']}{kind}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
+        print(f"{len(rows)} shared registries and conversations in {args.url}")
     store.close()
     return 0
+
+
+def _journal_kind(meta: bytes | None) -> str:
+    """``"conversation"`` for a conversation's journal (SPEC §9), else ``"registry"``."""
+    try:
+        kind = json.loads(meta or b"{}").get("kind")
+    except (ValueError, AttributeError):
+        return "registry"
+    return "conversation" if kind == "conversation" else "registry"
 
 
 def _cmd_store_compact(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 __all__ = [
     "BlockNotFoundError",
     "BlockPermissionError",
+    "ContextOverflowError",
     "EvictionError",
     "InvalidArgumentError",
     "ModelError",
@@ -98,3 +99,9 @@ class StoreUnavailableError(RampartError, ConnectionError):
     operation is either wholly in the journal (a reply lost on the way back:
     this replica applies it when it catches up, like every other) or absent.
     Compile keeps working on the last applied state."""
+
+
+class ContextOverflowError(RampartError, ValueError):
+    """What a compile must send (the compiled instructions and tools, pinned
+    messages, the latest user turn) does not fit ``context_window -
+    reply_tokens`` (SPEC §9); names what is pinned and how much room there is."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rampart import _http
+import rampart._http as _http
 from rampart.errors import InvalidArgumentError, RampartError
 
 __all__ = [
@@ -497,7 +497,7 @@ class LlamaCppBackend:
         verbose: bool = False,
         native_tools: bool = True,
     ) -> None:
-        from rampart.probe.models import resolve_model
+        from rampart.gguf import resolve_model
 
         path = resolve_model(str(model))
         try:

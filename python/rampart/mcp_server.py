@@ -10,9 +10,12 @@
 * ``write_block(content, name, priority)``: a new *agent* block (the client is an
   agent writing what it learned; seed blocks stay read-only);
 * ``evict_block(name_or_id)``: remove a block by runtime id or unique name;
-* ``find_tools(query, top_k)``: the tool blocks a gated ``compile_context`` may have
-  left out, by exact name first, then by relevance, with their input schemas (the
-  way back when the gate misses).
+* ``find_tools(query, top_k, format)``: the tool blocks a gated ``compile_context``
+  may have left out, by exact name first, then by relevance, with their input
+  schemas (the way back when the gate misses); ``format="anthropic"`` or
+  ``"openai-responses"`` answers in the provider's tool-search form
+  (``tool_reference`` blocks, or a ``tool_search_output``'s tools), for a client
+  whose own search tool relays the model's search calls here.
 
 The tools are coroutines on the registry's asyncio twins (``acompile``,
 ``afind_relevant``, ``awrite_block``, ``aevict``): a shared registry's write waits
@@ -177,7 +180,7 @@ def tool_choice(result: CompileResult, choice: str) -> dict[str, Any]:
 def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
     """An ``MCPServer`` exposing ``registry`` through the six tools (not started)."""
     from rampart import __version__
-    from rampart.agent import TOOL_SEARCH_K, asearch_tools
+    from rampart.tool_search import TOOL_SEARCH_K, asearch_tools, search_answer
 
     server = _require_mcp()(server_name, instructions=INSTRUCTIONS, version=__version__)
 
@@ -273,18 +276,30 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
         return {"evicted": block.runtime_id, "name": block.semantic_name, "blocks": len(registry)}
 
     @server.tool()
-    async def find_tools(query: str, top_k: int = TOOL_SEARCH_K) -> list[dict[str, Any]]:
+    async def find_tools(
+        query: str, top_k: int = TOOL_SEARCH_K, format: str = "mcp"
+    ) -> list[dict[str, Any]]:
         """Find a tool that a gated compile_context left out. query: the tool's exact
         name, or what it should do. Returns the tools named in the query, or else the
-        top_k most relevant tool blocks, each with its description and input schema."""
-        if isinstance(top_k, bool) or not 1 <= top_k <= 100:
-            from mcp.server.mcpserver.exceptions import ToolError
+        top_k most relevant tool blocks, each with its description and input schema.
+        format: "mcp" (those rows), or the answer to a provider's own tool-search call:
+        "anthropic" (tool_reference blocks for a tool_result) or "openai-responses"
+        (the tools of a tool_search_output item, in per-server namespaces)."""
+        from mcp.server.mcpserver.exceptions import ToolError
 
+        if isinstance(top_k, bool) or not 1 <= top_k <= 100:
             raise ToolError(f"InvalidArgumentError: top_k must be in 1..100, got {top_k!r}")
+        if format not in ("mcp", "anthropic", "openai-responses"):
+            raise ToolError(
+                "InvalidArgumentError: format must be mcp, anthropic or openai-responses, "
+                f"got {format!r}"
+            )
         with _tool_errors():
             found = await asearch_tools(registry, query, k=top_k)
         if not found and query.strip() and registry.embedding_model is None:
             needs_model()  # no tool has that name, and a description cannot be searched
+        if format != "mcp":  # what a client's own search tool hands the provider
+            return search_answer(registry, found, format)
         return [
             {
                 "name": schema.name,

@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rampart import _http
+import rampart._http as _http
 from rampart.errors import InvalidArgumentError, ModelError
 
 __all__ = ["OpenAIEmbedder"]

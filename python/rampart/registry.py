@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rampart import _args, _core, _files
+import rampart._args as _args
+import rampart._core as _core
+import rampart.gates as gates
+import rampart.persistence as persistence
+import rampart.telemetry as _telemetry
 from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
-from rampart._export import export_text
 from rampart._files import atomic_write
-from rampart._labels import claim_label, get_by_label, label_of, release_label
+from rampart._labels import claim_label, label_of, release_label
+from rampart._labels import get_by_label as _get_by_label
+from rampart._ops import (
+    adrive,
+    aio,
+    body_of,
+    drive,
+    offloaded,
+    operation,
+)
+from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
-from rampart.errors import InvalidArgumentError, RampartError, RegistryFileError
+from rampart.errors import InvalidArgumentError, RampartError
 from rampart.seeds import (
     BlockSource,
     PathLike,
@@ -29,6 +42,8 @@ from rampart.tokens import Tokeniser, resolve_tokeniser
 if TYPE_CHECKING:
     from rampart._replica import Replica
     from rampart.caching import CacheSession
+    from rampart.conversation.core import Conversation
+    from rampart.conversation.policy import ContextPolicy
 from rampart.tools import (
     ToolsInput,
     block_metadata_json,
@@ -40,11 +55,13 @@ from rampart.tools import (
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
-DEFAULT_SEPARATOR = "\n\n---\n\n"
-_QUERY_CACHE = 64  # task texts whose vectors a registry keeps
-SOURCES = ("seed", "agent", "orchestrator")
+# Without OpenTelemetry a compile pays one membership test of this dict (rampart.telemetry).
+_MODULES = sys.modules
+_TRACE = _telemetry.TRACE_MODULE  # a compile looks it up in sys.modules: one dict probe
 
-GateFn = Callable[[str, Sequence[InstructionBlock]], Sequence[float]]
+_QUERY_CACHE = 64  # task texts whose vectors a registry keeps
+SOURCES = persistence.SOURCES
+
 EvictionPolicy = Callable[[InstructionBlock], float]
 
 
@@ -63,6 +80,42 @@ _vector = _args.vector
 _FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
 _FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: a threshold below every score
+
+
+# ---- after-steps of write operations (rampart._ops): the method's return value
+# from the core's outcome, run by the sync and the async driver alike ------------------
+
+
+def _first(reg: BlockRegistry, ids: list[str]) -> str:
+    return ids[0]
+
+
+def _nothing(reg: BlockRegistry, outcome: object) -> None:
+    return None
+
+
+def _evicted(reg: BlockRegistry, block: _core.Block) -> InstructionBlock:
+    return InstructionBlock(block)
+
+
+def _prepare_async(reg: BlockRegistry) -> None:
+    # e.g. the async store client's import: on aopen's executor thread rather
+    # than on the loop at the first write.
+    prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
+    if prepare is not None:
+        prepare()
+
+
+def _tools_loaded(reg: BlockRegistry, ids: list[str]) -> list[str]:
+    # Run by both drivers, so a sync, a shared and an async load agree (the
+    # hand-written aload_tools once skipped the adapter's re-arm).
+    import rampart.toolgate as toolgate
+
+    if toolgate.has_examples(reg, ids):
+        reg._examples_arrived()
+    if reg._tool_adapter is False:
+        reg._tool_adapter = None  # tools arrived: look for the adapter again
+    return ids
 
 
 class BlockRegistry:
@@ -161,7 +214,7 @@ class BlockRegistry:
         learned example) switches it to the example gate, as its own write would."""
         if self._tool_examples is not False:
             return
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         if toolgate.has_examples(self, runtime_ids):
             toolgate.note_examples(self)
@@ -227,9 +280,12 @@ class BlockRegistry:
             raise
         return reg
 
-    def add_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
+    @operation(after=_first)
+    def add_from_seed(
+        self, seed_registry: SeedRegistry, name: str
+    ) -> list[str] | _core.PendingEntry:
         """Append one seed block (no file I/O); returns its new runtime id."""
-        return self._insert_seeds([seed_registry.get(name)])[0]
+        return self._insert_seeds([seed_registry.get(name)])
 
     def _counts(self, texts: list[str]) -> list[int | None]:
         """Token counts for a batch of new blocks; None lets the core count with
@@ -247,7 +303,7 @@ class BlockRegistry:
         tools = ["tool_schema" in b.metadata for b in blocks]
         return rows, tools if any(tools) else None
 
-    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str]:
+    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str] | _core.PendingEntry:
         declared = []
         for b in blocks:
             try:
@@ -270,7 +326,7 @@ class BlockRegistry:
         evictable: bool,
         tools: list[bool] | None,
         ungated: list[bool] | None = None,
-    ) -> list[str]:
+    ) -> list[str] | _core.PendingEntry:
         return self._core.insert_many(rows, source, evictable, tools, ungated)
 
     # ---- identity --------------------------------------------------------------------
@@ -344,9 +400,10 @@ class BlockRegistry:
         """
         from rampart._replica import open_shared
 
-        return open_shared(
+        reg: BlockRegistry = open_shared(
             cls, store, name, embedding_model, tokeniser, label, seeds, kwargs, create
         )
+        return reg
 
     @property
     def shared(self) -> bool:
@@ -402,6 +459,7 @@ class BlockRegistry:
 
     # ---- write ------------------------------------------------------------------------
 
+    @operation()
     def write_block(
         self,
         content: str,
@@ -416,7 +474,7 @@ class BlockRegistry:
         author: BlockRegistry | None = None,
         embedding: Sequence[float] | None = None,
         gated: bool = True,
-    ) -> str:
+    ) -> str | _core.PendingEntry:
         """Insert a block; returns its runtime id.
 
         Appended at the back, except orchestrator blocks, which go to the front;
@@ -474,6 +532,9 @@ class BlockRegistry:
                 tags=tags,
             ) from None
 
+    _write_block = body_of(write_block)
+
+    @operation()
     def write_agent_block(
         self,
         content: str,
@@ -481,51 +542,69 @@ class BlockRegistry:
         semantic_name: str | None = None,
         priority: float = 0.5,
         tags: Iterable[str] | None = None,
-        **kwargs: Any,
-    ) -> str:
-        """Write an ``agent`` block for run ``trajectory_id`` (required)."""
+        *,
+        position: int | None = None,
+        evictable: bool = True,
+        author: BlockRegistry | None = None,
+        embedding: Sequence[float] | None = None,
+        gated: bool = True,
+    ) -> str | _core.PendingEntry:
+        """Write an ``agent`` block for run ``trajectory_id`` (required); the
+        keyword arguments as :meth:`write_block`'s."""
         if not isinstance(trajectory_id, str) or not trajectory_id:
             raise InvalidArgumentError("an agent block needs a non-empty trajectory_id")
-        return self.write_block(
+        out: str | _core.PendingEntry = self._write_block(
             content,
             semantic_name or f"agent_note_{trajectory_id}",
             "agent",
             priority,
             trajectory_id,
             tags,
-            **kwargs,
+            position=position,
+            evictable=evictable,
+            author=author,
+            embedding=embedding,
+            gated=gated,
         )
+        return out
 
+    @operation()
     def update_block_content(
         self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
-    ) -> None:
+    ) -> _core.PendingEntry | None:
         """Replace an agent block's content (seed: SeedMutationError, orchestrator:
         OrchestratorMutationError; another registry's block: BlockPermissionError
         unless ``by`` is its author)."""
         _text(content, "content")
         # The new text gets a new vector before the gate next scores it.
-        self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
+        return self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
 
-    def update_priority(self, runtime_id: str, priority: float) -> None:
+    @operation()
+    def update_priority(self, runtime_id: str, priority: float) -> _core.PendingEntry | None:
         """Change a block's priority (any block; it feeds eviction, never order)."""
-        self._core.update_priority(runtime_id, _priority(priority))
+        return self._core.update_priority(runtime_id, _priority(priority))
 
-    def set_gated(self, runtime_id: str, flag: bool) -> None:
+    @operation()
+    def set_gated(self, runtime_id: str, flag: bool) -> _core.PendingEntry | None:
         """Let the relevance gate leave the block out (``True``, the default) or
         not (``False``: only the budget may). Allowed on any block, like priority."""
         gated = _flag(flag, "flag")
-        self._core.set_gated(runtime_id, gated)
+        return self._core.set_gated(runtime_id, gated)
 
-    def set_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
+    @operation()
+    def set_wrap(
+        self, runtime_id: str, prefix: str = "", suffix: str = ""
+    ) -> _core.PendingEntry | None:
         """Decorate a block at compile time (e.g. ``<critical>`` … ``</critical>``).
         The wrap's tokens count against the budget; empty strings remove it."""
         _text(prefix, "prefix")
         _text(suffix, "suffix")
         tokens = None if self._tok.builtin else self._tok.count(prefix) + self._tok.count(suffix)
-        self._core.set_wrap(runtime_id, prefix, suffix, tokens)
+        return self._core.set_wrap(runtime_id, prefix, suffix, tokens)
 
     # ---- promote ----------------------------------------------------------------------
 
+    @operation()
     def promote(
         self,
         runtime_id: str,
@@ -536,7 +615,7 @@ class BlockRegistry:
         after: str | None = None,
         to_front: bool = False,
         to_back: bool = False,
-    ) -> int:
+    ) -> int | _core.PendingEntry:
         """Move a block by exactly one directive; positions clamp. Returns the new index."""
         given = [
             name
@@ -563,24 +642,31 @@ class BlockRegistry:
             return self._core.move_next_to(runtime_id, after, True)
         return self._core.move_to(runtime_id, 0 if to_front else _FAR)
 
-    def demote(self, runtime_id: str, steps: int = 1) -> int:
+    @operation()
+    def demote(self, runtime_id: str, steps: int = 1) -> int | _core.PendingEntry:
         """Move a block ``steps`` toward the back (clamped). Returns the new index."""
         return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
 
-    def promote_to_front(self, runtime_id: str) -> int:
+    @operation()
+    def promote_to_front(self, runtime_id: str) -> int | _core.PendingEntry:
         """``promote(runtime_id, to_front=True)``: move the block to index 0; returns 0."""
         return self._core.move_to(runtime_id, 0)
 
-    def demote_to_back(self, runtime_id: str) -> int:
+    @operation()
+    def demote_to_back(self, runtime_id: str) -> int | _core.PendingEntry:
         """``demote(runtime_id, to_back=True)``: move the block to the last index;
         returns that index."""
         return self._core.move_to(runtime_id, _FAR)
 
-    def reorder(self, id_list: Sequence[str]) -> None:
+    @operation(after=_nothing)
+    def reorder(self, id_list: Sequence[str]) -> int | _core.PendingEntry:
         """The listed blocks move to the front in that order; the rest keep their order."""
-        self._core.promote_group(list(id_list), 0)
+        return self._core.promote_group(list(id_list), 0)
 
-    def promote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
+    @operation()
+    def promote_group(
+        self, id_list: Sequence[str], *, to_position: int = 0
+    ) -> int | _core.PendingEntry:
         """Move the listed blocks as one contiguous unit, in the given order, to
         ``to_position`` (the paper's group promote). Returns the unit's first index."""
         return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
@@ -605,17 +691,21 @@ class BlockRegistry:
             )
         return by._core
 
+    @operation(after=_evicted)
     def evict(
         self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
-    ) -> InstructionBlock:
+    ) -> _core.Block | _core.PendingEntry:
         """Remove a block; returns it.
 
         An evictable block goes for anyone. A non-evictable one needs ``force=True``
         (else EvictionError naming its author) *and* the acting registry (``by``,
         default this one) must be its author (else BlockPermissionError)."""
-        return InstructionBlock(self._core.evict(runtime_id, bool(force), self._actor(by)))
+        return self._core.evict(runtime_id, bool(force), self._actor(by))
 
-    def evict_by_policy(self, n: int | None = None, *, threshold: float | None = None) -> list[str]:
+    @operation()
+    def evict_by_policy(
+        self, n: int | None = None, *, threshold: float | None = None
+    ) -> list[str] | _core.PendingEntry:
         """Score every evictable block with the eviction policy (default
         ``0.5*(1-priority) + 0.5/(access_count+1)``; higher goes first) and remove
         them: all of them, the ``n`` highest, or those scoring >= ``threshold``.
@@ -643,7 +733,10 @@ class BlockRegistry:
                 ) from None
         return self._core.evict_scored([b.runtime_id for b in blocks], scores, n, threshold)
 
-    def rollback_trajectory(self, trajectory_id: str, *, by: BlockRegistry | None = None) -> int:
+    @operation()
+    def rollback_trajectory(
+        self, trajectory_id: str, *, by: BlockRegistry | None = None
+    ) -> int | _core.PendingEntry:
         """Remove the agent blocks of run ``trajectory_id`` written by this registry
         (or by ``by``): an author retracting its own writes, so ``evictable`` does
         not protect them. Seed and orchestrator blocks are never touched. Returns
@@ -658,13 +751,14 @@ class BlockRegistry:
         (1.2 µs at 200 blocks, 1.5 ms at 100 000)."""
         return Snapshot(self._core.snapshot(), self.label)
 
-    def restore(self, snapshot: Snapshot) -> None:
+    @operation()
+    def restore(self, snapshot: Snapshot) -> _core.PendingEntry | None:
         """Put the registry back exactly as the snapshot saw it (blocks, order,
         metadata, access counts), each block under a **new** runtime id; authors are
         kept, so ownership survives."""
         if not isinstance(snapshot, Snapshot):
             raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
-        self._core.restore(snapshot._snap)
+        return self._core.restore(snapshot._snap)
 
     # ---- embeddings and the gate -----------------------------------------------------
 
@@ -699,30 +793,14 @@ class BlockRegistry:
             return n
 
     def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
-        if task_embedding is not None:
-            return _vector(task_embedding, "task_embedding")
-        model = self._model()
-        text = _text(task_text, "task_text")
-        # Agents compile for the same task before every model call: its vector is
-        # kept (per model, a few dozen tasks) instead of running the model again.
-        key = (id(model), text)
-        q = self._queries.get(key)
-        if q is None:
-            q = _vector(model.encode(text), "query embedding")
-            if len(self._queries) >= _QUERY_CACHE:
-                self._queries.clear()
-            self._queries[key] = q
-        return q
-
-    def _gate_query(self, task_text: str | None, task_embedding: Any) -> bytes:
-        """The task vector the cosine gate scores with: :meth:`_query`, mapped by
-        the registry's tool query adapter when it has one (docs/tool-gate.md)."""
-        return self._adapt(task_text, task_embedding, self._query(task_text, task_embedding))
+        """The task's vector (the model's, or ``task_embedding``), cached per model."""
+        out: bytes = drive(self, gates.query_steps(self, task_text, task_embedding))
+        return out
 
     def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
         if task_embedding is not None or self._tool_adapter is False or task_text is None:
             return q  # a caller's own vector may come from any model: never mapped
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         adapter = toolgate.query_adapter(self)
         if adapter is None:
@@ -737,18 +815,6 @@ class BlockRegistry:
                 self._queries.clear()
             self._queries[key] = mapped
         return mapped
-
-    def _with_vectors(self, run: Callable[[], Any]) -> Any:
-        """Run a cosine-gate call, embedding blocks written meanwhile until it
-        finds every block with a vector (it returns None otherwise)."""
-        for _ in range(100):
-            self.embed_pending()
-            out = run()
-            if out is not None:
-                return out
-        raise RampartError(
-            f"registry {self.label!r}: blocks kept arriving faster than they could be embedded"
-        )
 
     def embedding(self, runtime_id: str) -> Any:
         """The stored vector of a block (``numpy.ndarray``, float32), or None
@@ -770,30 +836,6 @@ class BlockRegistry:
         memory and re-scores the candidates exactly, so results do not change."""
         self._core.set_quantised(bool(on))
 
-    def _gate_scores(
-        self,
-        view: _core.OrderView,
-        task_text: str | None,
-        gate: GateFn,
-    ) -> list[float]:
-        blocks = [InstructionBlock(b) for b in view.blocks()]
-        scores = list(gate(task_text or "", blocks))
-        if len(scores) != len(blocks):
-            raise InvalidArgumentError(
-                f"gate returned {len(scores)} scores for {len(blocks)} blocks"
-            )
-        out = []
-        for b, s in zip(blocks, scores):
-            if type(s) is not float or s != s:  # numpy scalars go the long way
-                try:
-                    s = _number(s, "score", finite=False)
-                except InvalidArgumentError:
-                    raise InvalidArgumentError(
-                        f"gate returned {s!r} for block {b!r}; expected a number"
-                    ) from None
-            out.append(float(s))
-        return out
-
     def find_relevant(
         self,
         task_text: str | None,
@@ -803,24 +845,40 @@ class BlockRegistry:
         task_embedding: Any = None,
     ) -> list[tuple[InstructionBlock, float]]:
         """Blocks by cosine similarity to the task, descending; ties in registry order."""
-        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
-        if self._tool_examples is not False:
-            examples = self._example_gate(task_text, task_embedding)
-            if examples is not None:
-                return examples.rank(task_text, top_k, threshold)  # type: ignore[no-any-return]
-        q = self._gate_query(task_text, task_embedding)
-        ranked = self._with_vectors(lambda: self._core.rank(q, top_k, threshold))
-        return [(InstructionBlock(b), s) for b, s in ranked]
+        out: list[tuple[InstructionBlock, float]] = drive(
+            self, gates.ranking_steps(self, task_text, top_k, threshold, task_embedding)
+        )
+        return out
+
+    async def afind_relevant(
+        self,
+        task_text: str | None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        *,
+        task_embedding: Any = None,
+    ) -> list[tuple[InstructionBlock, float]]:
+        """:meth:`find_relevant` for coroutines (the model and pending blocks off the loop)."""
+        out: list[tuple[InstructionBlock, float]] = await adrive(
+            self, gates.ranking_steps(self, task_text, top_k, threshold, task_embedding)
+        )
+        return out
 
     def score_block(
         self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
     ) -> float:
         """Cosine score of one block against the task (what the default gate uses)."""
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = self._gate_query(task_text, task_embedding)
-        self._core.get(runtime_id)  # unknown id: BlockNotFoundError before any embedding
-        return float(self._with_vectors(lambda: self._core.score(runtime_id, q)))
+        out: float = drive(self, gates.score_steps(self, runtime_id, task_text, task_embedding))
+        return out
+
+    async def ascore_block(
+        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
+    ) -> float:
+        """:meth:`score_block` for coroutines."""
+        out: float = await adrive(
+            self, gates.score_steps(self, runtime_id, task_text, task_embedding)
+        )
+        return out
 
     # ---- tool examples: the gate-score hook (rampart.toolgate) ------------------------
     # A registry whose tool blocks carry example requests gates a task with
@@ -828,46 +886,10 @@ class BlockRegistry:
     # examples, in numpy) instead of the core's one-vector cosine. Registries without
     # examples pay one attribute read per gated compile (docs/tool-gate.md).
 
-    def _example_gate(self, task_text: str | None, task_embedding: Any) -> Any:
-        if self._tool_examples is False or task_text is None or task_embedding is not None:
-            return None
-        from rampart import toolgate
-
-        return toolgate.default_gate(self)
-
     def _examples_arrived(self) -> None:
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         toolgate.note_examples(self)
-
-    def _select_with_examples(
-        self,
-        examples: Any,
-        task_text: str,
-        threshold: float | None,
-        top_k: int | None,
-        budget: int | None,
-        sep: str,
-        dry_run: bool,
-        tools_in_prompt: bool,
-    ) -> tuple[str | None, _core.Selection]:
-        from rampart import toolgate
-
-        view, scores, why = examples.scores(task_text)
-        # Learned-example blocks score -inf: a threshold keeps them out even when
-        # top_k would admit every block.
-        prompt, sel = self._core.compile(
-            budget,
-            sep,
-            self._sep_tokens(sep),
-            scores,
-            view=view,
-            threshold=-_FLOAT_MAX if threshold is None else threshold,
-            top_k=top_k,
-            dry_run=dry_run,
-            tools_in_prompt=tools_in_prompt,
-        )
-        return prompt, toolgate.explained(sel, why)
 
     def add_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
@@ -877,7 +899,7 @@ class BlockRegistry:
         ``rollback_trajectory`` takes back. Returns its runtime id, or None when
         nothing was written (already an example; the tool's learned examples are
         full). See :func:`rampart.toolgate.add_tool_example`."""
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         return toolgate.add_tool_example(self, tool, request, trajectory_id=trajectory_id)
 
@@ -885,126 +907,11 @@ class BlockRegistry:
         """Generate ``n`` example requests per tool block with ``model`` (any
         ``rampart.llm`` backend), cached on disk by schema, and gate with them. See
         :func:`rampart.toolgate.enrich_tools`."""
-        from rampart import toolgate
+        import rampart.toolgate as toolgate
 
         return toolgate.enrich_tools(self, model, n=n, seed=seed)
 
     # ---- compile --------------------------------------------------------------------------
-
-    def _sep_tokens(self, separator: str) -> int:
-        n = self._sep_cache.get(separator)
-        if n is None:
-            # Checked before counting: the tokeniser would raise UnicodeEncodeError.
-            sep = _text(separator, "separator")
-            n = self._sep_cache[sep] = self._tok.count(sep)
-        return n
-
-    def _budget_and_separator(
-        self, max_tokens: int | None, separator: str | None
-    ) -> tuple[int | None, str]:
-        budget = self.default_max_tokens if max_tokens is None else max_tokens
-        if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
-            budget = _check_budget(budget)
-        return budget, DEFAULT_SEPARATOR if separator is None else _text(separator, "separator")
-
-    @staticmethod
-    def _gate_args(
-        task_text: str | None,
-        top_k: int | None,
-        threshold: float | None,
-        task_embedding: Any,
-        what: str = "relevance_threshold",
-    ) -> tuple[int | None, float | None]:
-        """The checked ``top_k`` and threshold of a gated compile or a ranking
-        (shared by the sync methods and their coroutine twins)."""
-        if task_text is not None or task_embedding is None:
-            _text(task_text, "task_text")
-        if top_k is not None:
-            top_k = _int(top_k, "top_k", minimum=0)
-        if threshold is not None:
-            threshold = _number(threshold, what)
-        return top_k, threshold
-
-    def _select(
-        self,
-        max_tokens: int | None,
-        task_text: str | None,
-        relevance_threshold: float | None,
-        top_k: int | None,
-        separator: str | None,
-        task_embedding: Any,
-        gate: GateFn | None,
-        dry_run: bool,
-        tools_in_prompt: bool,
-    ) -> tuple[str | None, _core.Selection]:
-        budget, sep = self._budget_and_separator(max_tokens, separator)
-        tools_in_prompt = bool(tools_in_prompt)
-        if relevance_threshold is None and top_k is None:
-            return self._core.compile(
-                budget,
-                sep,
-                self._sep_tokens(sep),
-                dry_run=dry_run,
-                tools_in_prompt=tools_in_prompt,
-            )
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError(
-                "relevance_threshold/top_k need a task: pass task_text or task_embedding"
-            )
-        top_k, relevance_threshold = self._gate_args(
-            task_text, top_k, relevance_threshold, task_embedding
-        )
-        # Tool examples: one attribute read unless this registry has some.
-        examples = (
-            None
-            if gate is not None or self._tool_examples is False or task_text is None
-            else self._example_gate(task_text, task_embedding)
-        )
-        if examples is not None and task_text is not None:
-            return self._select_with_examples(
-                examples,
-                task_text,
-                relevance_threshold,
-                top_k,
-                budget,
-                sep,
-                dry_run,
-                tools_in_prompt,
-            )
-        if gate is None:
-            # The built-in cosine gate runs in the core: the matrix is scored
-            # with the GIL released for large registries. _with_vectors embeds
-            # any block still without a vector first.
-            q = self._gate_query(task_text, task_embedding)
-            n = self._sep_tokens(sep)
-            out: tuple[str | None, _core.Selection] = self._with_vectors(
-                lambda: self._core.compile(
-                    budget,
-                    sep,
-                    n,
-                    q,
-                    threshold=relevance_threshold,
-                    top_k=top_k,
-                    dry_run=dry_run,
-                    tools_in_prompt=tools_in_prompt,
-                )
-            )
-            return out
-        if not callable(gate):
-            raise InvalidArgumentError(f"gate must be a callable(task_text, blocks), got {gate!r}")
-        view = self._core.view()
-        scores = self._gate_scores(view, task_text, gate)
-        return self._core.compile(
-            budget,
-            sep,
-            self._sep_tokens(sep),
-            scores,
-            view=view,
-            threshold=relevance_threshold,
-            top_k=top_k,
-            dry_run=dry_run,
-            tools_in_prompt=tools_in_prompt,
-        )
 
     def compile(
         self,
@@ -1013,6 +920,13 @@ class BlockRegistry:
         relevance_threshold: float | None = None,
         top_k: int | None = None,
         separator: str | None = None,
+        # Positional-or-keyword, though meant as keywords: CPython fills a
+        # keyword-only default from a dict on every call, and these four cost the
+        # hot path ~50 ns (7 %) that way (benches/ab_house.py).
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
         *,
         task_embedding: Any = None,
         gate: GateFn | None = None,
@@ -1027,12 +941,20 @@ class BlockRegistry:
         built-in cosine gate. ``tools_in_prompt=False``: tool-schema blocks go
         only to ``result.tools()``, not into the prompt text or its budget.
 
+        ``conversation`` (a :class:`rampart.Conversation`), ``context_window``,
+        ``reply_tokens``, ``policy`` (a :class:`rampart.ContextPolicy`): compile the
+        messages too, so instructions + tools + messages fit ``context_window -
+        reply_tokens`` (SPEC §9, docs/conversation.md); ``result.messages(format)``
+        and ``result.message_report`` then hold them.
+
         Example:
             >>> result = reg.compile(max_tokens=2048)  # no gate: order and budget only
             >>> result = reg.compile(task_text="fix the failing test", top_k=8, max_tokens=2048)
             >>> [(r.name, r.reason) for r in result.report if not r.included][:2]
             [('read_before_edit', 'gate'), ('never_force_push', 'gate')]
         """
+        if _TRACE in _MODULES and _telemetry.tracing() is not None:
+            return _telemetry.traced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
             budget = self.default_max_tokens if max_tokens is None else max_tokens
@@ -1041,23 +963,38 @@ class BlockRegistry:
             sep = DEFAULT_SEPARATOR if separator is None else separator
             n = self._sep_cache.get(sep)
             if n is None:
-                n = self._sep_tokens(sep)
+                n = gates.sep_tokens(self, sep)
             prompt, sel = self._core.compile(budget, sep, n)
-            return CompileResult(prompt or "", sel, sep)
-        prompt, sel = self._select(
-            max_tokens,
-            task_text,
-            relevance_threshold,
-            top_k,
-            separator,
-            task_embedding,
-            gate,
-            False,
-            tools_in_prompt,
+            if conversation is None and context_window is None and policy is None:
+                return CompileResult(prompt or "", sel, sep)
+            return _conversation_step(
+                CompileResult(prompt or "", sel, sep),
+                conversation,
+                context_window,
+                reply_tokens,
+                policy,
+            )
+        prompt, sel = drive(
+            self,
+            gates.select_steps(
+                self,
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                False,
+                tools_in_prompt,
+            ),
         )
-        return CompileResult(
+        res = CompileResult(
             prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return _conversation_step(res, conversation, context_window, reply_tokens, policy)
 
     def compile_dry_run(
         self,
@@ -1072,16 +1009,20 @@ class BlockRegistry:
         tools_in_prompt: bool = True,
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
-        _, sel = self._select(
-            max_tokens,
-            task_text,
-            relevance_threshold,
-            top_k,
-            separator,
-            task_embedding,
-            gate,
-            True,
-            tools_in_prompt,
+        _, sel = drive(
+            self,
+            gates.select_steps(
+                self,
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                True,
+                tools_in_prompt,
+            ),
         )
         return DryRunResult(sel)
 
@@ -1204,6 +1145,7 @@ class BlockRegistry:
 
     # ---- tool schemas -------------------------------------------------------------------
 
+    @operation(after=_tools_loaded)
     def load_tools(
         self,
         tools: ToolsInput,
@@ -1212,7 +1154,7 @@ class BlockRegistry:
         tags: Iterable[str] | None = None,
         evictable: bool = True,
         gated: bool = True,
-    ) -> list[str]:
+    ) -> list[str] | _core.PendingEntry:
         """Append one block per tool definition; returns their runtime ids, in order.
 
         ``tools``: a list of OpenAI, Anthropic or MCP definitions (detected per
@@ -1247,18 +1189,13 @@ class BlockRegistry:
             (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
             for s, text, n in zip(schemas, texts, counts)
         ]
-        ids = self._insert_many(
+        return self._insert_many(
             rows,
             "seed",
             bool(evictable),
             [True] * len(rows),
             [ungated] * len(rows) if ungated else None,
         )
-        if any(s.examples or s.input_examples for s in schemas):
-            self._examples_arrived()
-        if self._tool_adapter is False:
-            self._tool_adapter = None  # tools arrived: look for the adapter again
-        return ids
 
     # ---- persistence --------------------------------------------------------------------
 
@@ -1293,16 +1230,8 @@ class BlockRegistry:
         registry wrote belong to the new one; other authors keep their identity
         (so nothing here can force-evict their pinned blocks). A truncated,
         damaged or newer file raises ``RegistryFileError`` and creates nothing."""
-        p = Path(os.fspath(path))
-        try:
-            # The magic and the length header are checked before the file is read
-            # whole; FIFOs and devices are refused, not read.
-            data = _files.read_registry_bytes(p)
-        except _files.FileProblem as e:
-            if e.missing:
-                raise FileNotFoundError(f"no registry file {p}") from None
-            raise RegistryFileError(f"cannot load registry file {p}: {e}") from None
-        return cls._from_bytes(data, str(p), embedding_model, tokeniser, label, kwargs)
+        data, where = persistence.read_file(path)
+        return cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
 
     @classmethod
     def _from_bytes(
@@ -1314,30 +1243,9 @@ class BlockRegistry:
         label: str | None,
         kwargs: dict[str, Any],
     ) -> BlockRegistry:
-        try:
-            saved = _core.decode_registry(data)
-            settings = _files.registry_settings(saved.settings)
-            # Block metadata is opaque to the core: checked before a registry
-            # exists, so that reading it later cannot fail.
-            _files.check_block_metadata(saved.block_metadata())
-        except RegistryFileError as e:
-            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
-        except _files.FileProblem as e:
-            raise RegistryFileError(f"cannot load registry file {where}: {e}") from None
-        tok = resolve_tokeniser(tokeniser)
-        if tok.name != settings.get("tokeniser"):
-            raise InvalidArgumentError(
-                f"{where} was saved with tokeniser {settings.get('tokeniser')!r}, whose token "
-                f"counts it holds; pass that tokeniser, not {tok.name!r}"
-            )
-        kwargs.setdefault("default_max_tokens", settings.get("default_max_tokens"))
-        reg = cls(embedding_model, tok, label=label, **kwargs)
-        try:
-            reg._core.install(saved)
-        except BaseException:
-            reg._drop()
-            del reg  # this frame, kept by the traceback, no longer holds it
-            raise
+        reg: BlockRegistry = persistence.from_bytes(
+            cls, data, where, embedding_model, tokeniser, label, kwargs
+        )
         return reg
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -1371,24 +1279,7 @@ class BlockRegistry:
             >>> reg.export_markdown("learned.md")  # next session: from_files([..., "learned.md"])
             1
         """
-        if source is not None and source not in SOURCES:
-            raise InvalidArgumentError(f"source must be one of {SOURCES} or None, got {source!r}")
-        p = Path(os.fspath(path))
-        if not overwrite and p.exists():
-            raise FileExistsError(f"{p} exists (pass overwrite=True to replace it)")
-        blocks = [b for b in self.list_blocks() if source is None or b.source == source]
-        if not blocks and source is not None:
-            # Usually an agent that learned nothing this session: the file is still
-            # written (an empty seed file loads as no blocks), but not silently.
-            warnings.warn(
-                f"export_markdown: registry {self.label!r} has no {source} blocks; "
-                f"{p} holds no blocks (source=None exports every block)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        text = export_text(blocks, p)
-        atomic_write(p, text.encode("utf-8"))
-        return len(blocks)
+        return persistence.export_markdown(self, path, source, overwrite)
 
     # =====================================================================================
     # ---- asyncio twins (issue 18) ----------------------------------------------------------
@@ -1401,33 +1292,11 @@ class BlockRegistry:
     # servers".
     # =====================================================================================
 
-    @classmethod
-    async def aopen(
-        cls,
-        store: Any,
-        name: str,
-        embedding_model: EmbeddingModel | str | None = None,
-        tokeniser: Any = None,
-        *,
-        label: str | None = None,
-        seeds: Iterable[PathLike | BlockSource] | None = None,
-        **kwargs: Any,
-    ) -> BlockRegistry:
-        """:meth:`open` for coroutines. Opening reads a checkpoint, replays the
-        journal tail and may embed seeds (CPU work and store I/O once per
-        registry): it runs on the loop's default executor."""
-        import asyncio
-
-        def opened() -> BlockRegistry:
-            from rampart._replica import open_shared  # its first import, off the loop too
-
-            reg = open_shared(cls, store, name, embedding_model, tokeniser, label, seeds, kwargs)
-            prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
-            if prepare is not None:
-                prepare()  # e.g. the async client's import, here rather than on the loop
-            return reg
-
-        return await asyncio.get_running_loop().run_in_executor(None, opened)
+    # Opening reads a checkpoint, replays the journal tail and may embed seeds
+    # (CPU work and store I/O once per registry): the sync open, off the loop.
+    aopen = classmethod(
+        offloaded(open.__func__, name="aopen", then=_prepare_async)  # type: ignore[attr-defined]
+    )
 
     async def aclose(self) -> None:
         """:meth:`close` for coroutines (the flush and the follower's stop run off the loop)."""
@@ -1444,147 +1313,41 @@ class BlockRegistry:
     async def aembed_pending(self) -> int:
         """:meth:`embed_pending` for coroutines: the model runs off the loop, and
         one coroutine per registry embeds at a time (the others then find none)."""
-        from rampart import _aio
+        import rampart._aio as _aio
 
         return await _aio.aembed_pending(self)
 
-    async def _awrite(
-        self, call: Callable[[], Any], post: Callable[[Any], Any] | None = None
-    ) -> Any:
-        if self._replica is None:
-            return call()  # a local write never waits
-        from rampart._replica import awrite
-
-        return await awrite(self, call, post)
-
-    async def awrite_block(
-        self, content: str, semantic_name: str, *args: Any, **kwargs: Any
-    ) -> str:
-        """:meth:`write_block` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.write_block(content, semantic_name, *args, **kwargs)
-        )
-        return out
-
-    async def awrite_agent_block(
-        self, content: str, trajectory_id: str, *args: Any, **kwargs: Any
-    ) -> str:
-        """:meth:`write_agent_block` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.write_agent_block(content, trajectory_id, *args, **kwargs)
-        )
-        return out
-
-    async def aadd_from_seed(self, seed_registry: SeedRegistry, name: str) -> str:
-        """:meth:`add_from_seed` for coroutines."""
-        out: str = await self._awrite(
-            lambda: self.add_from_seed(seed_registry, name), lambda ids: ids[0]
-        )
-        return out
-
-    async def aupdate_block_content(
-        self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
-    ) -> None:
-        """:meth:`update_block_content` for coroutines."""
-        await self._awrite(lambda: self.update_block_content(runtime_id, content, by=by))
-
-    async def aupdate_priority(self, runtime_id: str, priority: float) -> None:
-        """:meth:`update_priority` for coroutines."""
-        await self._awrite(lambda: self.update_priority(runtime_id, priority))
-
-    async def aset_gated(self, runtime_id: str, flag: bool) -> None:
-        """:meth:`set_gated` for coroutines."""
-        await self._awrite(lambda: self.set_gated(runtime_id, flag))
-
-    async def aset_wrap(self, runtime_id: str, prefix: str = "", suffix: str = "") -> None:
-        """:meth:`set_wrap` for coroutines."""
-        await self._awrite(lambda: self.set_wrap(runtime_id, prefix, suffix))
-
-    async def apromote(self, runtime_id: str, **directive: Any) -> int:
-        """:meth:`promote` for coroutines (one keyword directive, as there)."""
-        out: int = await self._awrite(lambda: self.promote(runtime_id, **directive))
-        return out
-
-    async def ademote(self, runtime_id: str, steps: int = 1) -> int:
-        """:meth:`demote` for coroutines."""
-        out: int = await self._awrite(lambda: self.demote(runtime_id, steps))
-        return out
-
-    async def apromote_to_front(self, runtime_id: str) -> int:
-        """:meth:`promote_to_front` for coroutines."""
-        out: int = await self._awrite(lambda: self.promote_to_front(runtime_id))
-        return out
-
-    async def ademote_to_back(self, runtime_id: str) -> int:
-        """:meth:`demote_to_back` for coroutines."""
-        out: int = await self._awrite(lambda: self.demote_to_back(runtime_id))
-        return out
-
-    async def areorder(self, id_list: Sequence[str]) -> None:
-        """:meth:`reorder` for coroutines."""
-        await self._awrite(lambda: self.reorder(id_list), lambda _: None)
-
-    async def apromote_group(self, id_list: Sequence[str], *, to_position: int = 0) -> int:
-        """:meth:`promote_group` for coroutines."""
-        out: int = await self._awrite(lambda: self.promote_group(id_list, to_position=to_position))
-        return out
-
-    async def aevict(
-        self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
-    ) -> InstructionBlock:
-        """:meth:`evict` for coroutines."""
-        out: InstructionBlock = await self._awrite(
-            lambda: self.evict(runtime_id, force=force, by=by), InstructionBlock
-        )
-        return out
-
-    async def aevict_by_policy(
-        self, n: int | None = None, *, threshold: float | None = None
-    ) -> list[str]:
-        """:meth:`evict_by_policy` for coroutines."""
-        out: list[str] = await self._awrite(lambda: self.evict_by_policy(n, threshold=threshold))
-        return out
-
-    async def arollback_trajectory(
-        self, trajectory_id: str, *, by: BlockRegistry | None = None
-    ) -> int:
-        """:meth:`rollback_trajectory` for coroutines."""
-        out: int = await self._awrite(lambda: self.rollback_trajectory(trajectory_id, by=by))
-        return out
-
-    async def arestore(self, snapshot: Snapshot) -> None:
-        """:meth:`restore` for coroutines."""
-        await self._awrite(lambda: self.restore(snapshot), lambda _: None)
-
-    async def aload_tools(self, tools: ToolsInput, **kwargs: Any) -> list[str]:
-        """:meth:`load_tools` for coroutines (a path is read on the loop: pass
-        parsed definitions from async code that must not touch the disk)."""
-        out: list[str] = await self._awrite(lambda: self.load_tools(tools, **kwargs))
-        return out
+    # Every write operation's coroutine twin, from its one declaration (rampart._ops).
+    aadd_from_seed = aio(add_from_seed)
+    awrite_block = aio(write_block)
+    awrite_agent_block = aio(write_agent_block)
+    aupdate_block_content = aio(update_block_content)
+    aupdate_priority = aio(update_priority)
+    aset_gated = aio(set_gated)
+    aset_wrap = aio(set_wrap)
+    apromote = aio(promote)
+    ademote = aio(demote)
+    apromote_to_front = aio(promote_to_front)
+    ademote_to_back = aio(demote_to_back)
+    areorder = aio(reorder)
+    apromote_group = aio(promote_group)
+    aevict = aio(evict)
+    aevict_by_policy = aio(evict_by_policy)
+    arollback_trajectory = aio(rollback_trajectory)
+    arestore = aio(restore)
+    aload_tools = aio(load_tools)
 
     async def aadd_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
     ) -> str | None:
         """:meth:`add_tool_example` for coroutines (it embeds the request and
         writes: the sync call on the loop's default executor)."""
-        from rampart import _aio
+        import rampart._aio as _aio
 
         out: str | None = await _aio.off_loop(
             lambda: self.add_tool_example(tool, request, trajectory_id=trajectory_id)
         )
         return out
-
-    def _may_gate_by_examples(self, task_text: str | None, task_embedding: Any) -> bool:
-        """Whether a gated call may go to the tool-example gate (not known to be
-        absent): it runs the model and numpy, so the a-methods run the sync call
-        off the loop. One attribute read for registries without examples."""
-        if task_text is None or task_embedding is not None:
-            return False
-        if self._tool_examples is None:  # looked up once, as toolgate.default_gate does
-            from rampart import toolgate
-
-            self._tool_examples = toolgate.has_examples(self)
-        return bool(self._tool_examples)
 
     async def acompile(
         self,
@@ -1593,16 +1356,37 @@ class BlockRegistry:
         relevance_threshold: float | None = None,
         top_k: int | None = None,
         separator: str | None = None,
+        # Positional-or-keyword, though meant as keywords: CPython fills a
+        # keyword-only default from a dict on every call, and these four cost the
+        # hot path ~50 ns (7 %) that way (benches/ab_house.py).
+        conversation: Conversation | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
         *,
         task_embedding: Any = None,
         gate: GateFn | None = None,
         tools_in_prompt: bool = True,
     ) -> CompileResult:
-        """:meth:`compile` for coroutines. Only the built-in cosine gate can wait
-        (a new task's vector, blocks written since the last gate): both are
-        awaited off the loop; everything else is the sync compile."""
-        if (relevance_threshold is None and top_k is None) or gate is not None:
-            return self.compile(
+        """:meth:`compile` for coroutines: the same steps (``rampart.gates.select_steps``), with
+        a new task's vector, blocks written since the last gate and the tool-example
+        gate awaited off the loop. A compile without a gate never waits: it is the
+        sync call."""
+        if _TRACE in _MODULES and _telemetry.tracing() is not None:
+            return await _telemetry.atraced_compile(self, locals())  # OpenTelemetry is set up
+        if relevance_threshold is None and top_k is None:
+            if conversation is None and context_window is None and policy is None:
+                return self.compile(
+                    max_tokens,
+                    task_text,
+                    relevance_threshold,
+                    top_k,
+                    separator,
+                    task_embedding=task_embedding,
+                    gate=gate,
+                    tools_in_prompt=tools_in_prompt,
+                )
+            res = self.compile(
                 max_tokens,
                 task_text,
                 relevance_threshold,
@@ -1612,86 +1396,65 @@ class BlockRegistry:
                 gate=gate,
                 tools_in_prompt=tools_in_prompt,
             )
-        from rampart import _aio
-
-        if self._may_gate_by_examples(task_text, task_embedding):
-            # Tool examples (rampart.toolgate) gate in numpy with the model: the
-            # sync compile, on the loop's default executor.
-            res: CompileResult = await _aio.off_loop(
-                lambda: self.compile(
-                    max_tokens,
-                    task_text,
-                    relevance_threshold,
-                    top_k,
-                    separator,
-                    tools_in_prompt=tools_in_prompt,
-                )
+            return await _aconversation_step(
+                res, conversation, context_window, reply_tokens, policy
             )
-            return res
-        budget, sep = self._budget_and_separator(max_tokens, separator)
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError(
-                "relevance_threshold/top_k need a task: pass task_text or task_embedding"
-            )
-        top_k, relevance_threshold = self._gate_args(
-            task_text, top_k, relevance_threshold, task_embedding
-        )
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
-        )
-        n = self._sep_tokens(sep)
-        tools = bool(tools_in_prompt)
-        prompt, sel = await _aio.with_vectors(
+        prompt, sel = await adrive(
             self,
-            lambda: self._core.compile(
-                budget,
-                sep,
-                n,
-                q,
-                threshold=relevance_threshold,
-                top_k=top_k,
-                dry_run=False,
-                tools_in_prompt=tools,
+            gates.select_steps(
+                self,
+                max_tokens,
+                task_text,
+                relevance_threshold,
+                top_k,
+                separator,
+                task_embedding,
+                gate,
+                False,
+                tools_in_prompt,
             ),
         )
-        return CompileResult(prompt or "", sel, sep)
-
-    async def afind_relevant(
-        self,
-        task_text: str | None,
-        top_k: int | None = None,
-        threshold: float | None = None,
-        *,
-        task_embedding: Any = None,
-    ) -> list[tuple[InstructionBlock, float]]:
-        """:meth:`find_relevant` for coroutines."""
-        from rampart import _aio
-
-        top_k, threshold = self._gate_args(task_text, top_k, threshold, task_embedding, "threshold")
-        if self._may_gate_by_examples(task_text, task_embedding):
-            out: list[tuple[InstructionBlock, float]] = await _aio.off_loop(
-                lambda: self.find_relevant(task_text, top_k, threshold)
-            )
-            return out
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+        res = CompileResult(
+            prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
         )
-        ranked = await _aio.with_vectors(self, lambda: self._core.rank(q, top_k, threshold))
-        return [(InstructionBlock(b), s) for b, s in ranked]
+        if conversation is None and context_window is None and policy is None:
+            return res
+        return await _aconversation_step(res, conversation, context_window, reply_tokens, policy)
 
-    async def ascore_block(
-        self, runtime_id: str, task_text: str | None = None, *, task_embedding: Any = None
-    ) -> float:
-        """:meth:`score_block` for coroutines."""
-        from rampart import _aio
 
-        if task_text is None and task_embedding is None:
-            raise InvalidArgumentError("score_block needs task_text or task_embedding")
-        q = self._adapt(
-            task_text, task_embedding, await _aio.aquery(self, task_text, task_embedding)
+def _conversation_step(
+    res: CompileResult,
+    conversation: Conversation | None,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan."""
+    import rampart.conversation.plan as plan
+
+    return plan.attach(res, conversation, context_window, reply_tokens, policy)
+
+
+async def _aconversation_step(
+    res: CompileResult,
+    conversation: Conversation | None,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """:func:`_conversation_step` for acompile: on the loop's default executor when
+    it may wait (a compact backend calls a model; a shared conversation records
+    its transformations in the store), else right here."""
+    import rampart.conversation.plan as plan
+
+    if conversation is not None and plan.may_wait(conversation, policy):
+        import rampart._aio as _aio
+
+        out: CompileResult = await _aio.off_loop(
+            lambda: plan.attach(res, conversation, context_window, reply_tokens, policy)
         )
-        self._core.get(runtime_id)
-        return float(await _aio.with_vectors(self, lambda: self._core.score(runtime_id, q)))
+        return out
+    return plan.attach(res, conversation, context_window, reply_tokens, policy)
 
 
 def _unpickle(
@@ -1700,3 +1463,9 @@ def _unpickle(
     return BlockRegistry._from_bytes(
         data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
     )
+
+
+def get_by_label(label: str) -> BlockRegistry | None:
+    """The live registry holding ``label``, or None. Labels do not keep registries alive."""
+    reg: BlockRegistry | None = _get_by_label(label)
+    return reg

@@ -11,6 +11,7 @@ SKILL.md or CLAUDE.md imports unchanged.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import os
@@ -20,8 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
-
-import yaml
 
 from rampart._files import FileProblem, read_regular_file
 from rampart.errors import (
@@ -41,7 +40,6 @@ __all__ = [
     "register_parser",
 ]
 
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Resource limits on untrusted seed files (docs/limits.md). Real seed and skill
 # files are kilobytes; these leave two orders of magnitude of room and keep a
@@ -70,6 +68,8 @@ def _expanded_size(root: Any) -> None:
     expanded, holds more than MAX_YAML_NODES nodes, nests deeper than
     MAX_METADATA_DEPTH, or refers to itself. Aliases share node objects, so sizes
     are memoised per node: the check costs the *written* size, not the expanded one."""
+    import yaml.nodes as yaml_nodes
+
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
     busy: set[int] = set()
@@ -77,9 +77,9 @@ def _expanded_size(root: Any) -> None:
     while stack:
         node, done = stack.pop()
         key = id(node)
-        if isinstance(node, yaml.SequenceNode):
+        if isinstance(node, yaml_nodes.SequenceNode):
             kids = list(node.value)
-        elif isinstance(node, yaml.MappingNode):
+        elif isinstance(node, yaml_nodes.MappingNode):
             kids = [n for pair in node.value for n in pair]
         else:
             size[key], depth[key] = 1, 0
@@ -111,16 +111,22 @@ def _expanded_size(root: Any) -> None:
         stack.extend((k, False) for k in kids if id(k) not in size)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc]
-    """The safe loader, bounded: the node graph is measured before any Python
-    object is built from it."""
+@functools.cache
+def _loader() -> Any:
+    """The safe loader (libyaml's where PyYAML has it), bounded: the node graph
+    is measured before any Python object is built from it. Made on first use:
+    ``import rampart`` does not load PyYAML."""
+    import yaml
 
-    def get_single_data(self) -> Any:
-        node = self.get_single_node()
-        if node is None:
-            return None
-        _expanded_size(node)
-        return self.construct_document(node)
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        def get_single_data(self) -> Any:
+            node = self.get_single_node()
+            if node is None:
+                return None
+            _expanded_size(node)
+            return self.construct_document(node)
+
+    return Loader
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -255,8 +261,10 @@ def _load_yaml(lines: list[str], path: Path, first_line: int) -> Any:
             path=path,
             line=first_line,
         )
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=_loader())
     except _YamlTooLarge as exc:
         raise ParseError(str(exc), path=path, line=first_line + exc.line) from None
     except yaml.YAMLError as exc:

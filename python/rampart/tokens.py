@@ -1,7 +1,9 @@
 """Token counting: what a block costs against a compile budget.
 
 The default is exact OpenAI ``cl100k_base``, counted in Rust from tables compiled
-into the extension (offline from the first call). A registry also accepts any
+into the extension (offline from the first call); ``"o200k_base"`` (GPT-4o, GPT-4.1,
+GPT-5, the o-series) is counted the same way, and :func:`encoding_for_model` names
+the encoding an OpenAI model counts a request with. A registry also accepts any
 ``Callable[[str], int]`` or a Hugging Face ``tokenizer.json`` (needs the
 ``tokenizers`` package: ``pip install rampart-registry[hf]``).
 """
@@ -13,17 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
 
-from rampart import _core
+import rampart._core as _core
 from rampart.errors import InvalidArgumentError, ParseError
 
 __all__ = [
     "CallableTokeniser",
     "Cl100kTokeniser",
     "HuggingFaceTokeniser",
+    "O200kTokeniser",
     "Tokeniser",
     "TokeniserLike",
     "count_tokens",
+    "encoding_for_model",
     "resolve_tokeniser",
+    "tokeniser_for_model",
 ]
 
 count_tokens = _core.count_tokens
@@ -63,6 +68,22 @@ class Cl100kTokeniser(Tokeniser):
 
     def count_many(self, texts: list[str]) -> list[int]:
         return _core.count_tokens_many(texts)
+
+
+class O200kTokeniser(Tokeniser):
+    """Exact ``o200k_base`` (GPT-4o, GPT-4.1, GPT-5, o-series) counts, in Rust.
+
+    Not ``builtin``: the core's registry counts blocks with cl100k_base, so a
+    registry with this tokeniser hands the core its counts (still Rust's, batched).
+    """
+
+    name = "o200k_base"
+
+    def count(self, text: str) -> int:
+        return _core.count_tokens(text, "o200k_base")
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return _core.count_tokens_many(texts, "o200k_base")
 
 
 class CallableTokeniser(Tokeniser):
@@ -126,12 +147,15 @@ TokeniserLike = Union[Tokeniser, Callable[[str], int], str, "os.PathLike[str]", 
 def resolve_tokeniser(spec: Any) -> Tokeniser:
     """Turn a registry's ``tokeniser=`` argument into a :class:`Tokeniser`.
 
-    ``None`` or ``"cl100k_base"``: the built-in counter. A path to a
+    ``None`` or ``"cl100k_base"``: the built-in counter; ``"o200k_base"``: the
+    built-in counter for current OpenAI models. A path to a
     ``tokenizer.json`` (or a folder holding one), or a ``tokenizers.Tokenizer``:
     Hugging Face. Any other callable: called with the text, must return an int.
     """
     if spec is None or spec == "cl100k_base":
         return _CL100K
+    if spec == "o200k_base":
+        return _O200K
     if isinstance(spec, Tokeniser):
         return spec
     if isinstance(spec, (str, os.PathLike)):
@@ -141,8 +165,79 @@ def resolve_tokeniser(spec: Any) -> Tokeniser:
     if callable(spec):
         return CallableTokeniser(spec)
     raise InvalidArgumentError(
-        f"tokeniser must be None, 'cl100k_base', a tokenizer.json path or a callable, got {spec!r}"
+        "tokeniser must be None, 'cl100k_base', 'o200k_base', a tokenizer.json path "
+        f"or a callable, got {spec!r}"
     )
 
 
 _CL100K = Cl100kTokeniser()
+_O200K = O200kTokeniser()
+
+# Which encoding an OpenAI model counts a request with: tiktoken's table
+# (tiktoken/model.py), the models it knows and their dated snapshots. Exact names
+# first, then prefixes, longest first, so "gpt-4o-mini" is not read as "gpt-4-".
+# gpt-oss counts in o200k_harmony, which is o200k_base plus special tokens: the
+# same counts for the text of a request.
+_MODEL_ENCODING = {
+    "gpt-5": "o200k_base",
+    "gpt-4.5": "o200k_base",
+    "gpt-4.1": "o200k_base",
+    "gpt-4o": "o200k_base",
+    "chatgpt-4o-latest": "o200k_base",
+    "o1": "o200k_base",
+    "o3": "o200k_base",
+    "o4-mini": "o200k_base",
+    "gpt-4": "cl100k_base",
+    "gpt-3.5-turbo": "cl100k_base",
+    "gpt-35-turbo": "cl100k_base",
+    "text-embedding-ada-002": "cl100k_base",
+    "text-embedding-3-small": "cl100k_base",
+    "text-embedding-3-large": "cl100k_base",
+}
+_PREFIX_ENCODING = sorted(
+    {
+        "gpt-5": "o200k_base",  # gpt-5, gpt-5-mini, gpt-5.1, gpt-5-codex ...
+        "gpt-4.5-": "o200k_base",
+        "gpt-4.1-": "o200k_base",
+        "gpt-4o-": "o200k_base",
+        "chatgpt-4o-": "o200k_base",
+        "gpt-oss-": "o200k_base",
+        "o1-": "o200k_base",
+        "o3-": "o200k_base",
+        "o4-mini-": "o200k_base",
+        "ft:gpt-4o": "o200k_base",
+        "ft:gpt-4.1": "o200k_base",
+        "gpt-4-": "cl100k_base",
+        "gpt-3.5-turbo-": "cl100k_base",
+        "gpt-35-turbo-": "cl100k_base",
+        "ft:gpt-4": "cl100k_base",
+        "ft:gpt-3.5-turbo": "cl100k_base",
+    }.items(),
+    key=lambda kv: -len(kv[0]),
+)
+
+
+def encoding_for_model(model: str) -> str | None:
+    """The built-in encoding ``model`` counts its input with, or None when unknown.
+
+    OpenAI models by their API names (dated snapshots and fine-tunes included,
+    a leading ``openai/`` as routers write it is ignored); None for any other
+    provider's model, whose tokenizer is not public.
+
+    Example:
+        >>> rampart.tokens.encoding_for_model("gpt-4o-mini-2024-07-18")
+        'o200k_base'
+    """
+    name = model.strip().lower().removeprefix("openai/")
+    if name in _MODEL_ENCODING:
+        return _MODEL_ENCODING[name]
+    for prefix, encoding in _PREFIX_ENCODING:
+        if name.startswith(prefix):
+            return encoding
+    return None
+
+
+def tokeniser_for_model(model: str) -> Tokeniser | None:
+    """The built-in :class:`Tokeniser` for ``model`` (see :func:`encoding_for_model`)."""
+    encoding = encoding_for_model(model)
+    return None if encoding is None else resolve_tokeniser(encoding)

@@ -39,15 +39,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rampart import _core
+import rampart._core as _core
 from rampart._args import text as _text
 from rampart._embedding import encode_texts
 from rampart._files import FileProblem, read_regular_file
+from rampart._view import GateFn, RegistryView, check_view
 from rampart.block import InstructionBlock
 from rampart.embeddings.cache import ExampleCache
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, ModelError, RampartError
 from rampart.llm import _text as llm_text
-from rampart.registry import BlockRegistry, GateFn
 from rampart.tools import (
     MAX_EXAMPLE_CHARS,
     MAX_EXAMPLES,
@@ -193,10 +193,8 @@ class DenseGate:
     yet are embedded first, as the built-in gate does; the task mapped by the
     registry's :func:`query_adapter` when it has one, as the built-in gate is)."""
 
-    def __init__(self, registry: BlockRegistry) -> None:
-        if not isinstance(registry, BlockRegistry):
-            raise InvalidArgumentError(f"DenseGate needs a BlockRegistry, got {registry!r}")
-        self.registry = registry
+    def __init__(self, registry: RegistryView) -> None:
+        self.registry = check_view(registry, "DenseGate")
 
     def __call__(self, task_text: str, blocks: Sequence[InstructionBlock]) -> list[float]:
         ranked = self.registry.find_relevant(task_text)
@@ -209,7 +207,7 @@ class HybridGate:
     task (so the weight means the same for every task). The BM25 index is rebuilt
     when the blocks' gate texts change."""
 
-    def __init__(self, registry: BlockRegistry, lexical_weight: float = 0.1) -> None:
+    def __init__(self, registry: RegistryView, lexical_weight: float = 0.1) -> None:
         if not (isinstance(lexical_weight, (int, float)) and lexical_weight >= 0):
             raise InvalidArgumentError("HybridGate lexical_weight must be a number >= 0")
         self.dense = DenseGate(registry)
@@ -649,15 +647,14 @@ class ExampleGate:
 
     def __init__(
         self,
-        registry: BlockRegistry,
+        registry: RegistryView,
         *,
         second_weight: float = SECOND_WEIGHT,
         lexical_weight: float = LEXICAL_WEIGHT,
         server_weight: float = SERVER_WEIGHT,
         hub_weight: float = HUB_WEIGHT,
     ) -> None:
-        if not isinstance(registry, BlockRegistry):
-            raise InvalidArgumentError(f"ExampleGate needs a BlockRegistry, got {registry!r}")
+        check_view(registry, "ExampleGate")
         for value, what in (
             (second_weight, "second_weight"),
             (lexical_weight, "lexical_weight"),
@@ -803,7 +800,7 @@ class ExampleGate:
         return out if top_k is None else out[:top_k]
 
 
-def has_examples(registry: BlockRegistry, runtime_ids: Sequence[str] | None = None) -> bool:
+def has_examples(registry: RegistryView, runtime_ids: Sequence[str] | None = None) -> bool:
     """Whether some tool block of the registry (or of ``runtime_ids``, blocks
     that just arrived; gone ones are skipped) has example requests (its own,
     generated or learned): then the registry gates with :class:`ExampleGate`."""
@@ -833,7 +830,7 @@ def has_examples(registry: BlockRegistry, runtime_ids: Sequence[str] | None = No
     return False
 
 
-def default_gate(registry: BlockRegistry) -> ExampleGate | None:
+def default_gate(registry: RegistryView) -> ExampleGate | None:
     """The gate a registry's own ``compile``/``find_relevant`` use for a task:
     its :class:`ExampleGate` once some tool block has examples, else None (the
     core's cosine gate). Looked up once per registry object and then only when
@@ -850,7 +847,7 @@ def default_gate(registry: BlockRegistry) -> ExampleGate | None:
     return gate
 
 
-def note_examples(registry: BlockRegistry) -> None:
+def note_examples(registry: RegistryView) -> None:
     """Tell the registry that examples arrived (its next gated compile uses them)."""
     registry._tool_examples = True
     gate = registry._toolgate
@@ -939,7 +936,7 @@ def packaged_adapter() -> QueryAdapter | None:
     return QueryAdapter(ADAPTER_FILE) if ADAPTER_FILE.exists() else None
 
 
-def _has_tools(registry: BlockRegistry) -> bool:
+def _has_tools(registry: RegistryView) -> bool:
     from rampart.tools import METADATA_KEY
 
     for b in registry._core.blocks():
@@ -953,7 +950,7 @@ def _has_tools(registry: BlockRegistry) -> bool:
     return False
 
 
-def query_adapter(registry: BlockRegistry) -> QueryAdapter | None:
+def query_adapter(registry: RegistryView) -> QueryAdapter | None:
     """The adapter the registry's cold gate maps a task's vector with, or None.
 
     By default: the packaged adapter, when the registry holds a tool block and its
@@ -976,7 +973,7 @@ def query_adapter(registry: BlockRegistry) -> QueryAdapter | None:
     return state if isinstance(state, QueryAdapter) else None
 
 
-def set_query_adapter(registry: BlockRegistry, adapter: QueryAdapter | None) -> None:
+def set_query_adapter(registry: RegistryView, adapter: QueryAdapter | None) -> None:
     """Use ``adapter`` for this registry's cold gate whatever it holds (None: no
     adapter, the plain cosine gate). The model is not checked: an adapter trained
     for another model's vectors maps them meaninglessly (a dimension mismatch
@@ -1047,7 +1044,7 @@ def explained(sel: Any, why: Mapping[str, str]) -> Any:
 # ---- learning from runs ------------------------------------------------------------
 
 
-def _tool_block(registry: BlockRegistry, tool: str) -> tuple[str, InstructionBlock]:
+def _tool_block(registry: RegistryView, tool: str) -> tuple[str, InstructionBlock]:
     """(tool name, block) for a tool block's runtime id or a tool name."""
     if not isinstance(tool, str) or not tool:
         raise InvalidArgumentError(
@@ -1076,7 +1073,7 @@ def _tool_block(registry: BlockRegistry, tool: str) -> tuple[str, InstructionBlo
 
 
 def add_tool_example(
-    registry: BlockRegistry,
+    registry: RegistryView,
     tool: str,
     request: str,
     *,
@@ -1271,7 +1268,7 @@ def generate_examples(
 
 
 def enrich_tools(
-    registry: BlockRegistry,
+    registry: RegistryView,
     backend: Backend,
     *,
     n: int = 5,

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from rampart._files import FileProblem, read_regular_file
+from rampart._files import FileProblem, json_object, read_regular_file
 from rampart.errors import InvalidArgumentError, UnsupportedFormatError
+from rampart.providers import gemini
 
 __all__ = [
     "FORMATS",
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 #: Output formats of :meth:`ToolSchema.to_format` and ``CompileResult.tools``.
-FORMATS = ("openai", "openai-responses", "anthropic", "mcp")
+FORMATS = ("openai", "openai-responses", "anthropic", "mcp", "gemini")
 
 #: The block-metadata key under which a tool block keeps its schema.
 METADATA_KEY = "tool_schema"
@@ -79,8 +80,9 @@ ToolsInput = Union[
 _EXPECTED = (
     'expected an OpenAI ({"type": "function", "function": {"name", "parameters", ...}}), '
     'OpenAI Responses ({"type": "function", "name", "parameters", ...}), '
-    'Anthropic ({"name", "description", "input_schema"}) or '
-    'MCP ({"name", "inputSchema", ...}) tool definition'
+    'Anthropic ({"name", "description", "input_schema"}), '
+    'MCP ({"name", "inputSchema", ...}) or '
+    'Gemini ({"name", "description", "parameters" or "parameters_json_schema"}) tool definition'
 )
 
 
@@ -318,6 +320,11 @@ class ToolSchema:
             out["strict"] = self.strict
         return out
 
+    def to_gemini(self) -> dict[str, Any]:
+        """A Gemini ``FunctionDeclaration``: ``{"name", "description",
+        "parameters_json_schema"}`` (see :mod:`rampart.providers.gemini`)."""
+        return gemini.declaration(self.name, self.description, self._params())
+
     def to_mcp(self) -> dict[str, Any]:
         """An MCP ``Tool`` object, as in a ``tools/list`` result."""
         out: dict[str, Any] = {"name": self.name}
@@ -397,6 +404,7 @@ _CONVERTERS = {
     "openai-responses": ToolSchema.to_openai_responses,
     "anthropic": ToolSchema.to_anthropic,
     "mcp": ToolSchema.to_mcp,
+    "gemini": ToolSchema.to_gemini,
 }
 
 
@@ -464,11 +472,15 @@ def _parse_entry(entry: Any) -> ToolSchema:
             f"tool type {kind!r} is not supported: only function tools that carry a JSON "
             f"Schema are (built-in and server tools have none); {_EXPECTED}"
         )
-    elif "parameters" in entry and "name" in entry:
-        raise _Invalid(
-            'looks like a bare OpenAI function: wrap it as {"type": "function", "function": '
-            '{...}} or add "type": "function"'
-        )
+    elif gemini.is_declaration(entry):
+        # Also what a bare OpenAI function ({"name", "parameters"}) looks like: the
+        # same fields mean the same thing, so it is read the same way.
+        fmt, strict = "gemini", None
+        try:
+            gname, gdesc, gschema = gemini.read_declaration(entry)
+        except InvalidArgumentError as exc:
+            raise _Invalid(str(exc)) from None
+        fields = (gname, gdesc, gschema, None, None, None)
     else:
         raise _Invalid(f"{_EXPECTED}; got an object with keys {sorted(map(str, entry))}")
     name, description, schema, title, annotations, output = fields
@@ -515,6 +527,9 @@ def _entries(obj: Any, where: str) -> tuple[Sequence[Any], str]:
                     f'{where}a JSON-RPC response without a "result" object; {_EXPECTED}'
                 )
             obj = result
+        declared = _gemini_declarations(obj, where)
+        if declared is not None:
+            return declared, "function_declarations"
         if "tools" in obj:
             tools = obj["tools"]
             if not isinstance(tools, (list, tuple)):
@@ -524,11 +539,33 @@ def _entries(obj: Any, where: str) -> tuple[Sequence[Any], str]:
             return tools, "tools"
         return [obj], "tools"  # a single definition
     if isinstance(obj, (list, tuple)):
+        if any(isinstance(t, Mapping) and _gemini_declarations(t, where) for t in obj):
+            # Gemini's tools list: Tool objects, each holding function declarations.
+            flat: list[Any] = []
+            for t in obj:
+                inner = _gemini_declarations(t, where) if isinstance(t, Mapping) else None
+                flat.extend(inner if inner is not None else [t])
+            return flat, "function_declarations"
         return obj, "tools"
     raise UnsupportedFormatError(
         f"{where}tools must be a list of tool definitions, an MCP tools/list result or a "
         f"path to a JSON file holding one; got {type(obj).__name__}"
     )
+
+
+def _gemini_declarations(obj: Mapping[str, Any], where: str) -> list[Any] | None:
+    """The declarations of a Gemini ``Tool`` (``{"function_declarations": [...]}``,
+    either spelling), or None when ``obj`` is not one."""
+    for key in ("function_declarations", "functionDeclarations"):
+        if key in obj:
+            decls = obj[key]
+            if not isinstance(decls, (list, tuple)):
+                raise UnsupportedFormatError(
+                    f'{where}"{key}" must be an array of function declarations, got '
+                    f"{_json_kind(decls)}"
+                )
+            return list(decls)
+    return None
 
 
 def _clip(text: str, n: int = 200) -> str:
@@ -1006,3 +1043,20 @@ def with_examples(
         else:
             out.append(s)
     return out
+
+
+def check_block_metadata(rows: Any) -> None:
+    """Every block's metadata is a JSON object of bounded depth, and a tool
+    block's schema is valid: what reading ``metadata`` or ``tool_schema`` later
+    would otherwise raise as JSONDecodeError or RecursionError. ``rows``:
+    ``(index, name, metadata JSON)`` of the blocks that have metadata, as
+    ``SavedRegistry.block_metadata()`` gives them before any registry exists."""
+    for k, name, raw in rows:
+        meta = json_object(raw, f"the metadata of block #{k} ({name!r:.80})")
+        if METADATA_KEY in meta:
+            try:
+                schema_from_metadata(meta)
+            except ValueError as exc:
+                raise FileProblem(
+                    f"block #{k} ({name!r:.80}) holds a malformed tool schema: {exc}"
+                ) from None

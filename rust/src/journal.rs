@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crate::block::{now_unix, Block, BlockId, NewBlock, Source, Wrap};
 use crate::error::{CoreError, Result};
-use crate::persist::{corrupt, decode, encode, put_floats, Entry, Reader, Writer};
+use crate::persist::{append_ids, corrupt, decode, encode, put_floats, Entry, Reader, Writer};
 use crate::registry::{authors_of, label_of, Position, Registry, Snapshot};
 
 pub const VERSION: u8 = 1;
@@ -407,15 +407,6 @@ pub fn snapshot_bytes(snap: &Snapshot) -> Vec<u8> {
     );
     append_ids(&mut out, snap.order.iter().map(|b| b.id));
     out
-}
-
-/// Append the id trailer of a checkpoint: the ids in order, then their count.
-pub fn append_ids(out: &mut Vec<u8>, ids: impl ExactSizeIterator<Item = BlockId>) {
-    let n = ids.len() as u64;
-    for id in ids {
-        out.extend_from_slice(&id.0);
-    }
-    out.extend_from_slice(&n.to_le_bytes());
 }
 
 /// Split checkpoint bytes into the decoded registry and its block ids.

@@ -405,3 +405,12 @@ pub fn decode(buf: &[u8]) -> Result<SavedRegistry> {
         blocks,
     })
 }
+
+/// Append the id trailer of a checkpoint: the ids in order, then their count.
+pub fn append_ids(out: &mut Vec<u8>, ids: impl ExactSizeIterator<Item = BlockId>) {
+    let n = ids.len() as u64;
+    for id in ids {
+        out.extend_from_slice(&id.0);
+    }
+    out.extend_from_slice(&n.to_le_bytes());
+}

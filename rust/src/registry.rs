@@ -27,8 +27,7 @@ use crate::block::{now_unix, Block, BlockId, IdMap, NewBlock, Source, Wrap, MAX_
 use crate::compile::{compile, CompileRequest, GateInput, Order, Selection};
 use crate::embeddings::{cosine_gate, dot, normalised, rows_of, Embeddings, GateRows, MatrixView};
 use crate::error::{CoreError, Result};
-use crate::journal::append_ids;
-use crate::persist::{encode, Entry, SavedRegistry};
+use crate::persist::{append_ids, encode, Entry, SavedRegistry};
 use crate::tokens::count_cl100k;
 
 /// registry id -> label, for error messages that name another registry (an

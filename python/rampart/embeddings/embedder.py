@@ -20,7 +20,6 @@ from rampart.embeddings.prepare import (
     DEFAULT_MODEL_NAME,
     INSTALL_HINT,
     MODEL_DISTRIBUTION,
-    NAMED_MODELS,
     _build,
     _cache_paths,
     _cache_valid,
@@ -30,6 +29,7 @@ from rampart.embeddings.prepare import (
     _package_version,
     _prepare,
     _require,
+    parse_model_name,
 )
 from rampart.embeddings.providers import (
     _CONTRIB_PROVIDERS,
@@ -165,7 +165,11 @@ class OnnxEmbedder:
         else:
             try:
                 prepared = _prepare(
-                    src.model_dir, default=src.default, contrib_ops=contrib, force=False
+                    src.model_dir,
+                    default=src.default,
+                    contrib_ops=contrib,
+                    force=False,
+                    variant=src.variant,
                 )
                 graph, digest = prepared.onnx_path, prepared.weights_sha256
             except ModelNotFoundError:
@@ -177,7 +181,7 @@ class OnnxEmbedder:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                graph = _build(src.model_dir, contrib).SerializeToString()
+                graph = _build(src.model_dir, contrib, src.variant).SerializeToString()
                 digest = file_sha256(src.model_dir / "model.safetensors")
         where = str(graph) if isinstance(graph, Path) else f"{src.model_dir} (in memory)"
 
@@ -489,14 +493,12 @@ _NAMED: dict[str, OnnxEmbedder] = {}
 
 
 def named_embedder(name: str) -> OnnxEmbedder:
-    """The process-wide embedder of a packaged model by name (``"all-mpnet-base-v2"``;
-    ``"all-MiniLM-L6-v2"`` is :func:`default_embedder`), created on first call."""
+    """The process-wide embedder of a packaged model by name (``"all-mpnet-base-v2"``,
+    a variant such as ``"all-MiniLM-L6-v2:int8"``; ``"all-MiniLM-L6-v2"`` is
+    :func:`default_embedder`), created on first call."""
     if name == DEFAULT_MODEL_NAME:
         return default_embedder()
-    if name not in NAMED_MODELS:
-        raise InvalidArgumentError(
-            f"unknown embedding model name {name!r} (known: {', '.join(NAMED_MODELS)})"
-        )
+    parse_model_name(name)  # InvalidArgumentError for an unknown name or variant
     emb = _NAMED.get(name)
     if emb is None:
         with _DEFAULT_LOCK:
@@ -555,7 +557,7 @@ def model_info(
         info.update(prepared=False, error=str(exc))
         return info
     sha = file_sha256(src.model_dir / "model.safetensors")
-    paths = _cache_paths(src.model_dir, sha, bert, contrib, src.default)
+    paths = _cache_paths(src.model_dir, sha, bert, contrib, src.default, src.variant)
     info.update(
         weights_sha256=sha,
         onnx_path=str(paths[0]),

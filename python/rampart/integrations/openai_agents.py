@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rampart import _http
+import rampart._http as _http
 from rampart.agent import _TOOL_SEARCH_TOOL, TOOL_SEARCH, search_tools
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError

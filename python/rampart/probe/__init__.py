@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rampart.errors import InvalidArgumentError
+from rampart.gguf import qwen_coder_path, resolve_model, smollm2_path
 from rampart.probe.backends import (
     Backend,
     BackendError,
@@ -59,7 +60,6 @@ from rampart.probe.experiments import (
     schema_plan,
     sweep_plan,
 )
-from rampart.probe.models import qwen_coder_path, resolve_model, smollm2_path
 from rampart.probe.report import format_table, load_trials, report, summarise
 from rampart.probe.runner import ProbeError, RunStats, TrialStore, check_config, run_trials
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rampart import llm
+import rampart.llm as llm
 from rampart.llm import Backend, BackendError, Message, Reply, ToolCall, parse_completion
 
 __all__ = [

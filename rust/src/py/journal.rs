@@ -1,10 +1,12 @@
 //! The one write path of the binding: `run` takes a write method's `Op` and
-//! either applies it (a local registry: no encoding) or hands the encoded entry
-//! to the shared registry's replica, which appends it to the store and applies
-//! the journal up to it (`rampart/_replica.py`). Either way the core applies the
-//! same value through `Registry::apply*`, and the outcome becomes the same
-//! Python value. Also here: what a replica needs besides (apply an entry, the
-//! entries that publish access counts and vectors).
+//! either applies it (a local registry: no encoding) or returns the encoded
+//! entry as a value, a `PendingEntry`, unapplied (a shared registry). The
+//! binding does no I/O and never calls back into Python: the façade's driver
+//! (sync or async, `rampart/_ops.py`) appends the entry to the store and has
+//! the replica apply the journal up to it (`rampart/_replica.py`). Either way
+//! the core applies the same value through `Registry::apply*`, and the outcome
+//! becomes the same Python value. Also here: what a replica needs besides
+//! (apply an entry, the entries that publish access counts and vectors).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -68,15 +70,44 @@ fn prepare(op: &mut Op) -> bool {
     }
 }
 
+/// A shared registry's write, encoded and not yet applied: the façade appends
+/// `data` to the store and applies the journal up to it. A value, not an
+/// exception, so no frame between the core and the driver can swallow or
+/// reorder it (the sans-IO shape of h11/httpcore).
+#[pyclass(frozen, module = "rampart._core", name = "PendingEntry")]
+pub struct PyPendingEntry {
+    /// The encoded journal entry.
+    #[pyo3(get)]
+    data: Py<PyBytes>,
+    /// Whether the op writes text (the replica then embeds what was written,
+    /// off the write path).
+    #[pyo3(get)]
+    writes_text: bool,
+}
+
+#[pymethods]
+impl PyPendingEntry {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "PendingEntry({} bytes, writes_text={})",
+            self.data.bind(py).as_bytes().len(),
+            self.writes_text
+        )
+    }
+}
+
 impl PyRegistry {
-    pub(super) fn set_journal(&self, replica: Option<Py<PyAny>>) {
-        let on = replica.is_some();
-        *self.journal.lock() = replica;
+    pub(super) fn set_journal(&self, py: Python<'_>, origin: Option<&[u8]>) -> PyResult<()> {
+        let origin = origin.map(|o| origin_id(py, o)).transpose()?;
+        let on = origin.is_some();
+        *self.journal.lock() = origin;
         self.journaled.store(on, Ordering::Release);
+        Ok(())
     }
 
-    /// Apply `op` here, or journal it through the replica when this registry is
-    /// shared. `heavy`: release the GIL while applying locally.
+    /// Apply `op` here, or encode it as a `PendingEntry` when this registry is
+    /// shared (under the replica's origin). `heavy`: release the GIL while
+    /// applying or encoding.
     ///
     /// Measured against the two-path binding it replaced (five alternated runs,
     /// thread CPU time, min, loaded 2-core machine): a local write pays the op
@@ -91,16 +122,17 @@ impl PyRegistry {
         heavy: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         if self.journaled.load(Ordering::Acquire) {
-            let replica = self.journal.lock().as_ref().map(|r| r.clone_ref(py));
-            if let Some(replica) = replica {
-                let replica = replica.into_bound(py);
-                let origin: Vec<u8> = replica.getattr("origin")?.extract()?;
-                let origin = origin_id(py, &origin)?;
-                let entry = detach_if(py, heavy, || {
+            let origin = *self.journal.lock();
+            if let Some(origin) = origin {
+                let (data, writes_text) = detach_if(py, heavy, || {
                     let writes_text = prepare(&mut op);
                     (encode_entry(origin, &op), writes_text)
                 });
-                return replica.call_method1("submit", (PyBytes::new(py, &entry.0), entry.1));
+                let pending = PyPendingEntry {
+                    data: PyBytes::new(py, &data).unbind(),
+                    writes_text,
+                };
+                return Ok(Bound::new(py, pending)?.into_any());
             }
         }
         let out = detach_if(py, heavy, || self.core.apply_local(op)).py_err(py)?;

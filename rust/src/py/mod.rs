@@ -12,7 +12,7 @@
 //! | `selection.rs` | `OrderView`, `Selection`, prompt rendering and the prompt memo |
 //! | `snapshot.rs` | `Snapshot`, `SavedRegistry` |
 //! | `registry.rs` | `Registry`: reads, one method per write operation, the one compile entry |
-//! | `journal.rs` | `run`, the one write path (local apply or the replica's journal), and what replicas need |
+//! | `journal.rs` | `run`, the one write path (local apply, or the encoded entry as a `PendingEntry`), and what replicas need |
 
 use std::sync::{Arc, OnceLock};
 
@@ -24,7 +24,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyType};
 use crate::block::{Attachment, Block as CoreBlock, BlockId, Source};
 use crate::error::CoreError;
 use crate::registry::Registry as CoreRegistry;
-use crate::tokens::count_cl100k;
+use crate::tokens::Encoding;
 
 mod block;
 mod journal;
@@ -221,16 +221,29 @@ fn label_of(registry_id: &str) -> Option<String> {
     BlockId::parse(registry_id).and_then(crate::registry::known_label)
 }
 
-/// Tokens of `text` under cl100k_base (exact, offline).
-#[pyfunction]
-fn count_tokens(py: Python<'_>, text: &str) -> u32 {
-    detach_if(py, text.len() > 1 << 16, || count_cl100k(text))
+/// The core encoding called `name`, or a ValueError naming the ones there are.
+fn encoding(name: &str) -> PyResult<Encoding> {
+    Encoding::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown encoding {name:?}: the built-in counter has 'cl100k_base' and 'o200k_base'"
+        ))
+    })
 }
 
-/// Tokens of each text under cl100k_base, with the GIL released.
+/// Tokens of `text` under `encoding` (exact, offline).
 #[pyfunction]
-fn count_tokens_many(py: Python<'_>, texts: Vec<String>) -> Vec<u32> {
-    py.detach(|| texts.iter().map(|t| count_cl100k(t)).collect())
+#[pyo3(signature = (text, encoding="cl100k_base"))]
+fn count_tokens(py: Python<'_>, text: &str, encoding: &str) -> PyResult<u32> {
+    let enc = self::encoding(encoding)?;
+    Ok(detach_if(py, text.len() > 1 << 16, || enc.count(text)))
+}
+
+/// Tokens of each text under `encoding`, with the GIL released.
+#[pyfunction]
+#[pyo3(signature = (texts, encoding="cl100k_base"))]
+fn count_tokens_many(py: Python<'_>, texts: Vec<String>, encoding: &str) -> PyResult<Vec<u32>> {
+    let enc = self::encoding(encoding)?;
+    Ok(py.detach(|| texts.iter().map(|t| enc.count(t)).collect()))
 }
 
 #[pymodule]
@@ -242,6 +255,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOrderView>()?;
     m.add_class::<PySnapshot>()?;
     m.add_class::<PySaved>()?;
+    m.add_class::<journal::PyPendingEntry>()?;
     m.add_function(wrap_pyfunction!(snapshot::decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::decode_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(label_of, m)?)?;

@@ -53,9 +53,10 @@ pub struct PyRegistry {
     pub(super) core: CoreRegistry,
     /// The last ungated compile's prompt, reused while the generation holds.
     memo: Mutex<Option<Memo>>,
-    /// A shared registry's replica (`rampart._replica.Replica`): while set,
-    /// every write goes to its `submit` as a journal entry (`py/journal.rs`).
-    pub(super) journal: Mutex<Option<Py<PyAny>>>,
+    /// A shared registry's replica origin: while set, every write returns its
+    /// journal entry, encoded under this origin, instead of applying it
+    /// (`py/journal.rs`).
+    pub(super) journal: Mutex<Option<BlockId>>,
     /// Whether `journal` is set: one relaxed load on a local write, no lock.
     pub(super) journaled: AtomicBool,
 }
@@ -501,10 +502,11 @@ impl PyRegistry {
 
     // ---- shared registries: what a replica needs (py/journal.rs) ----------------
 
-    /// Route every later write through `replica.submit(entry, writes_text)`
+    /// Make every later write return its journal entry (a `PendingEntry`,
+    /// encoded under the replica origin `origin`) instead of applying it
     /// (`None`: apply locally again). See `run`.
-    fn attach_journal(&self, replica: Option<Py<PyAny>>) {
-        self.set_journal(replica);
+    fn attach_journal(&self, py: Python<'_>, origin: Option<&[u8]>) -> PyResult<()> {
+        self.set_journal(py, origin)
     }
     /// Apply one journal entry; returns what the local call would return.
     fn apply_entry<'py>(

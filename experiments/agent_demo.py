@@ -14,7 +14,8 @@ experiment measures held-out success with no learned rules (the baseline; with
 then runs the training tasks with ``learn=True`` (each failure → one diagnosis call →
 one rule block), then measures held-out success again with the rules the agent
 wrote, and finally with hand-written rules (the ceiling: how well the model follows
-a rule it is given). ``rampart agent demo`` reruns it; ``docs/agent.md`` reports it.
+a rule it is given). ``make agent-demo`` (``python experiments/agent_demo.py``)
+reruns it; ``docs/agent.md`` reports it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from _common import experiment_backend, model_args, parse_seeds, run
 from rampart.agent import Agent, Run
 from rampart.errors import InvalidArgumentError
 from rampart.llm import Backend
@@ -380,32 +382,6 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_seeds(seeds: str) -> list[int]:
-    """``--seeds 0,1,2`` of the ``rampart agent`` experiments."""
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise InvalidArgumentError(f"--seeds must be a comma list of ints, got {seeds!r}") from None
-    if not seed_list:
-        raise InvalidArgumentError("--seeds names no seed")
-    return seed_list
-
-
-def experiment_backend(
-    model: str, base_url: str | None, threads: int | None, n_ctx: int
-) -> Backend:
-    """The model of a ``rampart agent`` experiment: an OpenAI-compatible server, or
-    llama.cpp in process."""
-    from rampart.llm import LlamaCppBackend, OpenAIBackend
-
-    if base_url:
-        return OpenAIBackend(base_url, model, concurrency=1)
-    # One thread by default: on a shared or small machine, llama.cpp's worker
-    # threads spin-wait at every barrier, and two threads on a contended pair of
-    # cores ran ~4x slower than one (docs/agent.md).
-    return LlamaCppBackend(model, n_ctx=n_ctx, n_threads=threads or 1)
-
-
 def cli_demo(
     *,
     model: str,
@@ -418,7 +394,7 @@ def cli_demo(
     ceiling: bool,
     embed: bool,
 ) -> int:
-    """``rampart agent demo``: run the experiment and print its summary."""
+    """Run the experiment and print its summary."""
     seed_list = parse_seeds(seeds)
     backend = experiment_backend(model, base_url, threads, n_ctx=4096)
     embedder = None
@@ -440,3 +416,40 @@ def cli_demo(
         backend.close()
     print(format_summary(summary))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python experiments/agent_demo.py",
+        description="Tasks on conventions a model cannot guess; success on held-out tasks "
+        "before learning, after learning from the training tasks, and with hand-written "
+        "rules, per seed (docs/agent.md).",
+    )
+    model_args(p)
+    p.add_argument("--seeds", default="0,1,2", help="comma list (default 0,1,2)")
+    p.add_argument("--per-convention", type=int, default=2, help="train/held-out tasks each (1-3)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--out", default=None, help="folder for summary.json")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the hand-written-rules runs")
+    p.add_argument("--no-embed", action="store_true", help="text similarity for duplicate rules")
+    args = p.parse_args(argv)
+    return run(
+        p.prog,
+        lambda: cli_demo(
+            model=args.model,
+            base_url=args.base_url,
+            seeds=args.seeds,
+            per_convention=args.per_convention,
+            temperature=args.temperature,
+            threads=args.threads,
+            out=args.out,
+            ceiling=not args.no_ceiling,
+            embed=not args.no_embed,
+        ),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

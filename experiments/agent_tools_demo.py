@@ -18,7 +18,8 @@ Three conditions over the same tasks and seeds:
 - ``all``: every tool in every request (no gate);
 - ``gated``: the gate's ``top_k`` only (``tool_search=False``).
 
-``rampart agent tools-demo`` reruns it; docs/agent.md reports it. Several tasks are
+``make agent-tools-demo`` (``python experiments/agent_tools_demo.py``) reruns
+it; docs/agent.md reports it. Several tasks are
 written as shell-style shorthand ("stage notes.txt", "mv draft.md final.md"), the
 kind of request issue 17 saw the gate miss; they were written before the gate was
 run on them.
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from _common import experiment_backend, model_args, parse_seeds, run
 from rampart.agent import TOOL_SEARCH, Agent, Run
 from rampart.errors import InvalidArgumentError
 from rampart.llm import Backend
@@ -110,7 +112,7 @@ class ToolError(Exception):
 def tool_definitions(data_dir: str | os.PathLike[str] | None = None) -> list[ToolSchema]:
     """The 40 MCP tool schemas of :data:`TOOL_FILES`, from ``data_dir`` (default: the
     repository's tests/data beside this package)."""
-    folder = Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "tests" / "data"
+    folder = Path(data_dir) if data_dir else Path(__file__).resolve().parents[1] / "tests" / "data"
     missing = [f for f in TOOL_FILES if not (folder / f).is_file()]
     if missing:
         raise InvalidArgumentError(
@@ -1344,9 +1346,7 @@ def cli_tools_demo(
     data: str | None,
     out: str | None,
 ) -> int:
-    """``rampart agent tools-demo``: run the experiment and print its table."""
-    from rampart.agent_demo import experiment_backend, parse_seeds
-
+    """Run the experiment and print its table."""
     seed_list = parse_seeds(seeds)
     chosen = TASKS
     if tasks:
@@ -1384,3 +1384,48 @@ def sandbox(root: str | os.PathLike[str] | None = None) -> Iterator[Sandbox]:
         sb = Sandbox(Path(root) if root else Path(tmp) / "sandbox")
         sb.reset()
         yield sb
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python experiments/agent_tools_demo.py",
+        description="Tasks that each need one of the 40 MCP tools of tests/data, run in a "
+        "sandbox where the tools really act; success per condition, gate misses, "
+        "find_tools recoveries, prompt tokens per call (docs/agent.md).",
+    )
+    model_args(p)
+    p.add_argument("--seeds", default="0", help="comma list (default 0)")
+    p.add_argument("--top-k", type=int, default=5, help="tools the gate offers (default 5)")
+    p.add_argument("--max-steps", type=int, default=4, help="model calls per task (default 4)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--tasks", default=None, help="comma list of task names (default: all)")
+    p.add_argument(
+        "--conditions",
+        default=None,
+        help="comma list among gated+find_tools,all,gated (default: all three)",
+    )
+    p.add_argument("--data", default=None, help="folder with the mcp_*_tools.json lists")
+    p.add_argument("--out", default=None, help="folder for summary.json")
+    args = p.parse_args(argv)
+    return run(
+        p.prog,
+        lambda: cli_tools_demo(
+            model=args.model,
+            base_url=args.base_url,
+            seeds=args.seeds,
+            top_k=args.top_k,
+            max_steps=args.max_steps,
+            temperature=args.temperature,
+            threads=args.threads,
+            tasks=args.tasks,
+            conditions=args.conditions,
+            data=args.data,
+            out=args.out,
+        ),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The conversation log as bytes: the save file and the shared journal's entries.
+
+A file is one JSON object ``{"format": "rampart-conversation", "version": 1,
+"conversation_id", "tokeniser", "log": [entry, ...]}``; a journal entry is one
+entry's JSON. Nothing read is trusted: :func:`check_entry` checks every field's
+type and range before the entry is applied, sizes are bounded before parsing,
+and a fault names the file (or journal) and the entry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rampart.conversation.items import KINDS, ROLES
+from rampart.conversation.shapes import Piece
+from rampart.errors import InvalidArgumentError, RegistryFileError
+
+if TYPE_CHECKING:
+    from rampart.conversation.items import ConversationView
+
+__all__ = [
+    "FORMAT",
+    "MAX_FILE_BYTES",
+    "check_entry",
+    "decode_entry",
+    "decode_file",
+    "encode_entry",
+    "encode_file",
+    "piece_from_dict",
+    "piece_to_dict",
+]
+
+FORMAT = "rampart-conversation"
+VERSION = 1
+#: The largest file ``Conversation.load`` reads (bytes; ``max_bytes=`` to change).
+MAX_FILE_BYTES = 2 * 1024**3
+_MAX_GROUPS = 100_000
+_MAX_IDS = 10_000_000
+
+
+def piece_to_dict(p: Piece) -> dict[str, Any]:
+    """One parsed piece as the log's plain data."""
+    d: dict[str, Any] = {"role": p.role, "kind": p.kind, "content": p.content}
+    if p.tool_name is not None:
+        d["tool_name"] = p.tool_name
+    if p.call_id is not None:
+        d["call_id"] = p.call_id
+    if p.is_error:
+        d["is_error"] = True
+    if p.native is not None:
+        d["native"] = p.native
+    return d
+
+
+def _opt_str(d: dict[str, Any], k: str) -> str | None:
+    v = d.get(k)
+    if v is not None and (not isinstance(v, str) or not v):
+        raise InvalidArgumentError(f"{k} must be a non-empty string, got {type(v).__name__}")
+    return v
+
+
+def piece_from_dict(d: Any) -> Piece:
+    """A piece from the log's plain data, checked (InvalidArgumentError)."""
+    if not isinstance(d, dict):
+        raise InvalidArgumentError(f"an item must be an object, got {type(d).__name__}")
+    role, kind, content = d.get("role"), d.get("kind"), d.get("content")
+    if role not in ROLES or kind not in KINDS or not isinstance(content, str):
+        raise InvalidArgumentError(
+            f"an item needs a role in {ROLES}, a kind in {KINDS} and string content"
+        )
+    native = _opt_str(d, "native")
+    if native not in (None, "openai_responses", "anthropic", "gemini"):
+        raise InvalidArgumentError(f"unknown native format {native!r}")
+    return Piece(
+        role,
+        kind,
+        content,
+        _opt_str(d, "tool_name"),
+        _opt_str(d, "call_id"),
+        d.get("is_error") is True,
+        native,
+    )
+
+
+def _ids(v: Any, conv: ConversationView) -> list[str]:
+    if not isinstance(v, list) or len(v) > _MAX_IDS or not all(isinstance(i, str) for i in v):
+        raise InvalidArgumentError("ids must be a list of item ids")
+    unknown = [i for i in v if i not in conv._index]
+    if unknown:
+        raise InvalidArgumentError(f"names items the conversation does not hold: {unknown[:3]}")
+    return v
+
+
+def check_entry(e: Any, conv: ConversationView) -> None:
+    """Refuse (InvalidArgumentError) an entry that does not apply to ``conv``
+    as it is now."""
+    if not isinstance(e, dict):
+        raise InvalidArgumentError(f"a log entry must be an object, got {type(e).__name__}")
+    op = e.get("op")
+    if op == "append":
+        groups = e.get("groups")
+        if not isinstance(groups, list) or len(groups) > _MAX_GROUPS:
+            raise InvalidArgumentError("an append needs a list of groups")
+        for g in groups:
+            if not isinstance(g, list):
+                raise InvalidArgumentError("a group must be a list of items")
+            for p in g:
+                piece_from_dict(p)
+        t = e.get("time", 0.0)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise InvalidArgumentError("time must be a finite number")
+        if e.get("trajectory_id") is not None and not isinstance(e["trajectory_id"], str):
+            raise InvalidArgumentError("trajectory_id must be a string")
+    elif op in ("clear", "drop", "compact"):
+        ids = _ids(e.get("ids"), conv)
+        if op == "compact":
+            s = e.get("summary")
+            if not isinstance(s, dict) or not isinstance(s.get("content"), str) or not ids:
+                raise InvalidArgumentError("a compaction needs a summary and the ids it covers")
+            size = len(s["content"].encode("utf-8", "surrogatepass"))
+            if size > conv.max_item_bytes:
+                raise InvalidArgumentError(f"a summary of {size} bytes passes max_item_bytes")
+        if op == "clear":
+            bad = [i for i in ids if conv._items[conv._index[i]].kind != "tool_result"]
+            if bad:
+                raise InvalidArgumentError(f"clears items that are not tool results: {bad[:3]}")
+    elif op == "undo":
+        target = e.get("of")
+        if not isinstance(target, str) or not any(
+            t.id == target and t.active for t in conv._transforms
+        ):
+            raise InvalidArgumentError(f"undoes no active transformation ({target!r})")
+    elif op == "scale":
+        v, prov = e.get("value"), e.get("provider")
+        if (
+            not isinstance(prov, str)
+            or isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not 0.25 <= v <= 4.0
+        ):
+            raise InvalidArgumentError("a scale entry needs a provider and a value in [0.25, 4]")
+    else:
+        raise InvalidArgumentError(f"unknown log entry {op!r}")
+
+
+def encode_entry(e: dict[str, Any]) -> bytes:
+    """One log entry as a journal entry's bytes (compact JSON, UTF-8)."""
+    return json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def decode_entry(raw: bytes) -> dict[str, Any]:
+    """A journal entry's bytes as a log entry (InvalidArgumentError if not one)."""
+    try:
+        v = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"not a JSON log entry ({exc})") from None
+    if not isinstance(v, dict):
+        raise InvalidArgumentError("a log entry must be a JSON object")
+    return v
+
+
+def encode_file(conversation_id: str, tokeniser: str, log: list[dict[str, Any]]) -> bytes:
+    """The save file of a conversation: its header and the log, one entry a line."""
+    head = {
+        "format": FORMAT,
+        "version": VERSION,
+        "conversation_id": conversation_id,
+        "tokeniser": tokeniser,
+    }
+    # one entry a line: a diff of two saves shows what was appended
+    body = ",\n".join(encode_entry(e).decode("utf-8", "surrogatepass") for e in log)
+    text = json.dumps(head, ensure_ascii=False)[:-1] + ', "log": [\n' + body + "\n]}\n"
+    return text.encode("utf-8", "surrogatepass")
+
+
+def decode_file(path: Path, max_bytes: int) -> tuple[str, str, list[dict[str, Any]]]:
+    """(conversation id, tokeniser, log entries) of a save file, bounded by ``max_bytes``;
+    RegistryFileError naming the file for anything else. Entries are checked when replayed."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise RegistryFileError(f"{path}: cannot read the conversation file ({exc})") from None
+    if size > max_bytes:
+        raise RegistryFileError(f"{path}: {size} bytes, more than max_bytes={max_bytes}")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RegistryFileError(f"{path}: not a conversation file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RegistryFileError(f"{path}: not a rampart conversation file")
+    if data.get("version") != VERSION:
+        raise RegistryFileError(
+            f"{path}: conversation file version {data.get('version')!r}; this rampart reads "
+            f"{VERSION} (written by a newer rampart?)"
+        )
+    cid, tok, log = data.get("conversation_id"), data.get("tokeniser"), data.get("log")
+    if not isinstance(cid, str) or not cid or not isinstance(tok, str) or not isinstance(log, list):
+        raise RegistryFileError(f"{path}: conversation_id, tokeniser or log missing or malformed")
+    return cid, tok, log

@@ -1,0 +1,590 @@
+"""The compile step: fit a conversation into what the window leaves after the
+instructions and tools, by the policy, cache-aware (SPEC §9).
+
+:func:`compile_conversation` is the one hook ``BlockRegistry.compile`` calls.
+The common case — the conversation grew and still fits, and no transformation
+pays — is O(1) beyond a snapshot of the view: totals and the tool-result list
+are kept up to date by ``append``, so no item is walked or re-counted. Only a
+compile that transforms walks the view (once per step).
+
+Cost model for "pays": :meth:`ContextPolicy.pays` over §8's price table.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
+from rampart.conversation.policy import ContextPolicy
+from rampart.conversation.shapes import Shown, render
+from rampart.errors import ContextOverflowError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from rampart.block import CompileResult
+    from rampart.conversation.core import Conversation, _View
+
+__all__ = ["ContextOverflowError", "ContextResult", "compile_conversation"]
+
+#: The stub of a cleared result, for planning (the exact count is taken when
+#: the clear is recorded).
+_STUB_ESTIMATE = 40
+
+
+_DEFAULT_POLICY: ContextPolicy | None = None
+
+
+def _default_policy() -> ContextPolicy:
+    global _DEFAULT_POLICY
+    if _DEFAULT_POLICY is None:
+        _DEFAULT_POLICY = ContextPolicy()
+    return _DEFAULT_POLICY
+
+
+class ContextResult:
+    """What the compile step did to the conversation: the view it compiled (as
+    the messages of any format), the per-item report (built on first access),
+    the budget it worked to and where it rewrote the body's prefix."""
+
+    __slots__ = (
+        "_n",
+        "_n_items",
+        "_report",
+        "_shown",
+        "_state",
+        "budget",
+        "context_window",
+        "conversation",
+        "fixed_tokens",
+        "message_tokens",
+        "policy",
+        "reply_tokens",
+        "rewrites",
+        "scale",
+    )
+
+    def __init__(
+        self,
+        conversation: Conversation,
+        state: Conversation,
+        view: _View,
+        policy: ContextPolicy,
+        context_window: int | None,
+        reply_tokens: int,
+        fixed_tokens: int,
+        budget: int | None,
+        scale: float,
+        rewrites: list[RewriteNote],
+    ) -> None:
+        self.conversation = conversation
+        self._state = state
+        # The view's lists only grow (a rebuild makes a new view): its length now
+        # is this result's snapshot, with no copy on the compile path.
+        self._shown = view.shown
+        self._n = len(view.shown)
+        self._n_items = len(state._items)
+        self.policy = policy
+        self.context_window = context_window
+        self.reply_tokens = reply_tokens
+        self.fixed_tokens = fixed_tokens
+        self.message_tokens = view.total
+        self.budget = budget
+        self.scale = scale
+        self.rewrites = rewrites
+        self._report: list[MessageReport] | None = None
+
+    @property
+    def native(self) -> str | bool:
+        """The policy's provider-native setting (the adapters emit its edits)."""
+        return self.policy.native
+
+    @property
+    def shown(self) -> list[Shown]:
+        return self._shown[: self._n]
+
+    @property
+    def total_tokens(self) -> int:
+        """Instructions + tools + messages, in the provider's units (scaled)."""
+        return math.ceil((self.fixed_tokens + self.message_tokens) * self.scale)
+
+    @property
+    def transformed(self) -> bool:
+        """Whether this compile rewrote the body (a new transformation)."""
+        return bool(self.rewrites)
+
+    def messages(self, format: str = "openai_chat") -> list[dict[str, Any]]:
+        """The compiled messages in ``format`` (a new list of new dicts each call)."""
+        return render(self._shown[: self._n], format)
+
+    @property
+    def message_report(self) -> list[MessageReport]:
+        if self._report is None:
+            self._report = _report(self.shown, self._state._items[: self._n_items], self._state)
+        return self._report
+
+    def __repr__(self) -> str:
+        return (
+            f"<ContextResult {self._n} items shown, {self.message_tokens} message tokens, "
+            f"budget {self.budget}, {len(self.rewrites)} rewrites>"
+        )
+
+
+def _report(
+    shown: Sequence[Shown], items: Sequence[ConversationItem], state: Conversation
+) -> list[MessageReport]:
+    by_id = {s.item.id: s for s in shown}
+    why: dict[str, tuple[str, str]] = {}
+    for t in state.transformations:
+        if not t.active:
+            continue
+        action = {"clear": "cleared", "compact": "compacted", "drop": "dropped"}[t.kind]
+        detail = f"{t.reason}; summary {t.summary_id}" if t.summary_id else t.reason
+        for i in t.ids:
+            why[i] = (action, detail)
+    out = []
+    for idx, it in enumerate(items):
+        act = why.get(it.id)
+        s = by_id.get(it.id)
+        reason: str | None
+        if s is not None and s.content is not it.content:  # shown as a stub
+            reason = act[1] if act is not None else "input cleared with its result"
+            action, tokens = "cleared", state._stub_tokens(it)
+        elif s is not None:
+            reason = "pinned" if it.pinned else None
+            if it.kind == "summary":
+                reason = f"summary of {len(it.covers)} items"
+            action, tokens = "kept", it.tokens
+        elif act is not None:
+            action, reason, tokens = act[0], act[1], 0
+        else:  # a summary a later summary covers
+            action, reason, tokens = "compacted", "covered by a later summary", 0
+        out.append(MessageReport(it.id, action, reason, tokens, it.tokens, idx, it.role, it.kind))
+    return out
+
+
+def _check_int(v: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {v!r}")
+    return v
+
+
+def _fixed_tokens(conv: Conversation, result: CompileResult) -> int:
+    """Tokens of the instructions and tools under the conversation's counter,
+    counted once per distinct prompt (a compile of an unchanged registry pays a
+    string comparison)."""
+    prompt = result.prompt
+    cache = conv._fixed_cache
+    if cache is not None and cache[0] == prompt:
+        return cache[1]
+    n = conv._count(prompt) if prompt else 0
+    # Tools travel as JSON beside the prompt: what the registry counted for the
+    # tool blocks stands for them (their schemas are the blocks' content).
+    sel = result._sel
+    for b in [*sel.included_blocks(), *sel.tools_only_blocks()]:
+        raw = b.metadata_json
+        if raw is not None and "tool_schema" in raw:
+            n += b.token_count
+    conv._fixed_cache = (prompt, n)
+    return n
+
+
+def compile_conversation(
+    result: CompileResult,
+    conversation: Any,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> ContextResult:
+    """The hook of ``BlockRegistry.compile(..., conversation=...)``: fit the
+    conversation in ``context_window - reply_tokens`` beside ``result``'s
+    instructions and tools, recording what the policy does (unless dry run)."""
+    from rampart.conversation.core import Conversation
+
+    if not isinstance(conversation, Conversation):
+        raise InvalidArgumentError(
+            f"conversation must be a rampart.Conversation, got {type(conversation).__name__}"
+        )
+    pol = _default_policy() if policy is None else policy
+    if not isinstance(pol, ContextPolicy):
+        raise InvalidArgumentError(f"policy must be a ContextPolicy, got {type(pol).__name__}")
+    reply = 0 if reply_tokens is None else _check_int(reply_tokens, "reply_tokens")
+    window = None if context_window is None else _check_int(context_window, "context_window", 1)
+    conv = conversation
+    with conv._lock:
+        fixed = _fixed_tokens(conv, result)
+        scale = conv._scale.get(pol.provider, pol.default_scale)
+        now = _time.monotonic()
+        last = conv._last_compile
+        ttl = pol.prices.ttl_s
+        cold = last is not None and ttl is not None and now - last[2] > ttl
+        target = conv
+        view = conv._view
+        notes: list[RewriteNote] = []
+        budget = None
+        if window is not None:
+            budget = math.floor((window - reply) / scale) - fixed
+            if budget < 0 or _pinned_tokens(view) > budget:
+                _overflow(conv, view, fixed, budget, window, reply, scale, result)
+            # The steps are planned on a copy of the state (made only when a step
+            # runs) and recorded in the conversation once they all succeeded: a
+            # compile that overflows after a clear leaves the conversation as it was.
+            plan = _Plan(conv)
+            view = _fit(plan, view, budget, pol, cold, notes)
+            if plan.twin is not None:
+                if pol.dry_run:
+                    target = plan.twin
+                else:
+                    for entry in plan.entries:
+                        conv._commit(entry)
+                    view = conv._view
+        if not pol.dry_run:
+            conv._last_compile = (pol.provider, float(fixed + view.total), now)
+        return ContextResult(conv, target, view, pol, window, reply, fixed, budget, scale, notes)
+
+
+def _pinned_tokens(view: _View) -> int:
+    """Tokens the policy can never remove: pinned items and the latest user text."""
+    k = view.last_user
+    extra = view.cost(k) if k >= 0 and not view.shown[k].item.pinned else 0
+    return view.pinned_tokens + extra
+
+
+def _overflow(
+    conv: Conversation,
+    view: _View,
+    fixed: int,
+    budget: int,
+    window: int,
+    reply: int,
+    scale: float,
+    result: CompileResult,
+) -> None:
+    pinned = [s.item.id for k, s in enumerate(view.shown) if view.protected(k)]
+    names = [r.name for r in result.report if r.included and not r.gated]
+    blocks = ", ".join(names[:5]) or "none"
+    raise ContextOverflowError(
+        f"conversation {conv.conversation_id!r}: what must be sent does not fit a "
+        f"{window}-token window less {reply} reply tokens (count scale {scale:g}): the "
+        f"compiled instructions and tools take {fixed} tokens (ungated blocks: {blocks}), "
+        f"the pinned items and the latest user message ({', '.join(pinned[:8])}"
+        f"{', ...' if len(pinned) > 8 else ''}) {_pinned_tokens(view)}; room for messages: "
+        f"{max(budget, 0)}. Raise context_window, lower reply_tokens, unpin items or "
+        "compile fewer blocks (max_tokens)."
+    )
+
+
+def _boundaries(view: _View) -> list[bool]:
+    """``closed[e]``: no tool call in ``shown[:e]`` has its result at ``e`` or
+    later (a cut at ``e`` splits no call from its result). One pass; a call
+    with no result anywhere does not hold a cut open (the renderer stubs it)."""
+    answered = {s.item.call_id for s in view.shown if s.item.kind == "tool_result"}
+    closed = [True] * (len(view.shown) + 1)
+    open_calls: set[str] = set()
+    for e, s in enumerate(view.shown):
+        closed[e] = not open_calls
+        it = s.item
+        if it.kind == "tool_call" and it.call_id in answered:
+            open_calls.add(it.call_id or "")
+        elif it.kind == "tool_result":
+            open_calls.discard(it.call_id or "")
+    closed[len(view.shown)] = not open_calls
+    return closed
+
+
+def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
+    """(tokens clearing could remove, index of the first result it would clear)
+    in O(keep + excluded tools): what the price check needs on every compile."""
+    keep = pol.keep_tool_results
+    res = view.results
+    if len(res) <= keep:
+        return 0, -1
+    tail = sum(view.cost(k) for k in res[len(res) - keep :]) if keep else 0
+    excluded = sum(view.results_by_tool.get(t, 0) for t in pol.exclude_tools)
+    removable = view.results_tokens - tail - excluded - _STUB_ESTIMATE * (len(res) - keep)
+    first = -1
+    names = pol.exclude_tools
+    for j in range(len(res) - keep):  # no slice: this runs on every compile
+        k = res[j]
+        if view.shown[k].item.tool_name not in names:
+            first = k
+            break
+    return removable, first
+
+
+def _clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]:
+    """Results the policy may clear, in the order it clears them: oldest first,
+    the last ``keep_tool_results`` only when the window forces it (newest last)."""
+    keep = pol.keep_tool_results
+    names = set(pol.exclude_tools)
+    res = [k for k in view.results if view.shown[k].item.tool_name not in names]
+    old = view.results[: len(view.results) - keep] if keep else list(view.results)
+    older = [k for k in old if view.shown[k].item.tool_name not in names]
+    if not forced:
+        return older
+    seen = set(older)
+    return older + [k for k in res if k not in seen]
+
+
+class _Plan:
+    """The steps of one compile: recorded into a twin of the conversation (made
+    on the first step), kept as entries to commit afterwards."""
+
+    __slots__ = ("conv", "entries", "twin")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.twin: Conversation | None = None
+        self.entries: list[dict[str, Any]] = []
+
+    @property
+    def conversation_id(self) -> str:
+        return self.conv.conversation_id
+
+    def record(self, entry: dict[str, Any]) -> _View:
+        if self.twin is None:
+            self.twin = _twin(self.conv)
+        self.twin._commit(entry)
+        self.entries.append(entry)
+        return self.twin._view
+
+
+def _fit(
+    conv: _Plan,
+    view: _View,
+    budget: int,
+    pol: ContextPolicy,
+    cold: bool,
+    notes: list[RewriteNote],
+) -> _View:
+    """The view after the policy's steps, each recorded in ``conv`` (the twin of
+    a dry run). Fast path: fits, and clearing cannot pay → O(keep)."""
+    need = view.total - budget
+    # 1. clear tool results (Anthropic clears them itself when native)
+    if pol.clear_tool_results and pol.native != "anthropic" and view.results:
+        chosen: list[int] = []
+        reason = ""
+        if need > 0:
+            # The older results go first, in a step of at least clear_at_least; the
+            # last keep_tool_results only as far as the window needs.
+            got = 0
+            older = set(_clear_candidates(view, pol, False))
+            goal = max(need, pol.clear_at_least)
+            for k in _clear_candidates(view, pol, True):
+                if got >= (goal if k in older else need):
+                    break
+                r = view.cost(k) - _STUB_ESTIMATE
+                if r > 0:
+                    chosen.append(k)
+                    got += r
+            reason = "window"
+        else:
+            removable, first = _eligible_fast(view, pol)
+            if removable >= max(pol.clear_at_least, 1) and first >= 0:
+                after = view.total - (view.tokens[first - 1] if first else 0)
+                if pol.pays(removable, after, cold):
+                    chosen = [
+                        k
+                        for k in _clear_candidates(view, pol, False)
+                        if view.cost(k) > _STUB_ESTIMATE
+                    ]
+                    reason = "cold" if cold else "price"
+        if chosen:
+            entry = {
+                "op": "clear",
+                "ids": [view.shown[k].item.id for k in chosen],
+                "inputs": pol.clear_tool_inputs,
+                "reason": reason,
+            }
+            view = _record(conv, view, entry, chosen[0], notes)
+            need = view.total - budget
+    # 2. compact the oldest span (OpenAI compacts itself when native)
+    if need > 0 and pol.compact is not None and pol.native != "openai":
+        span = _compact_span(view, pol)
+        if span is not None:
+            a, b = span
+            ids = [view.shown[k].item.id for k in range(a, b)]
+            if pol.dry_run:
+                text = f"(dry run: a summary of {len(ids)} items would go here)"
+            else:
+                text = _summarise(pol, view.shown[a:b])
+            entry = {"op": "compact", "ids": ids, "summary": {"content": text}, "reason": "window"}
+            view = _record(conv, view, entry, a, notes)
+            need = view.total - budget
+    # 3. drop the oldest unprotected steps
+    if need > 0 and pol.drop_oldest:
+        ids, first = _drop_steps(view, need)
+        if ids:
+            view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
+            need = view.total - budget
+    if need > 0:
+        left = [s.item.id for k, s in enumerate(view.shown) if view.protected(k)]
+        raise ContextOverflowError(
+            f"conversation {conv.conversation_id!r}: {view.total} message tokens after the "
+            f"policy's steps and {budget} fit; what is left is pinned or the latest user "
+            f"message ({', '.join(left[:8]) or 'none'}) or the policy may not remove it "
+            "(drop_oldest=False, no compact); nothing was recorded"
+        )
+    return view
+
+
+def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
+    """The oldest run of unprotected items, ending before the last
+    ``compact_keep_recent`` and cut where no call is split from its result."""
+    n = len(view.shown)
+    closed = _boundaries(view)
+    end = n - pol.compact_keep_recent
+    a = 0
+    while a < end and (view.protected(a) or not closed[a]):
+        a += 1
+    b = a
+    while b < end and not view.protected(b):
+        b += 1
+    while b > a and not closed[b]:
+        b -= 1
+    if b - a < 2:
+        return None
+    return a, b
+
+
+def _summarise(pol: ContextPolicy, span: list[Shown]) -> str:
+    # The summariser's input is bounded: a span of huge tool results would
+    # otherwise need a window as large as the one it relieves (letta#3279).
+    lines: list[str] = []
+    room = _SUMMARY_INPUT_CHARS
+    for s in span:
+        it = s.item
+        text = s.content if len(s.content) <= 4000 else s.content[:4000] + " [...]"
+        who = it.tool_name if it.kind in ("tool_call", "tool_result") else it.role
+        lines.append(f"{it.kind} ({who}): {text}")
+        room -= len(lines[-1])
+        if room <= 0:
+            lines.append("[...]")
+            break
+    c = pol.compact
+    if callable(getattr(c, "chat", None)):
+        prompt = (
+            "Summarise this part of an agent's conversation for the agent itself: keep "
+            "decisions, facts learned, file names, ids and open tasks; drop chatter.\n\n"
+            + "\n".join(lines)
+        )
+        reply = c.chat(  # type: ignore[union-attr]
+            [{"role": "user", "content": prompt}],
+            temperature=0.0,
+            seed=0,
+            max_tokens=pol.compact_max_tokens,
+        )
+        out = reply.text
+    else:
+        out = c([s.item for s in span])  # type: ignore[misc]
+    if not isinstance(out, str) or not out.strip():
+        raise InvalidArgumentError(
+            f"the compact backend or callable returned {type(out).__name__} {out!r:.40}; "
+            "expected the summary text"
+        )
+    return out
+
+
+#: What a summariser is given at most (characters): items past 4 000 characters
+#: are cut, and the span's text past this.
+_SUMMARY_INPUT_CHARS = 200_000
+
+
+def _drop_steps(view: _View, need: int) -> tuple[list[str], int]:
+    """Ids of the oldest whole steps to drop until ``need`` tokens are gone. A
+    step runs from a cut to the next cut (a user text, or an assistant item
+    after a non-assistant one) where no call is split from its result; one
+    holding a protected item stays."""
+    closed = _boundaries(view)
+    n = len(view.shown)
+    ids: list[str] = []
+    got = 0
+    first = -1
+    k = 0
+    while k < n and got < need:
+        e = k + 1
+        while e < n and not (closed[e] and _step_start(view, e)):
+            e += 1
+        if not any(view.protected(j) for j in range(k, e)):
+            if first < 0:
+                first = k
+            ids.extend(view.shown[j].item.id for j in range(k, e))
+            got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
+        k = e
+    return ids, first
+
+
+def _step_start(view: _View, e: int) -> bool:
+    it = view.shown[e].item
+    if (it.role == "user" and it.kind == "text") or it.kind == "summary":
+        return True
+    prev = view.shown[e - 1].item
+    return it.role == "assistant" and prev.role != "assistant"
+
+
+def _record(
+    conv: _Plan,
+    view: _View,
+    entry: dict[str, Any],
+    at: int,
+    notes: list[RewriteNote],
+) -> _View:
+    before = view.total
+    prefix = view.tokens[at - 1] if at else 0
+    at_item = view.shown[at].item.id
+    new = conv.record({**entry, "time": round(_time.time(), 3)})
+    notes.append(
+        RewriteNote(
+            at_item=at_item,
+            at_index=at,
+            reason=entry["reason"],
+            action=entry["op"],
+            tokens_removed=before - new.total,
+            prefix_tokens=prefix,
+            detail=f"{len(entry['ids'])} items; the body is rewritten from item {at_item} on",
+        )
+    )
+    return new
+
+
+def _twin(conv: Conversation) -> Conversation:
+    """A dry run's copy of the conversation's state: transformations are
+    recorded into it, the conversation itself is untouched."""
+    from rampart.conversation.core import Conversation
+
+    twin = Conversation.__new__(Conversation)
+    twin.__dict__.update(conv.__dict__)
+    twin._items = list(conv._items)
+    twin._index = dict(conv._index)
+    twin._transforms = list(conv._transforms)
+    twin._log = list(conv._log)
+    twin._shared = None
+    return twin
+
+
+def attach(
+    result: CompileResult,
+    conversation: Any,
+    context_window: int | None,
+    reply_tokens: int | None,
+    policy: ContextPolicy | None,
+) -> CompileResult:
+    """``BlockRegistry.compile``'s hook: the compile step's outcome, on the result."""
+    if conversation is None:
+        raise InvalidArgumentError(
+            "context_window, reply_tokens and policy apply to a conversation: pass "
+            "conversation=rampart.Conversation(...)"
+        )
+    result._context = compile_conversation(
+        result, conversation, context_window, reply_tokens, policy
+    )
+    return result
+
+
+def may_wait(conversation: Any, policy: ContextPolicy | None) -> bool:
+    """Whether compiling ``conversation`` may call a model (a compact backend) or
+    a store (a shared conversation records its transformations there)."""
+    return bool(getattr(conversation, "shared", False)) or (
+        policy is not None and policy.compact is not None
+    )

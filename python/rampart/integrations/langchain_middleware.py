@@ -1,0 +1,198 @@
+"""A LangChain v1 agent middleware: each model call compiled by rampart.
+
+``create_agent(model, tools, middleware=[RampartMiddleware(registry, ...)])``: before
+every model call the middleware compiles the registry and the agent's messages
+together, and the model is called with
+
+* the **system prompt** from the compile (the registry's instruction blocks, gated
+  by the task when ``top_k`` is given, under ``max_tokens``);
+* the **tools** the gate kept: a tool the registry holds a block for is offered only
+  when that block is in the compile (:meth:`RampartMiddleware.load_tools` writes the
+  agent's tools into the registry); tools the registry does not know pass through;
+* the **messages** as the :class:`rampart.ContextPolicy` compiles them into
+  ``context_window - reply_tokens``: old tool results cleared to stubs, spans
+  compacted, oldest turns dropped, never a call split from its result.
+
+The agent's state keeps every message as it came; what the middleware changes is
+the request only. The messages of each thread live in a :class:`rampart.Conversation`
+(its log records what the policy did, so later calls repeat the same edits and the
+provider's cache of the prefix survives); a thread is recognised by the id of its
+first message, and a history edited by something else starts a fresh conversation.
+
+    from langchain.agents import create_agent
+    from rampart.integrations.langchain_middleware import RampartMiddleware
+
+    rampart = RampartMiddleware(registry, context_window=128_000, reply_tokens=4_096)
+    rampart.load_tools(tools)
+    agent = create_agent(model, tools, middleware=[rampart])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from rampart.conversation import ContextPolicy, Conversation
+from rampart.errors import InvalidArgumentError
+from rampart.registry import BlockRegistry
+
+__all__ = ["RampartMiddleware"]
+
+
+def _require_langchain() -> Any:
+    try:
+        from langchain.agents.middleware import AgentMiddleware
+    except ImportError as exc:
+        raise ImportError(
+            "rampart.integrations.langchain_middleware needs LangChain v1: "
+            f'pip install "langchain>=1" ({exc})'
+        ) from exc
+    return AgentMiddleware
+
+
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, dict):
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+        return name if isinstance(name, str) else None
+    name = getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
+
+
+class _Thread:
+    """One thread's conversation and the ids of the messages appended to it."""
+
+    __slots__ = ("conversation", "ids")
+
+    def __init__(self) -> None:
+        self.conversation = Conversation()
+        self.ids: list[str | None] = []
+
+
+def _middleware_base() -> type:
+    return _require_langchain()  # type: ignore[no-any-return]
+
+
+class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
+    """Compiles each model call's system prompt, tools and messages (see the module).
+
+    ``top_k``: gate the registry (instruction and tool blocks together) to the
+    ``top_k`` most relevant to the latest user message (needs the registry's
+    embedding model). ``context_window`` / ``reply_tokens`` / ``policy``: the
+    messages' budget and how it is kept; without ``context_window`` the messages go
+    as they came. ``max_threads``: conversations kept (the least recently used
+    thread past it is forgotten: its next call starts a fresh conversation).
+    """
+
+    def __init__(
+        self,
+        registry: BlockRegistry,
+        *,
+        top_k: int | None = None,
+        max_tokens: int | None = None,
+        context_window: int | None = None,
+        reply_tokens: int | None = None,
+        policy: ContextPolicy | None = None,
+        max_threads: int = 256,
+    ) -> None:
+        super().__init__()
+        if not isinstance(registry, BlockRegistry):
+            raise InvalidArgumentError(
+                f"registry must be a BlockRegistry, got {type(registry).__name__}"
+            )
+        if policy is not None and not isinstance(policy, ContextPolicy):
+            raise InvalidArgumentError(
+                f"policy must be a rampart.ContextPolicy, got {type(policy).__name__}"
+            )
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise InvalidArgumentError(f"max_threads must be an int >= 1, got {max_threads!r}")
+        self.registry = registry
+        self.top_k = top_k
+        self.max_tokens = max_tokens
+        self.context_window = context_window
+        self.reply_tokens = reply_tokens
+        self.policy = policy
+        self.max_threads = max_threads
+        self.last: Any = None  # the most recent compile (report, message_report)
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def load_tools(self, tools: Sequence[Any], **kwargs: Any) -> list[str]:
+        """Write LangChain tools (``BaseTool``, functions, or OpenAI tool dicts) into
+        the registry as tool blocks, so the gate chooses among them; ``kwargs`` go to
+        :meth:`BlockRegistry.load_tools` (``gated=False`` keeps them all offered)."""
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return self.registry.load_tools([convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    # ---- the hooks ---------------------------------------------------------------------
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(self.compile_request(request))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        # The compile may wait on a shared store or the embedding model: off the loop.
+        return await handler(await asyncio.to_thread(self.compile_request, request))
+
+    def compile_request(self, request: Any) -> Any:
+        """The ``ModelRequest`` with rampart's system prompt, tools and messages."""
+        from langchain_core.messages import SystemMessage, convert_to_messages
+
+        messages = list(request.messages)
+        task = _latest_user_text(messages)
+        with self._lock:
+            thread = self._thread(messages)
+            args: dict[str, Any] = {"tools_in_prompt": False, "conversation": thread.conversation}
+            if self.top_k is not None and task:
+                args.update(task_text=task, top_k=self.top_k)
+            if self.context_window is not None:
+                args.update(
+                    context_window=self.context_window,
+                    reply_tokens=self.reply_tokens,
+                    policy=self.policy,
+                )
+            result = self.registry.compile(self.max_tokens, **args)
+        self.last = result
+        offered = {t["function"]["name"] for t in result.tools("openai")}
+        known = {t["function"]["name"] for t in result.registry_tools("openai")}
+        tools = [t for t in request.tools if _tool_name(t) not in known or _tool_name(t) in offered]
+        system = result.prompt
+        own = request.system_message
+        if own is not None and own.text:
+            # The agent's own system prompt stays, after the compiled instructions.
+            system = f"{system}\n\n{own.text}" if system else own.text
+        return request.override(
+            system_message=SystemMessage(system) if system else own,
+            tools=tools,
+            messages=convert_to_messages(result.messages("openai_chat")),
+        )
+
+    def _thread(self, messages: list[Any]) -> _Thread:
+        """This thread's conversation, with the messages not yet in it appended."""
+        from langchain_core.messages import convert_to_openai_messages
+
+        key = str(getattr(messages[0], "id", None) or id(messages[0])) if messages else ""
+        thread = self._threads.get(key)
+        ids = [getattr(m, "id", None) for m in messages]
+        if thread is None or ids[: len(thread.ids)] != thread.ids or None in thread.ids:
+            thread = _Thread()  # new, or its history was edited: start again from it
+        new = messages[len(thread.ids) :]
+        if new:
+            thread.conversation.append(convert_to_openai_messages(new))
+            thread.ids.extend(ids[len(thread.ids) :])
+        self._threads[key] = thread
+        self._threads.move_to_end(key)
+        while len(self._threads) > self.max_threads:
+            self._threads.popitem(last=False)
+        return thread
+
+
+def _latest_user_text(messages: Sequence[Any]) -> str:
+    for m in reversed(messages):
+        if getattr(m, "type", None) == "human":
+            text = getattr(m, "text", None)
+            return text if isinstance(text, str) else str(m.content)
+    return ""
