@@ -33,17 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from rampart_pytest._state import DEFAULT_DIR
+from rampart_pytest._state import DEFAULT_RATIO as DEFAULT_RATIO
+from rampart_pytest._state import SESSION as _SESSION
 
-# The entry point's half (rampart_pytest: options, marker, summary, the fixtures),
-# re-exported so that `pytest_plugins = ["rampart.pytest_plugin"]` and
-# `-p rampart.pytest_plugin` register the same hooks and fixtures.
-from rampart_pytest import _SESSION, DEFAULT_DIR
-from rampart_pytest import DEFAULT_RATIO as DEFAULT_RATIO
-from rampart_pytest import pytest_addoption as pytest_addoption
-from rampart_pytest import pytest_configure as pytest_configure
-from rampart_pytest import pytest_terminal_summary as pytest_terminal_summary
-from rampart_pytest import rampart_golden as rampart_golden
-from rampart_pytest import rampart_latency as rampart_latency
+# `pytest_plugins = ["rampart.pytest_plugin"]` and `-p rampart.pytest_plugin`
+# register the entry point's hooks and fixtures through this (a name, not an
+# import: the entry point imports this module, never the other way round).
+pytest_plugins = ["rampart_pytest"]
 
 if TYPE_CHECKING:  # rampart is imported by the fixtures, not when pytest starts
     from rampart.block import CompileResult

@@ -7,12 +7,14 @@ needs at start-up (the option, the ini settings, the marker, the summary) and th
 two fixtures, which import ``rampart`` only when a test asks for one. A session
 whose tests never use them never imports rampart. The fixtures' work is in
 :mod:`rampart.pytest_plugin` (see docs/pytest-plugin.md).
+
+PYTEST_DONT_REWRITE: no asserts here, and ``-p rampart.pytest_plugin`` imports this
+module before pytest registers it (pytest would warn that it cannot rewrite it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,20 +23,9 @@ import pytest
 if TYPE_CHECKING:
     from rampart.pytest_plugin import RampartGolden, RampartLatency
 
-DEFAULT_DIR = "__rampart__"
-DEFAULT_RATIO = 1.5
-
-
-@dataclass
-class _Session:
-    """What this pytest run wrote and measured, for the terminal summary."""
-
-    update: bool
-    written: list[Path] = field(default_factory=list)
-    latency: list[str] = field(default_factory=list)
-
-
-_SESSION = pytest.StashKey[_Session]()
+from rampart_pytest._state import DEFAULT_DIR, DEFAULT_RATIO
+from rampart_pytest._state import SESSION as _SESSION
+from rampart_pytest._state import Session as _Session
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
