@@ -446,6 +446,27 @@ class Replica:
             )
         return at
 
+    def compact(self) -> tuple[int, int]:
+        """Checkpoint the state after everything appended so far and drop the
+        entries the store's checkpoint covers, once that checkpoint is known
+        to decode as this registry's (a foreign one that does not must never
+        let entries go: it would be their only copy). Returns the position
+        checkpointed and the number of entries dropped."""
+        self.sync()
+        at = self.checkpoint()
+        try:
+            ck = self.store.checkpoint(self.name)
+            if ck is None:
+                raise RegistryFileError("no checkpoint")
+            saved = _core.decode_checkpoint(ck[1])
+            if saved.registry_id != self.meta["registry_id"]:
+                raise RegistryFileError("a checkpoint of another registry")
+        except RegistryFileError as e:
+            log.warning("shared registry %r: not compacted: the checkpoint is unusable: %s",
+                        self.name, e)
+            return at, 0
+        return at, self.store.compact(self.name, min(at, ck[0]))
+
     def _try_checkpoint(self) -> int | None:
         """The checkpoint holds the journal's access counts (the core writes the
         published ones); this replica's queued entries are appended first, so
