@@ -36,7 +36,7 @@ import rampart
 from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_server import SentinelSet, skip_without_redis
+from redis_server import SentinelSet, _cli, skip_without_redis
 from test_failover import Writers
 from test_shared import start_server, state
 from test_store_garbage import bounded
@@ -209,7 +209,8 @@ def test_a_frozen_reader_across_compactions_ends_equal_to_the_writers(
 def test_sentinel_failover_without_wait_leaves_no_fork(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The master's last entries reach no Redis replica (both are frozen), this
+    """The master's last entries reach no Redis replica (both are frozen and
+    their links dropped), this
     replica applies them, the master dies and a replica is promoted without
     them: writers append at the same sequence numbers. The replica notices that
     the store's history is not its own, rebuilds, and ends equal to a replica
@@ -230,6 +231,9 @@ def test_sentinel_failover_without_wait_leaves_no_fork(
                 assert node.proc is not None
                 os.kill(node.proc.pid, signal.SIGSTOP)
             try:
+                # The master drops its replicas' links (frozen, they cannot come
+                # back): what it appends from now on is on the master alone.
+                _cli(master, "CLIENT", "KILL", "TYPE", "replica")
                 reg.sync(timeout=30)
                 before = reg.position
                 writers.wait_for(15)  # entries only the master will ever have

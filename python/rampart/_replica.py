@@ -163,10 +163,18 @@ class Replica:
         if after is not None and after > self.position:
             return result, error  # read before a rebuild moved this replica back
         chains: dict[int, bytes] = getattr(entries, "chains", None) or {}
+        if own is not None and after is not None and own <= after:
+            # This replica's own entry landed at or below its position: the
+            # store's history went back past entries applied here.
+            self._rebuild(f"an append landed at {own}, at or below entry {after} applied here")
+            return result, error
         if after is not None:
             theirs = entries.anchor if after == self.position else chains.get(self.position)
             if self._forked(theirs):
                 self._rebuild(f"its entry {self.position} is not the one applied here")
+                return result, error
+            if after == self.position and getattr(entries, "gone", False) and self.head:
+                self._rebuild(f"it holds no entry {after} any more, which was applied here")
                 return result, error
         core = self._core()
         written: list[str] = []  # blocks the entries wrote (their ids come back)
@@ -537,7 +545,13 @@ class Replica:
             theirs = entries.anchor if after == self.position else chains.get(self.position)
             if theirs is not None and self.head is not None and theirs != self.head:
                 return True
+            if after == self.position and getattr(entries, "gone", False) and self.head:
+                return True
         return any(isinstance(d, Damaged) and d.missing for _, d in entries)
+
+    def _rebuild_locked(self, why: str) -> None:
+        with self._lock:
+            self._rebuild(why)
 
     def _apply_locked(self, entries: Entries) -> None:
         with self._lock:
@@ -571,7 +585,14 @@ class Replica:
             self._olock.release()
         try:
             seq, tail = await self._aappend(entry)
-            await self._aapply(tail)
+            after = getattr(tail, "after", None)
+            if after is not None and seq <= after:
+                # Our entry landed at or below where we had applied: the store's
+                # history went back (a failover without wait). Rebuild off the loop.
+                why = f"an append landed at {seq}, at or below entry {after} applied here"
+                await asyncio.get_running_loop().run_in_executor(None, self._rebuild_locked, why)
+            else:
+                await self._aapply(tail)
             for _ in range(16):
                 if self.position >= seq:
                     break

@@ -90,9 +90,11 @@ class Entries(list[tuple[int, "bytes | Damaged"]]):
       no such entry, one without a chain, or compacted);
     - ``chains``: seq -> chain value of the entries that carry one;
     - ``low``: the store's low-water mark (every entry up to it may have been
-      dropped by compaction; None: a store that does not keep one)."""
+      dropped by compaction; None: a store that does not keep one);
+    - ``gone``: the store holds no entry ``after`` although it lies above the
+      mark (entries are only ever dropped below it: the history went back)."""
 
-    __slots__ = ("after", "anchor", "chains", "low")
+    __slots__ = ("after", "anchor", "chains", "gone", "low")
 
     def __init__(self, items: Iterable[tuple[int, bytes | Damaged]] = ()) -> None:
         super().__init__(items)
@@ -100,6 +102,7 @@ class Entries(list[tuple[int, "bytes | Damaged"]]):
         self.anchor: bytes | None = None
         self.chains: dict[int, bytes] = {}
         self.low: int | None = None
+        self.gone = False
 
 
 def checked_seq(value: object) -> int | None:
@@ -152,6 +155,7 @@ def journal_entries(
     *,
     low: int | None = None,
     anchor: object = None,
+    gone: bool = False,
 ) -> Entries:
     """The journal entries after ``after`` from a store's raw ``(seq, value)``
     or ``(seq, value, chain)`` rows: rows whose seq is not an integer in
@@ -165,7 +169,8 @@ def journal_entries(
     (compaction dropped that part; what is left there is a filler or a foreign
     row), and when ``after`` lies below it the entries start with one
     ``Damaged(compacted=True)`` at ``low``: the replica reloads the checkpoint.
-    ``anchor`` is the store's chain value of entry ``after``."""
+    ``anchor`` is the store's chain value of entry ``after``; ``gone``: the
+    store holds no entry ``after`` (which lies above the mark)."""
     top = SEQ_MAX if last is None else min(last, SEQ_MAX)
     floor = max(after, low or 0)
     kept: dict[int, bytes | str] = {}
@@ -182,6 +187,7 @@ def journal_entries(
     out = Entries()
     out.after, out.low, out.chains = after, low, chains
     out.anchor = checked_chain(anchor) if low is None or after >= low else None
+    out.gone = bool(gone) and after > (low or 0)
     at = after
     if low is not None and after < low:
         out.append((low, Damaged(_COMPACTED, after + 1, compacted=True)))

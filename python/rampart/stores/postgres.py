@@ -705,19 +705,20 @@ class PostgresStore:
         replica takes them: the counter and the rows from one statement, so one
         snapshot; only rows up to where readers read (``rampart_visible_v2``)."""
         rows = conn.execute(
-            f"SELECT v.last, v.low, v.anchor, j.seq, j.entry, j.chain FROM (SELECT "
-            f"{_VISIBLE_FN}(%s) AS last, {_LOW_FN}(%s) AS low, {_CHAIN_FN}(%s, %s) AS anchor) v "
+            f"SELECT v.last, v.low, v.anchor, v.gone, j.seq, j.entry, j.chain FROM (SELECT "
+            f"{_VISIBLE_FN}(%s) AS last, {_LOW_FN}(%s) AS low, {_CHAIN_FN}(%s, %s) AS anchor, "
+            "NOT EXISTS (SELECT 1 FROM rampart_journal WHERE name = %s AND seq = %s) AS gone) v "
             "LEFT JOIN LATERAL (SELECT seq, entry, chain FROM rampart_journal WHERE name = %s "
             "AND seq > %s AND seq <= v.last ORDER BY seq LIMIT %s) j ON true",
-            (name, name, name, after, name, after, limit),
+            (name, name, name, after, name, after, name, after, limit),
         ).fetchall()
         if not rows or rows[0][0] is None:  # no such registry
             return Entries()
         last = min(int(rows[0][0]), SEQ_MAX)
-        low, anchor = int(rows[0][1]), rows[0][2]
-        got = [(s, e, ch) for _, _, _, s, e, ch in rows if s is not None]
+        low, anchor, gone = int(rows[0][1]), rows[0][2], bool(rows[0][3]) and after > 0
+        got = [(s, e, ch) for _, _, _, _, s, e, ch in rows if s is not None]
         return journal_entries(
-            got, after, None if len(got) >= limit else last, low=low, anchor=anchor
+            got, after, None if len(got) >= limit else last, low=low, anchor=anchor, gone=gone
         )
 
     # ---- the Store protocol -------------------------------------------------------------

@@ -150,6 +150,11 @@ local function chainat(log, seq, low, lowc)
   end
   return false
 end
+-- 1 when the stream holds entry seq (or seq is 0), else 0.
+local function present(log, seq)
+  if seq <= 0 or kind(log) ~= 'stream' then return 1 end
+  return #redis.call('XRANGE', log, '0-' .. str(seq), '0-' .. str(seq))
+end
 local function chained(log, n, entry, low, lowc)
   local prev = chainat(log, n - 1, low, lowc) or ''
   return redis.sha1hex(prev .. ':' .. str(n) .. ':' .. entry)
@@ -196,7 +201,8 @@ if type(ok) == 'table' and ok.err then
 end
 redis.call('SET', KEYS[2], str(n))
 local tail = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[2], '0-' .. str(n))
-return {n, tail, low, chainat(KEYS[1], tonumber(ARGV[2]), low, lowc)}
+local at = tonumber(ARGV[2])
+return {n, tail, low, chainat(KEYS[1], at, low, lowc), present(KEYS[1], at)}
 """
 )
 
@@ -210,10 +216,11 @@ _READ = (
     _LUA
     + """
 local c, lt = counter(KEYS[1], KEYS[2])
-if not c then return {-1, lt, {}, 0, false} end
+if not c then return {-1, lt, {}, 0, false, 1} end
 local low, lowc = lowmark(KEYS[3], KEYS[1], KEYS[4])
 local after = tonumber(ARGV[1])
 local anchor = chainat(KEYS[1], after, low, lowc)
+local here = present(KEYS[1], after)
 if lt == 'stream' then
   local top = redis.call('XREVRANGE', KEYS[1], '0-' .. str(c + AHEAD), '(0-' .. str(c), 'COUNT', 1)
   if #top > 0 then c = math.max(c, idseq(top[1][1]) or 0) end
@@ -229,9 +236,9 @@ if ARGV[2] == '0' then
 end
 -- A replica reaches the mark by the checkpoint, whatever is left above it.
 c = math.max(c, low)
-if c <= after or lt == 'none' or ARGV[2] == '0' then return {c, lt, {}, low, anchor} end
+if c <= after or lt == 'none' or ARGV[2] == '0' then return {c, lt, {}, low, anchor, here} end
 local rows = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '0-' .. str(c), 'COUNT', ARGV[2])
-return {c, lt, rows, low, anchor}
+return {c, lt, rows, low, anchor, here}
 """
 )
 
@@ -605,23 +612,27 @@ class RedisStore:
         k = self.keys(name)
         keys, args = [k["log"], k["seq"], k["low"], k["ckpt"]], [entry, after]
         if self.replicas or self.cluster:
-            n, tail, low, anchor = self._call(self._replicated, name, self._append, keys, args)
+            n, tail, low, anchor, here = self._call(
+                self._replicated, name, self._append, keys, args
+            )
         else:
-            n, tail, low, anchor = self._call(self._append, keys=keys, args=args)
-        return int(n), self._entries(tail, after, int(n), int(low), anchor)
+            n, tail, low, anchor, here = self._call(self._append, keys=keys, args=args)
+        return int(n), self._entries(tail, after, int(n), int(low), anchor, not here)
 
     @staticmethod
-    def _entries(raw: Any, after: int, last: int | None, low: int, anchor: object) -> Entries:
+    def _entries(
+        raw: Any, after: int, last: int | None, low: int, anchor: object, gone: bool = False
+    ) -> Entries:
         # A stream entry arrives as [id, [field, value, ...]] (or a dict).
         rows = []
         for item in raw if isinstance(raw, list) else []:
             if isinstance(item, list | tuple) and len(item) == 2:
                 rows.append((_stream_seq(item[0]), _payload(item[1]), _chain(item[1])))
-        return journal_entries(rows, after, last, low=low, anchor=anchor)
+        return journal_entries(rows, after, last, low=low, anchor=anchor, gone=gone)
 
-    def _read(self, name: str, after: int, limit: int) -> tuple[int, list[Any], int, Any]:
+    def _read(self, name: str, after: int, limit: int) -> tuple[int, list[Any], int, Any, bool]:
         k = self.keys(name)
-        c, kind, rows, low, anchor = self._call(
+        c, kind, rows, low, anchor, here = self._call(
             self._read_script, keys=[k["log"], k["seq"], k["low"], k["ckpt"]], args=[after, limit]
         )
         if int(c) < 0:
@@ -630,12 +641,13 @@ class RedisStore:
                 f"Redis store {self._where}: registry {name!r}: its journal key {k['log']} "
                 f"holds a {what}, not a stream"
             )
-        return int(c), rows, int(low), anchor
+        return int(c), rows, int(low), anchor, not here
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        last, rows, low, anchor = self._read(name, after, limit)
+        last, rows, low, anchor, gone = self._read(name, after, limit)
         # With ``wait``: handed out only once enough Redis replicas hold them.
-        entries = self._entries(rows, after, None if len(rows) >= limit else last, low, anchor)
+        top = None if len(rows) >= limit else last
+        entries = self._entries(rows, after, top, low, anchor, gone)
         return self._fence(name, entries)
 
     def wait(
@@ -783,8 +795,8 @@ class RedisStore:
         k = self.keys(name)
         _, script = self._aclient()
         keys = [k["log"], k["seq"], k["low"], k["ckpt"]]
-        n, tail, low, anchor = await self._acall(script(keys=keys, args=[entry, after]))
-        return int(n), self._entries(tail, after, int(n), int(low), anchor)
+        n, tail, low, anchor, here = await self._acall(script(keys=keys, args=[entry, after]))
+        return int(n), self._entries(tail, after, int(n), int(low), anchor, not here)
 
     async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
         """:meth:`read` for coroutines (``sync_async``'s catch-up, not the write

@@ -295,6 +295,16 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else row[0]
 
+    def _gone(self, c: sqlite3.Connection, name: str, seq: int) -> bool:
+        """Whether the journal holds no row ``seq`` (journal_entries only
+        counts it above the low-water mark)."""
+        if not self._chained or seq <= 0:
+            return False
+        return (
+            c.execute("SELECT 1 FROM rampart_journal WHERE name=? AND seq=?", (name, seq)).fetchone()
+            is None
+        )
+
     def _run(self, fn: Any) -> Any:
         """Run ``fn(conn)``; SQLite failures become StoreUnavailableError."""
         conn = self._conn()
@@ -495,8 +505,9 @@ class SQLiteStore:
             )
             tail = self._rows(c, name, after, seq, -1)
             anchor = self._chain_at(c, name, after, low)
+            gone = self._gone(c, name, after)
             c.execute("COMMIT")
-            return seq, journal_entries(tail, after, seq, low=low, anchor=anchor)
+            return seq, journal_entries(tail, after, seq, low=low, anchor=anchor, gone=gone)
 
         result: tuple[int, Entries] = self._run(go)
         return result
@@ -510,14 +521,15 @@ class SQLiteStore:
             rows = [] if last is None else self._rows(c, name, after, last, limit)
             low, _ = self._low(c, name)
             anchor = self._chain_at(c, name, after, low)
+            gone = self._gone(c, name, after)
             c.execute("COMMIT")
-            return last, rows, low, anchor
+            return last, rows, low, anchor, gone
 
-        last, rows, low, anchor = self._run(go)
+        last, rows, low, anchor, gone = self._run(go)
         if last is None:
             return Entries()
         return journal_entries(
-            rows, after, None if len(rows) >= limit else last, low=low, anchor=anchor
+            rows, after, None if len(rows) >= limit else last, low=low, anchor=anchor, gone=gone
         )
 
     def wait(
