@@ -470,8 +470,9 @@ class Replica:
             if saved.registry_id != self.meta["registry_id"]:
                 raise RegistryFileError("a checkpoint of another registry")
         except RegistryFileError as e:
-            log.warning("shared registry %r: not compacted: the checkpoint is unusable: %s",
-                        self.name, e)
+            log.warning(
+                "shared registry %r: not compacted: the checkpoint is unusable: %s", self.name, e
+            )
             return at, 0
         return at, self.store.compact(self.name, min(at, ck[0]))
 

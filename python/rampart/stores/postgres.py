@@ -5,9 +5,9 @@ Layout, as in the SQLite store and shared by every registry of the database:
 ``rampart_journal`` (name, seq, entry) and ``rampart_checkpoints`` (name, seq,
 data), in the first schema of the connection's ``search_path``. The first store
 to connect creates them (under an advisory lock, so racing processes create them
-once), with the functions below (``rampart_append_v2``, ``rampart_visible_v2``).
+once), with the functions below (``rampart_append_v3``, ``rampart_visible_v3``).
 
-Append: one statement, ``SELECT … FROM rampart_append_v2(name, entry, after)``,
+Append: one statement, ``SELECT … FROM rampart_append_v3(name, entry, after)``,
 run in its own transaction. The function locks the registry row (the lock
 orders appenders of one registry and leaves other registries alone), picks the
 entry's seq by the SQLite store's rules (``last_seq + 1``, or past entries a
@@ -22,7 +22,7 @@ the store"), by the same rules as the SQLite store: the columns are typed and
 ``NOT NULL``, so the damage a foreign client can do is a number out of range (a
 ``seq`` or ``last_seq`` outside ``[0, 2**53 - 1]``), empty or garbage bytes,
 holes, rows ahead of the counter, rows under other names. How far readers read
-is ``rampart_visible_v2(name)``, evaluated in the reading statement's snapshot.
+is ``rampart_visible_v3(name)``, evaluated in the reading statement's snapshot.
 
 Durability: ``synchronous_commit``. By default the store makes sure it is at
 least ``on`` for its sessions (a commit returns once the WAL is flushed on the
@@ -806,7 +806,7 @@ class PostgresStore:
             while not entries:
                 left = deadline - time.monotonic()
                 if left <= 0 or (stop is not None and stop.is_set()):
-                    return []
+                    return Entries()
                 # Slices of at most 0.1 s: a closing replica does not wait long.
                 if self._notified(name, min(left, 0.1)):
                     entries = self._read_listening(name, after)
@@ -897,15 +897,17 @@ class PostgresStore:
         # store's) is refused.
         return bool(
             self._run(
-                lambda c: c.execute(
-                    "INSERT INTO rampart_checkpoints(name, seq, data) SELECT %s, %s, %s "
-                    f"WHERE COALESCE({_CHAIN_FN}(%s, %s) = %s, {_CHAIN_FN}(%s, %s) IS NULL) "
-                    "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
-                    "WHERE excluded.seq > rampart_checkpoints.seq "
-                    "OR rampart_checkpoints.seq NOT BETWEEN 0 AND %s "
-                    "OR length(rampart_checkpoints.data) = 0",
-                    (name, seq, data, name, seq, chain, name, seq, SEQ_MAX),
-                ).rowcount
+                lambda c: (
+                    c.execute(
+                        "INSERT INTO rampart_checkpoints(name, seq, data) SELECT %s, %s, %s "
+                        f"WHERE COALESCE({_CHAIN_FN}(%s, %s) = %s, {_CHAIN_FN}(%s, %s) IS NULL) "
+                        "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
+                        "WHERE excluded.seq > rampart_checkpoints.seq "
+                        "OR rampart_checkpoints.seq NOT BETWEEN 0 AND %s "
+                        "OR length(rampart_checkpoints.data) = 0",
+                        (name, seq, data, name, seq, chain, name, seq, SEQ_MAX),
+                    ).rowcount
+                )
             )
         )
 

@@ -252,7 +252,8 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
 redis.call('SET', KEYS[3], ARGV[1])
 redis.call('HSET', KEYS[5], 'seq', '0')
 for i = 2, #ARGV do
-  redis.call('XADD', KEYS[1], '0-' .. (i - 1), 'e', ARGV[i], 'c', chained(KEYS[1], i - 1, ARGV[i], 0, false))
+  local ch = chained(KEYS[1], i - 1, ARGV[i], 0, false)
+  redis.call('XADD', KEYS[1], '0-' .. (i - 1), 'e', ARGV[i], 'c', ch)
 end
 redis.call('SET', KEYS[2], #ARGV - 1)
 return 1
@@ -663,7 +664,7 @@ class RedisStore:
                 return entries
             left = deadline - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
-                return []
+                return Entries()
             if woke:
                 # XREAD woke at once but nothing is in the journal yet: an id past
                 # the counter (a foreign XADD, until the next append moves past or

@@ -301,7 +301,9 @@ class SQLiteStore:
         if not self._chained or seq <= 0:
             return False
         return (
-            c.execute("SELECT 1 FROM rampart_journal WHERE name=? AND seq=?", (name, seq)).fetchone()
+            c.execute(
+                "SELECT 1 FROM rampart_journal WHERE name=? AND seq=?", (name, seq)
+            ).fetchone()
             is None
         )
 
@@ -513,7 +515,7 @@ class SQLiteStore:
         return result
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        def go(c: sqlite3.Connection) -> tuple[int | None, Any, int | None, Any]:
+        def go(c: sqlite3.Connection) -> tuple[int | None, Any, int | None, Any, bool]:
             # One read transaction: the counter, the mark, the rows and the
             # chain from one snapshot.
             c.execute("BEGIN")
@@ -543,7 +545,7 @@ class SQLiteStore:
                 version = self._data_version(c)
                 while self._data_version(c) == version:
                     if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
-                        return []
+                        return Entries()
                     time.sleep(self.poll_interval)
             except sqlite3.Error as e:
                 raise StoreUnavailableError(f"SQLite store {self.path}: {e}") from None
