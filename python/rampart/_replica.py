@@ -69,6 +69,9 @@ META_FORMAT = 1
 #: (Redis's XREAD BLOCK cannot be interrupted: close() waits at most this long).
 _WAIT = 0.25
 _BACKOFF_MAX = 2.0
+#: How often an idle follower checks that the store's history is still its own.
+_CHECK_EVERY = 1.0
+_NO_CODE = (lambda: None).__code__
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
 
@@ -121,6 +124,13 @@ class Replica:
         self._checkpoint_due: int | None = None
         self._warned: set[int] = set()
         self._thread: threading.Thread | None = None
+        #: The store's chain value of the entry at ``position`` as this replica
+        #: applied it (None: unknown — the next read says).
+        self.head: bytes | None = None
+        #: How often this replica rebuilt itself from the store (a fork).
+        self.rebuilds = 0
+        #: An empty registry's state, to rebuild from when there is no checkpoint.
+        self._genesis = b""
         # Async writes append without the lock (the event loop must not wait for
         # another thread's round trip), so another thread may apply their entry
         # first: while any is in flight, _apply keeps every outcome past the
@@ -143,13 +153,44 @@ class Replica:
         """Apply ``entries`` past ``position`` in order (caller holds the lock);
         return the outcome or error of entry ``own``. Damaged entries and holes
         (the store marks them, stores/base.py) are skipped, the same way in
-        every replica; entries compaction dropped come from the checkpoint."""
+        every replica; entries compaction dropped (below the store's low-water
+        mark) come from the checkpoint; a store whose history is not this
+        replica's (its chain value at ``position`` differs) makes it rebuild
+        from the store, and the rest of ``entries`` is left for a new read."""
         result: Any = None
         error: BaseException | None = None
+        after = getattr(entries, "after", None)
+        if after is not None and after > self.position:
+            return result, error  # read before a rebuild moved this replica back
+        chains: dict[int, bytes] = getattr(entries, "chains", None) or {}
+        if own is not None and after is not None and own <= after:
+            # This replica's own entry landed at or below its position: the
+            # store's history went back past entries applied here.
+            self._rebuild(f"an append landed at {own}, at or below entry {after} applied here")
+            return result, error
+        if after is not None:
+            theirs = entries.anchor if after == self.position else chains.get(self.position)
+            if self._forked(theirs):
+                self._rebuild(f"its entry {self.position} is not the one applied here")
+                return result, error
+            if after == self.position and getattr(entries, "gone", False) and self.head:
+                self._rebuild(f"it holds no entry {after} any more, which was applied here")
+                return result, error
         core = self._core()
         written: list[str] = []  # blocks the entries wrote (their ids come back)
         for seq, data in entries:
             if seq <= self.position:
+                if seq == self.position and self.head is None:
+                    self.head = chains.get(seq)  # after a checkpoint: the store's word
+                continue
+            if isinstance(data, Damaged) and data.compacted:
+                # Below the low-water mark: compaction dropped these entries and
+                # the checkpoint covers them (never a hole).
+                if self._from_checkpoint(data.first, seq):
+                    core = self._core()
+                else:
+                    self._skip(data.first, seq, "compacted, and no usable checkpoint covers them")
+                    self.position, self.head = seq, None
                 continue
             if seq != self.position + 1 or isinstance(data, Damaged):
                 first = self.position + 1
@@ -157,17 +198,20 @@ class Replica:
                     missing, why, last = data.missing, data.reason, seq
                 else:  # a store that left out the hole marker
                     missing, why, last = True, "no entry at these sequence numbers", seq - 1
-                if missing and self._from_checkpoint(first):
-                    core = self._core()
+                if missing and getattr(entries, "low", None) is None:
+                    # A store that keeps no low-water mark: compaction is told by
+                    # the oldest entry kept, as before the mark existed.
+                    if self._from_checkpoint(first, None):
+                        core = self._core()
                 if self.position < last:
                     self._skip(max(first, self.position + 1), last, why)
-                    self.position = last
+                    self.position, self.head = last, chains.get(last)
                 if isinstance(data, Damaged) or seq <= self.position:
                     continue
             if self._counted and data in self._counted:
                 # Counted here before the fork; the parent published it now.
                 self._counted.remove(data)
-                self.position = seq
+                self.position, self.head = seq, chains.get(seq)
                 continue
             out: Any = None
             err: BaseException | None = None
@@ -197,12 +241,57 @@ class Replica:
             if self._floors:
                 with self._olock:
                     self._outcomes[seq] = (out, err)
-            self.position = seq
+            self.position, self.head = seq, chains.get(seq)
         if written:
             reg = self._reg()
             if reg is not None:
                 reg._blocks_arrived(written)
         return result, error
+
+    def _forked(self, theirs: bytes | None) -> bool:
+        """Whether the store's chain value at ``position`` says its history is
+        not the one this replica applied. Unknown on either side: not a fork
+        (and the store's value is taken as this replica's from now on)."""
+        if theirs is None:
+            return False
+        if self.head is None:
+            self.head = theirs
+            return False
+        return theirs != self.head
+
+    def _rebuild(self, why: str) -> None:
+        """The store's history is not this replica's (a failover without
+        ``wait``, a restore from a backup, a foreign rewrite): become what a
+        replica opened now would be — the store's checkpoint (or nothing) —
+        and replay the store's journal from there (the caller reads on)."""
+        log.warning(
+            "shared registry %r: the store's journal went another way (%s): "
+            "rebuilding this replica from the store",
+            self.name,
+            why,
+        )
+        self._queue_access()  # counted here, not yet published: kept for the journal
+        ck = None
+        try:
+            ck = self.store.checkpoint(self.name)
+            if ck is not None:
+                _install_checkpoint(self._core(), self.meta["registry_id"], ck[1], self.name)
+        except RegistryFileError as e:
+            _replay_instead(self.name, e)
+            ck = None
+        if ck is None:
+            _install_checkpoint(self._core(), self.meta["registry_id"], self._genesis, self.name)
+        self._restarted(0 if ck is None else ck[0])
+        self.rebuilds += 1
+
+    def _restarted(self, position: int) -> None:
+        """After this replica's state was replaced by a checkpoint's: its own
+        entries past the checkpoint are no longer counted here, so it takes a
+        new origin (they apply as anyone's), and what it skipped as inherited
+        at fork() is in no state now."""
+        self.position, self.head = position, None
+        self.origin = os.urandom(16)
+        self._counted = []
 
     def _skip(self, first: int, last: int, why: str) -> None:
         """One warning per skipped entry (or run of missing ones) per replica."""
@@ -220,49 +309,56 @@ class Replica:
                 why,
             )
 
-    def _from_checkpoint(self, first: int) -> bool:
-        """Entries from ``first`` on are missing. Compaction drops a prefix of the
-        journal, and only what the latest checkpoint covers: when ``first`` lies
-        before the oldest entry kept and the checkpoint covers it, reload the
-        checkpoint (True). Otherwise the entries are a hole: skipped."""
-        oldest = self.store.first_seq(self.name)
-        if oldest and first >= oldest:
-            return False  # entries before these are kept: not compaction
+    def _from_checkpoint(self, first: int, low: int | None) -> bool:
+        """Entries from ``first`` on are missing: compaction dropped them (up to
+        the store's low-water mark ``low``; None: a store without one, where
+        only a run that starts before the oldest entry kept is compaction).
+        Reload the checkpoint when it covers them (True); otherwise False."""
+        if low is None:
+            oldest = self.store.first_seq(self.name)
+            if oldest and first >= oldest:
+                return False  # entries before these are kept: not compaction
         try:
             ck = self.store.checkpoint(self.name)
-            if ck is None or ck[0] < first:
+            if ck is None or ck[0] < max(first, low or 0) or ck[0] < self.position:
                 return False
-            self._reload(first)
+            self._queue_access()
+            _install_checkpoint(self._core(), self.meta["registry_id"], ck[1], self.name)
         except RegistryFileError as e:
             # The checkpoint is the only copy of what compaction dropped; damaged,
             # it cannot be used (docs/shared.md): the entries count as a hole.
             log.warning("shared registry %r: damaged checkpoint passed over: %s", self.name, e)
             return False
+        self._restarted(ck[0])
         return True
 
-    def _reload(self, needed: int) -> None:
-        """The entries after ``position`` were compacted away: start again from
-        the latest checkpoint (it covers them)."""
-        ck = self.store.checkpoint(self.name)
-        if ck is None or ck[0] + 1 < needed or ck[0] < self.position:
-            raise RampartError(
-                f"shared registry {self.name!r}: the journal has a gap after entry "
-                f"{self.position} and no checkpoint covers it"
-            )
-        _install_checkpoint(self._core(), self.meta["registry_id"], ck[1], self.name)
-        self.position = ck[0]
-
     def catch_up(self) -> None:
-        """Apply everything the store holds now."""
+        """Apply everything the store holds now (and check that the store's
+        history is still this replica's, even when it holds nothing new)."""
+        rebuilt = self.rebuilds
         while True:
-            before = self.position
+            before = (self.position, self.rebuilds)
             entries = self.store.read(self.name, self.position)
-            if not entries:
-                return
             with self._lock:
                 self._apply(entries)
-            if self.position <= before:
-                return  # a store that hands back nothing new: bounded, not a spin
+            if (self.position, self.rebuilds) == before or self.rebuilds > rebuilt + 2:
+                return  # nothing new (bounded, not a spin), or a store that keeps moving
+
+    def _own(self, seq: int) -> tuple[Any, BaseException | None]:
+        """This replica's entry ``seq`` was appended but a rebuild left it
+        unapplied: read on until it is (caller holds the lock)."""
+        for _ in range(16):
+            before = (self.position, self.rebuilds)
+            out = self._apply(self.store.read(self.name, self.position), own=seq)
+            if self.position >= seq:
+                return out
+            if (self.position, self.rebuilds) == before:
+                break
+        raise StoreUnavailableError(
+            f"shared registry {self.name!r}: entry {seq} was appended, then lost by the "
+            "store (its history went back past it: a failover without wait, a restore); "
+            "it is in no replica"
+        )
 
     # ---- mutations ------------------------------------------------------------------
 
@@ -277,6 +373,8 @@ class Replica:
                 raise RampartError(f"shared registry {self.name!r} is closed (reopen it to write)")
             seq, tail = self.store.append(self.name, entry, self.position)
             result, error = self._apply(tail, own=seq)
+            if self.position < seq:
+                result, error = self._own(seq)
         return self._settle(seq, writes_text, result, error)
 
     def _settle(self, seq: int, writes_text: bool, result: Any, error: BaseException | None) -> Any:
@@ -334,6 +432,7 @@ class Replica:
         deadline = time.monotonic() + timeout
         self.flush()
         target = self.store.last_seq(self.name)
+        self.catch_up()  # also when ahead of the store: its history may have gone back
         while self.position < target:
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -355,6 +454,28 @@ class Replica:
             )
         return at
 
+    def compact(self) -> tuple[int, int]:
+        """Checkpoint the state after everything appended so far and drop the
+        entries the store's checkpoint covers, once that checkpoint is known
+        to decode as this registry's (a foreign one that does not must never
+        let entries go: it would be their only copy). Returns the position
+        checkpointed and the number of entries dropped."""
+        self.sync()
+        at = self.checkpoint()
+        try:
+            ck = self.store.checkpoint(self.name)
+            if ck is None:
+                raise RegistryFileError("no checkpoint")
+            saved = _core.decode_checkpoint(ck[1])
+            if saved.registry_id != self.meta["registry_id"]:
+                raise RegistryFileError("a checkpoint of another registry")
+        except RegistryFileError as e:
+            log.warning(
+                "shared registry %r: not compacted: the checkpoint is unusable: %s", self.name, e
+            )
+            return at, 0
+        return at, self.store.compact(self.name, min(at, ck[0]))
+
     def _try_checkpoint(self) -> int | None:
         """The checkpoint holds the journal's access counts (the core writes the
         published ones); this replica's queued entries are appended first, so
@@ -368,8 +489,14 @@ class Replica:
                 return None
             self.flush()
             data = reg._core.checkpoint_bytes(reg._settings())
-            at = self.position
-        self.store.put_checkpoint(self.name, at, data)
+            at, head = self.position, self.head
+        # The store refuses it when its entry ``at`` is not this replica's (a
+        # fork this replica has not noticed yet): no checkpoint of a fork.
+        put = self.store.put_checkpoint
+        if "chain" in getattr(put, "__code__", _NO_CODE).co_varnames:
+            put(self.name, at, data, chain=head)
+        else:  # a store object of an older shape
+            put(self.name, at, data)
         return at
 
     # ---- asyncio: the same operations, without blocking the event loop --------------
@@ -384,19 +511,48 @@ class Replica:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.store.append, self.name, entry, self.position)
 
+    async def _aread(self) -> Entries:
+        read = getattr(self.store, "aread", None)
+        if read is not None:
+            got: Entries = await read(self.name, self.position)
+            return got
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.store.read, self.name, self.position)
+
     async def _aapply(self, entries: Entries) -> None:
         """Apply ``entries`` from a coroutine without ever waiting on the loop: a
         short tail, when the replica's lock is free at this instant, is applied
         here (microseconds); a long one, or one that would wait for a thread
         holding the lock (the follower applying, a sync write's round trip), is
         applied on the loop's default executor."""
-        if len(entries) <= _APPLY_ON_LOOP and self._lock.acquire(blocking=False):
+        if (
+            len(entries) <= _APPLY_ON_LOOP
+            and not self._needs_store(entries)
+            and self._lock.acquire(blocking=False)
+        ):
             try:
                 self._apply(entries)
             finally:
                 self._lock.release()
             return
         await asyncio.get_running_loop().run_in_executor(None, self._apply_locked, entries)
+
+    def _needs_store(self, entries: Entries) -> bool:
+        """Whether applying ``entries`` would read the store (a checkpoint to
+        reload, a rebuild): never on the loop."""
+        after = getattr(entries, "after", None)
+        if after is not None and after <= self.position:
+            chains = getattr(entries, "chains", None) or {}
+            theirs = entries.anchor if after == self.position else chains.get(self.position)
+            if theirs is not None and self.head is not None and theirs != self.head:
+                return True
+            if after == self.position and getattr(entries, "gone", False) and self.head:
+                return True
+        return any(isinstance(d, Damaged) and d.missing for _, d in entries)
+
+    def _rebuild_locked(self, why: str) -> None:
+        with self._lock:
+            self._rebuild(why)
 
     def _apply_locked(self, entries: Entries) -> None:
         with self._lock:
@@ -430,7 +586,27 @@ class Replica:
             self._olock.release()
         try:
             seq, tail = await self._aappend(entry)
-            await self._aapply(tail)
+            after = getattr(tail, "after", None)
+            if after is not None and seq <= after:
+                # Our entry landed at or below where we had applied: the store's
+                # history went back (a failover without wait). Rebuild off the loop.
+                why = f"an append landed at {seq}, at or below entry {after} applied here"
+                await asyncio.get_running_loop().run_in_executor(None, self._rebuild_locked, why)
+            else:
+                await self._aapply(tail)
+            for _ in range(16):
+                if self.position >= seq:
+                    break
+                # A rebuild (a fork) left this write's entry unapplied: read on.
+                before = (self.position, self.rebuilds)
+                await self._aapply(await self._aread())
+                if (self.position, self.rebuilds) == before:
+                    break
+            if self.position < seq:
+                raise StoreUnavailableError(
+                    f"shared registry {self.name!r}: entry {seq} was appended, then lost by "
+                    "the store (its history went back past it); it is in no replica"
+                )
             await _aacquire(self._olock)
             try:
                 result, error = self._outcomes.pop(seq, (None, None))
@@ -575,7 +751,7 @@ def _follow(rep: Replica) -> None:
     # hands back nothing new puts the follower to sleep (50 ms doubling to 2 s);
     # it never stops for good (the store may be repaired).
     backoff = 0.05
-    last_flush = time.monotonic()
+    last_flush = last_check = time.monotonic()
     said: str | None = None
     while not rep._stop.is_set():
         reg = rep._reg()
@@ -585,7 +761,12 @@ def _follow(rep: Replica) -> None:
         try:
             before, t0 = rep.position, time.monotonic()
             entries = rep.store.wait(rep.name, rep.position, _WAIT, rep._stop)
-            if entries:
+            if not entries and time.monotonic() - last_check >= _CHECK_EVERY:
+                # Nothing new: still make sure the store's history is this
+                # replica's (a failover without wait can take entries back).
+                entries = rep.store.read(rep.name, rep.position)
+                last_check = time.monotonic()
+            if entries or getattr(entries, "after", None) is not None:
                 with rep._lock:
                     rep._apply(entries)
             stalled = rep.position == before and (
@@ -728,6 +909,7 @@ def open_shared(
     reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
     try:
         rep = Replica(reg, st, name, meta)
+        rep._genesis = reg._core.checkpoint_bytes(reg._settings())
         ck = _usable_checkpoint(st, name)
         if ck is not None:
             try:

@@ -849,9 +849,7 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
         raise CliError(f"{args.url} holds no registry {args.name!r} (rampart store ls {args.url})")
     reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)
     try:
-        reg.sync()
-        at = reg.checkpoint()
-        dropped = store.compact(args.name, at)
+        at, dropped = reg.compact()
     finally:
         reg.close()
     print(f"{args.name}: checkpoint at entry {at}, {dropped} entries dropped")

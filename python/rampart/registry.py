@@ -443,6 +443,17 @@ class BlockRegistry:
             )
         return self._replica.checkpoint()
 
+    def compact(self) -> tuple[int, int]:
+        """Checkpoint this shared replica (as :meth:`checkpoint`) and drop the
+        journal entries the store's checkpoint covers (``rampart store
+        compact``); returns the position checkpointed and how many entries were
+        dropped. Replicas that still need them reload the checkpoint."""
+        if self._replica is None:
+            raise InvalidArgumentError(
+                f"registry {self.label!r} is not shared: it has no journal to compact"
+            )
+        return self._replica.compact()
+
     def close(self) -> None:
         """Flush and stop following the store; the registry stays readable (and
         compiles) but refuses mutations. A local registry has nothing to close."""

@@ -91,7 +91,9 @@ class Store(Protocol):
     :func:`checked_checkpoint` (stores/base.py), so the entries a replica sees
     are ``(seq, bytes | Damaged)`` in order, a run of missing numbers between
     two entries as one Damaged (a hole), never past the last entry there is
-    (docs/shared.md, "Garbage in the store"). An append lands after any entry a
+    (docs/shared.md, "Garbage in the store"), with the low-water mark, the
+    chain values and the store's chain value at the reader's position beside
+    them (:class:`Entries`; docs/shared.md, "No divergence"). An append lands after any entry a
     foreign client put just ahead of the counter (within ``AHEAD_LIMIT``) and
     never fails because of one."""
 
@@ -126,15 +128,23 @@ class Store(Protocol):
         """Sequence number of the newest entry there is, up to the counter (0:
         none yet, or all compacted): what ``sync`` waits for."""
 
-    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
-        """Keep ``data`` as the registry's state after entry ``seq`` (if newer)."""
+    def put_checkpoint(self, name: str, seq: int, data: bytes, chain: bytes | None = None) -> bool:
+        """Keep ``data`` as the registry's state after entry ``seq`` (if newer,
+        and if ``chain`` is the store's chain value of entry ``seq``, where it
+        keeps one: no checkpoint of a fork); whether it was kept."""
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
         """The latest checkpoint, or None (RegistryFileError: one is there but
         damaged; the next ``put_checkpoint`` replaces it)."""
 
     def compact(self, name: str, upto: int) -> int:
-        """Drop entries up to ``upto`` (a checkpoint covers them); returns how many."""
+        """Drop entries up to ``upto`` (a checkpoint covers them) and move the
+        low-water mark there, atomically; returns how many."""
+
+    def low_seq(self, name: str) -> int:
+        """Compaction's low-water mark: every entry up to it may have been
+        dropped (a read after a position below it starts with a compacted
+        marker: the replica reloads the checkpoint)."""
 
     def names(self) -> list[str]:
         """Registries held in this store."""

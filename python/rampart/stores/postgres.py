@@ -5,9 +5,9 @@ Layout, as in the SQLite store and shared by every registry of the database:
 ``rampart_journal`` (name, seq, entry) and ``rampart_checkpoints`` (name, seq,
 data), in the first schema of the connection's ``search_path``. The first store
 to connect creates them (under an advisory lock, so racing processes create them
-once), with the functions below (``rampart_append_v2``, ``rampart_visible_v2``).
+once), with the functions below (``rampart_append_v3``, ``rampart_visible_v3``).
 
-Append: one statement, ``SELECT … FROM rampart_append_v2(name, entry, after)``,
+Append: one statement, ``SELECT … FROM rampart_append_v3(name, entry, after)``,
 run in its own transaction. The function locks the registry row (the lock
 orders appenders of one registry and leaves other registries alone), picks the
 entry's seq by the SQLite store's rules (``last_seq + 1``, or past entries a
@@ -22,7 +22,7 @@ the store"), by the same rules as the SQLite store: the columns are typed and
 ``NOT NULL``, so the damage a foreign client can do is a number out of range (a
 ``seq`` or ``last_seq`` outside ``[0, 2**53 - 1]``), empty or garbage bytes,
 holes, rows ahead of the counter, rows under other names. How far readers read
-is ``rampart_visible_v2(name)``, evaluated in the reading statement's snapshot.
+is ``rampart_visible_v3(name)``, evaluated in the reading statement's snapshot.
 
 Durability: ``synchronous_commit``. By default the store makes sure it is at
 least ``on`` for its sessions (a commit returns once the WAL is flushed on the
@@ -65,11 +65,14 @@ from rampart.stores.base import (
 
 __all__ = ["PostgresStore"]
 
-# Bumped when a function's signature or meaning changes: old and new rampart
-# versions can then share a database while it is upgraded. v2: the garbage rules
-# of docs/shared.md ("Garbage in the store"), the same as the SQLite store's.
-_APPEND_FN = "rampart_append_v2"
-_VISIBLE_FN = "rampart_visible_v2"
+# Bumped when a function's signature or meaning changes (the older ones stay for
+# the version that used them). v2: the garbage rules of docs/shared.md ("Garbage
+# in the store"), the same as the SQLite store's. v3: compaction's low-water mark
+# and each entry's chain value (docs/shared.md, "No divergence").
+_APPEND_FN = "rampart_append_v3"
+_VISIBLE_FN = "rampart_visible_v3"
+_LOW_FN = "rampart_low_v3"
+_CHAIN_FN = "rampart_chain_at_v3"
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS rampart_registries(
@@ -79,6 +82,64 @@ CREATE TABLE IF NOT EXISTS rampart_journal(
     PRIMARY KEY(name, seq));
 CREATE TABLE IF NOT EXISTS rampart_checkpoints(
     name TEXT PRIMARY KEY, seq BIGINT NOT NULL, data BYTEA NOT NULL);
+
+-- Tables an older version made get the low-water mark and the chain column;
+-- each registry's mark is where its journal's first real entry shows compaction
+-- stopped, never past its checkpoint (which covers what was dropped).
+DO $up$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'rampart_registries'::regclass
+                   AND attname = 'low_seq' AND NOT attisdropped) THEN
+        ALTER TABLE rampart_registries ADD COLUMN low_seq BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE rampart_registries ADD COLUMN low_chain BYTEA;
+        ALTER TABLE rampart_journal ADD COLUMN IF NOT EXISTS chain BYTEA;
+        UPDATE rampart_registries r SET low_seq = GREATEST(0, LEAST(
+            COALESCE((SELECT c.seq FROM rampart_checkpoints c WHERE c.name = r.name
+                      AND c.seq BETWEEN 0 AND {SEQ_MAX} AND length(c.data) > 0), 0),
+            COALESCE((SELECT min(j.seq) FROM rampart_journal j WHERE j.name = r.name
+                      AND j.seq >= 1 AND length(j.entry) > 0) - 1, {SEQ_MAX})));
+    END IF;
+END
+$up$;
+
+-- Compaction's low-water mark (0: none, or no such registry): every entry up to
+-- it may have been dropped. Never past the valid checkpoint (compaction never
+-- sets it there), so a foreign value past it counts only up to it.
+CREATE OR REPLACE FUNCTION {_LOW_FN}(p_name TEXT)
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    low BIGINT;
+    ck BIGINT;
+BEGIN
+    SELECT r.low_seq INTO low FROM rampart_registries r WHERE r.name = p_name;
+    SELECT c.seq INTO ck FROM rampart_checkpoints c
+        WHERE c.name = p_name AND c.seq BETWEEN 0 AND {SEQ_MAX} AND length(c.data) > 0;
+    IF low IS NULL OR low NOT BETWEEN 0 AND {SEQ_MAX} THEN
+        RETURN 0;
+    END IF;
+    RETURN LEAST(low, COALESCE(ck, 0));
+END
+$fn$;
+
+-- The chain value the store holds for entry p_seq (NULL: none, or compacted).
+CREATE OR REPLACE FUNCTION {_CHAIN_FN}(p_name TEXT, p_seq BIGINT)
+RETURNS BYTEA LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    low BIGINT := {_LOW_FN}(p_name);
+    got BYTEA;
+BEGIN
+    IF p_seq <= 0 OR p_seq < low THEN
+        RETURN NULL;
+    END IF;
+    IF p_seq = low THEN
+        SELECT r.low_chain INTO got FROM rampart_registries r
+            WHERE r.name = p_name AND r.low_seq = low;
+        RETURN got;
+    END IF;
+    SELECT j.chain INTO got FROM rampart_journal j WHERE j.name = p_name AND j.seq = p_seq;
+    RETURN got;
+END
+$fn$;
 
 -- The registry's counter (NULL: no such registry). A damaged one (outside
 -- [0, SEQ_MAX]: a foreign write) is 0 for readers and, for an appender, the
@@ -148,6 +209,9 @@ BEGIN
     IF at NOT BETWEEN 0 AND {SEQ_MAX} THEN
         at := 0;
     END IF;
+    -- Readers read on from the low-water mark at least: a replica reaches it
+    -- by the checkpoint, whatever compaction left below it.
+    at := GREATEST(at, {_LOW_FN}(p_name));
     IF NOT EXISTS (
         SELECT 1 FROM rampart_journal j WHERE j.name = p_name AND j.seq = at + 1
     ) THEN
@@ -161,6 +225,101 @@ $fn$;
 -- entry's seq, NULL when there is no such registry, -1 when no sequence number
 -- is free (counter then says where it stood).
 CREATE OR REPLACE FUNCTION {_APPEND_FN}(
+    p_name TEXT, p_entry BYTEA, p_after BIGINT,
+    OUT own BIGINT, OUT counter BIGINT, OUT seqs BIGINT[], OUT entries BYTEA[],
+    OUT chains BYTEA[], OUT low BIGINT, OUT anchor BYTEA)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    ahead BIGINT;
+    top BIGINT;
+    fin BIGINT;
+    free BOOLEAN := false;
+BEGIN
+    -- The registry row's lock orders the appenders of this registry; every
+    -- statement below takes a new snapshot, so it sees every entry committed
+    -- before this one took the lock.
+    PERFORM 1 FROM rampart_registries r WHERE r.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;  -- no such registry: the caller says so
+    END IF;
+    counter := rampart_counter_v2(p_name, true);
+    low := {_LOW_FN}(p_name);
+    -- Land after whatever a foreign client put just ahead of the counter.
+    SELECT max(j.seq) INTO ahead FROM rampart_journal j
+        WHERE j.name = p_name AND j.seq > counter AND j.seq <= counter + {AHEAD_LIMIT};
+    own := GREATEST(counter, COALESCE(ahead, 0)) + 1;
+    -- A run of entries reaching past the window (a counter set back by a
+    -- foreign write): jump a window at a time, boundedly.
+    FOR i IN 1..64 LOOP
+        IF own > {SEQ_MAX} OR NOT EXISTS (
+            SELECT 1 FROM rampart_journal j WHERE j.name = p_name AND j.seq = own
+        ) THEN
+            free := true;
+            EXIT;
+        END IF;
+        SELECT max(j.seq) INTO top FROM rampart_journal j
+            WHERE j.name = p_name AND j.seq BETWEEN own AND own + {AHEAD_LIMIT};
+        own := top + 1;
+    END LOOP;
+    IF NOT free OR own > {SEQ_MAX} THEN
+        own := -1;
+        RETURN;
+    END IF;
+    -- Where readers can have got to: the entries that run on from the counter
+    -- (from entry 1 when it is damaged) without a gap.
+    SELECT max(j.seq) INTO fin FROM rampart_journal j
+        WHERE j.name = p_name AND j.seq BETWEEN 1 AND counter;
+    fin := GREATEST(COALESCE(fin, 0), counter - {AHEAD_LIMIT});
+    -- (from the low-water mark at least: nothing is sealed where compaction
+    -- dropped entries, a replica that needs them reloads the checkpoint).
+    fin := LEAST(fin, rampart_run_end_v2(
+        p_name, GREATEST(COALESCE(rampart_counter_v2(p_name, false), 0), low)));
+    fin := GREATEST(fin, own - 1 - {64 * AHEAD_LIMIT}, low);
+    IF own > fin + 1 THEN
+        -- Seal the numbers skipped over with empty entries (every replica skips
+        -- them), so that no entry can be slipped in below the counter later.
+        INSERT INTO rampart_journal(name, seq, entry)
+            SELECT p_name, x, ''::bytea FROM generate_series(fin + 1, own - 1) AS x
+            ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE rampart_registries r SET last_seq = own WHERE r.name = p_name;
+    -- The chain value: a hash of the previous entry's, this seq and the entry.
+    INSERT INTO rampart_journal(name, seq, entry, chain) VALUES (p_name, own, p_entry,
+        substr(sha256(COALESCE({_CHAIN_FN}(p_name, own - 1), ''::bytea)
+                      || int8send(own) || p_entry), 1, 16));
+    anchor := {_CHAIN_FN}(p_name, p_after);
+    SELECT array_agg(j.seq ORDER BY j.seq), array_agg(j.entry ORDER BY j.seq),
+           array_agg(j.chain ORDER BY j.seq)
+        INTO seqs, entries, chains
+        FROM rampart_journal j WHERE j.name = p_name AND j.seq > p_after AND j.seq <= own;
+    PERFORM pg_notify(
+        'rampart_' || left(encode(sha256(convert_to(p_name, 'UTF8')), 'hex'), 24), p_name);
+END
+$fn$;
+
+-- The v2 functions, for a version that still uses them.
+CREATE OR REPLACE FUNCTION rampart_visible_v2(p_name TEXT)
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    at BIGINT;
+BEGIN
+    SELECT r.last_seq INTO at FROM rampart_registries r WHERE r.name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF at NOT BETWEEN 0 AND {SEQ_MAX} THEN
+        at := 0;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM rampart_journal j WHERE j.name = p_name AND j.seq = at + 1
+    ) THEN
+        RETURN at;
+    END IF;
+    RETURN rampart_run_end_v2(p_name, at);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION rampart_append_v2(
     p_name TEXT, p_entry BYTEA, p_after BIGINT,
     OUT own BIGINT, OUT counter BIGINT, OUT seqs BIGINT[], OUT entries BYTEA[])
 LANGUAGE plpgsql AS $fn$
@@ -230,6 +389,7 @@ SELECT to_regclass('rampart_registries') IS NOT NULL
    AND to_regclass('rampart_checkpoints') IS NOT NULL
    AND to_regprocedure('{_APPEND_FN}(text,bytea,bigint)') IS NOT NULL
    AND to_regprocedure('{_VISIBLE_FN}(text)') IS NOT NULL
+   AND to_regprocedure('{_CHAIN_FN}(text,bigint)') IS NOT NULL
 """
 
 # Any constant: the advisory lock that serialises schema creation across processes.
@@ -250,6 +410,12 @@ _LIBPQ_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
+
+
+def _chain_of(prev: bytes, seq: int, entry: bytes) -> bytes:
+    """The chain value ``rampart_append_v3`` gives entry ``seq``, for the
+    entries a registry is created with."""
+    return hashlib.sha256(prev + seq.to_bytes(8, "big", signed=True) + entry).digest()[:16]
 
 
 def channel(name: str) -> str:
@@ -539,16 +705,21 @@ class PostgresStore:
         replica takes them: the counter and the rows from one statement, so one
         snapshot; only rows up to where readers read (``rampart_visible_v2``)."""
         rows = conn.execute(
-            f"SELECT v.last, j.seq, j.entry FROM (SELECT {_VISIBLE_FN}(%s) AS last) v "
-            "LEFT JOIN LATERAL (SELECT seq, entry FROM rampart_journal WHERE name = %s "
+            f"SELECT v.last, v.low, v.anchor, v.gone, j.seq, j.entry, j.chain FROM (SELECT "
+            f"{_VISIBLE_FN}(%s) AS last, {_LOW_FN}(%s) AS low, {_CHAIN_FN}(%s, %s) AS anchor, "
+            "NOT EXISTS (SELECT 1 FROM rampart_journal WHERE name = %s AND seq = %s) AS gone) v "
+            "LEFT JOIN LATERAL (SELECT seq, entry, chain FROM rampart_journal WHERE name = %s "
             "AND seq > %s AND seq <= v.last ORDER BY seq LIMIT %s) j ON true",
-            (name, name, after, limit),
+            (name, name, name, after, name, after, name, after, limit),
         ).fetchall()
         if not rows or rows[0][0] is None:  # no such registry
-            return []
+            return Entries()
         last = min(int(rows[0][0]), SEQ_MAX)
-        got = [(s, e) for _, s, e in rows if s is not None]
-        return journal_entries(got, after, None if len(got) >= limit else last)
+        low, anchor, gone = int(rows[0][1]), rows[0][2], bool(rows[0][3]) and after > 0
+        got = [(s, e, ch) for _, _, _, _, s, e, ch in rows if s is not None]
+        return journal_entries(
+            got, after, None if len(got) >= limit else last, low=low, anchor=anchor, gone=gone
+        )
 
     # ---- the Store protocol -------------------------------------------------------------
 
@@ -584,10 +755,14 @@ class PostgresStore:
                 c.execute("DELETE FROM rampart_journal WHERE name = %s", (name,))
                 c.execute("DELETE FROM rampart_checkpoints WHERE name = %s", (name,))
                 if entries:
+                    chains, prev = [], b""
+                    for k, e in enumerate(entries):
+                        prev = _chain_of(prev, k + 1, e)
+                        chains.append(prev)
                     c.execute(
-                        "INSERT INTO rampart_journal(name, seq, entry) "
-                        "SELECT %s, k, e FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(e, k)",
-                        (name, entries),
+                        "INSERT INTO rampart_journal(name, seq, entry, chain) SELECT %s, k, e, h "
+                        "FROM unnest(%s::bytea[], %s::bytea[]) WITH ORDINALITY AS t(e, h, k)",
+                        (name, entries, chains),
                     )
                     c.execute("SELECT pg_notify(%s, %s)", (channel(name), name))
                 return True
@@ -599,20 +774,22 @@ class PostgresStore:
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         row = self._run(
             lambda c: c.execute(
-                f"SELECT own, counter, seqs, entries FROM {_APPEND_FN}(%s, %s, %s)",
+                "SELECT own, counter, seqs, entries, chains, low, anchor "
+                f"FROM {_APPEND_FN}(%s, %s, %s)",
                 (name, entry, after),
             ).fetchone(),
             retry=False,  # it may have committed: only the journal can say
         )
         if row is None or row[0] is None:
             raise InvalidArgumentError(f"store {self._where} holds no registry {name!r}")
-        own, counter, seqs, entries = row
+        own, counter, seqs, entries, chains, low, anchor = row
         if own < 0:
             raise RegistryFileError(
                 f"store {self._where}: registry {name!r}: no free sequence number after "
                 f"{counter} (the journal's counter is far behind its entries: damaged)"
             )
-        return int(own), journal_entries(zip(seqs or [], entries or []), after, int(own))
+        rows = zip(seqs or [], entries or [], chains or [None] * len(seqs or []), strict=False)
+        return int(own), journal_entries(rows, after, int(own), low=int(low), anchor=anchor)
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
         result: Entries = self._run(lambda c: self._read_on(c, name, after, limit))
@@ -629,7 +806,7 @@ class PostgresStore:
             while not entries:
                 left = deadline - time.monotonic()
                 if left <= 0 or (stop is not None and stop.is_set()):
-                    return []
+                    return Entries()
                 # Slices of at most 0.1 s: a closing replica does not wait long.
                 if self._notified(name, min(left, 0.1)):
                     entries = self._read_listening(name, after)
@@ -705,24 +882,32 @@ class PostgresStore:
         # for (a counter set forward names an entry that may never come).
         row = self._run(
             lambda c: c.execute(
-                "SELECT max(seq) FROM rampart_journal WHERE name = %s AND seq BETWEEN 1 AND "
-                f"COALESCE({_VISIBLE_FN}(%s), 0)",
-                (name, name),
+                f"SELECT GREATEST(max(seq), {_LOW_FN}(%s)) FROM rampart_journal WHERE name = %s "
+                f"AND seq BETWEEN 1 AND COALESCE({_VISIBLE_FN}(%s), 0)",
+                (name, name, name),
             ).fetchone()
         )
+        # At least the low-water mark: a replica reaches it by the checkpoint.
         return int(row[0] or 0)
 
-    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+    def put_checkpoint(self, name: str, seq: int, data: bytes, chain: bytes | None = None) -> bool:
         # A damaged checkpoint row (a seq outside [0, SEQ_MAX], empty data) is
-        # replaced whatever its seq.
-        self._run(
-            lambda c: c.execute(
-                "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (%s, %s, %s) "
-                "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
-                "WHERE excluded.seq > rampart_checkpoints.seq "
-                "OR rampart_checkpoints.seq NOT BETWEEN 0 AND %s "
-                "OR length(rampart_checkpoints.data) = 0",
-                (name, seq, data, SEQ_MAX),
+        # replaced whatever its seq. A checkpoint of another history than the
+        # store's (a replica that kept a fork: its chain value at seq is not the
+        # store's) is refused.
+        return bool(
+            self._run(
+                lambda c: (
+                    c.execute(
+                        "INSERT INTO rampart_checkpoints(name, seq, data) SELECT %s, %s, %s "
+                        f"WHERE COALESCE({_CHAIN_FN}(%s, %s) = %s, {_CHAIN_FN}(%s, %s) IS NULL) "
+                        "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, data = excluded.data "
+                        "WHERE excluded.seq > rampart_checkpoints.seq "
+                        "OR rampart_checkpoints.seq NOT BETWEEN 0 AND %s "
+                        "OR length(rampart_checkpoints.data) = 0",
+                        (name, seq, data, name, seq, chain, name, seq, SEQ_MAX),
+                    ).rowcount
+                )
             )
         )
 
@@ -744,18 +929,39 @@ class PostgresStore:
     def compact(self, name: str, upto: int) -> int:
         # Never drop what no valid checkpoint covers: a new replica could not
         # rebuild it (a foreign checkpoint row with a huge seq covers nothing).
-        return int(
-            self._run(
-                lambda c: (
-                    c.execute(
-                        "DELETE FROM rampart_journal WHERE name = %s AND seq <= LEAST(%s, "
-                        "COALESCE((SELECT seq FROM rampart_checkpoints WHERE name = %s "
-                        "AND seq BETWEEN 0 AND %s AND length(data) > 0), 0))",
-                        (name, upto, name, SEQ_MAX),
-                    ).rowcount
+        # The low-water mark moves in the same transaction as the entries go,
+        # under the registry row's lock (appends queue on it).
+        def go(c: Any) -> int:
+            with c.transaction():
+                c.execute("SELECT 1 FROM rampart_registries WHERE name = %s FOR UPDATE", (name,))
+                limit, low = c.execute(
+                    "SELECT LEAST(%s, COALESCE((SELECT seq FROM rampart_checkpoints "
+                    "WHERE name = %s AND seq BETWEEN 0 AND %s AND length(data) > 0), 0)), "
+                    f"{_LOW_FN}(%s)",
+                    (upto, name, SEQ_MAX, name),
+                ).fetchone()
+                if limit <= low:
+                    return 0
+                c.execute(
+                    f"UPDATE rampart_registries SET low_chain = {_CHAIN_FN}(%s, %s) "
+                    "WHERE name = %s",
+                    (name, limit, name),
                 )
-            )
-        )
+                n = c.execute(
+                    "DELETE FROM rampart_journal WHERE name = %s AND seq <= %s", (name, limit)
+                ).rowcount
+                c.execute(
+                    "UPDATE rampart_registries SET low_seq = %s WHERE name = %s", (limit, name)
+                )
+                return int(n)
+
+        return int(self._run(go))
+
+    def low_seq(self, name: str) -> int:
+        """Compaction's low-water mark: every entry up to it may have been
+        dropped (a replica that needs one reloads the checkpoint)."""
+        row = self._run(lambda c: c.execute(f"SELECT {_LOW_FN}(%s)", (name,)).fetchone())
+        return int(row[0] or 0)
 
     def names(self) -> list[str]:
         rows = self._run(

@@ -8,11 +8,16 @@ keeps them in one slot and the scripts below stay single-slot):
 - ``rampart:{NAME}:seq`` — the last sequence number (survives trimming);
 - ``rampart:{NAME}:meta`` — the metadata record written at creation;
 - ``rampart:{NAME}:ckpt`` — a hash with the latest checkpoint (``seq``, ``data``);
+- ``rampart:{NAME}:low`` — compaction's low-water mark, a hash (``seq``, and
+  ``chain``: the chain value of the entry there); every entry up to ``seq`` may
+  have been trimmed, and a replica that needs one reloads the checkpoint;
 - ``rampart:{NAME}:fence`` — with ``?wait=N`` only: a counter followers write to
   (without changing it) so that ``WAIT`` covers what they read.
 
-An append is one Lua script: bump ``seq``, ``XADD`` the entry, ``XRANGE`` the
-tail the appender has not applied — one round trip, atomic. Followers block in
+An append is one Lua script: bump ``seq``, ``XADD`` the entry with its chain
+value (field ``c``: ``SHA1`` of the previous entry's chain value, the sequence
+number and the entry), ``XRANGE`` the tail the appender has not applied — one
+round trip, atomic. Followers block in
 ``XREAD BLOCK`` and read with a script that returns the end of the journal and
 the entries up to it from one moment.
 
@@ -109,6 +114,51 @@ local function counter(log, seqk)
   if #top == 0 then return 0, lt end
   return idseq(top[1][1]) or 0, lt
 end
+local function ckseq(ckk)
+  if kind(ckk) ~= 'hash' then return 0 end
+  return num(redis.call('HGET', ckk, 'seq')) or 0
+end
+-- Compaction's low-water mark and the chain value there (false: none). Never
+-- past the checkpoint (compaction never sets it there). A registry an older
+-- version wrote has no mark: where its first entry shows trimming stopped.
+local function lowmark(lowk, log, ckk)
+  local ck = ckseq(ckk)
+  if kind(lowk) == 'hash' then
+    local l = num(redis.call('HGET', lowk, 'seq'))
+    if l then
+      if l > ck then return ck, false end
+      local c = redis.call('HGET', lowk, 'chain')
+      if type(c) ~= 'string' or #c == 0 then c = false end
+      return l, c
+    end
+  end
+  if ck == 0 or kind(log) ~= 'stream' then return 0, false end
+  local first = redis.call('XRANGE', log, '0-1', '+', 'COUNT', 1)
+  if #first == 0 then return ck, false end
+  return math.max(0, math.min(ck, (idseq(first[1][1]) or 1) - 1)), false
+end
+-- The chain value the store holds for entry seq (false: none).
+local function chainat(log, seq, low, lowc)
+  if seq <= 0 or seq < low then return false end
+  if seq == low then return lowc end
+  if kind(log) ~= 'stream' then return false end
+  local e = redis.call('XRANGE', log, '0-' .. str(seq), '0-' .. str(seq))
+  if #e == 0 then return false end
+  local f = e[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'c' and type(f[i + 1]) == 'string' and #f[i + 1] > 0 then return f[i + 1] end
+  end
+  return false
+end
+-- 1 when the stream holds entry seq (or seq is 0), else 0.
+local function present(log, seq)
+  if seq <= 0 or kind(log) ~= 'stream' then return 1 end
+  return #redis.call('XRANGE', log, '0-' .. str(seq), '0-' .. str(seq))
+end
+local function chained(log, n, entry, low, lowc)
+  local prev = chainat(log, n - 1, low, lowc) or ''
+  return redis.sha1hex(prev .. ':' .. str(n) .. ':' .. entry)
+end
 """
 
 # Append at counter + 1; when the stream's last id is past that (a foreign
@@ -120,8 +170,10 @@ _APPEND = (
     + """
 local c, lt = counter(KEYS[1], KEYS[2])
 if not c then return redis.error_reply('RAMPART-DAMAGED the journal key holds a ' .. lt) end
+local low, lowc = lowmark(KEYS[3], KEYS[1], KEYS[4])
 local n = c + 1
-local ok = redis.pcall('XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1])
+local ok = redis.pcall(
+  'XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1], 'c', chained(KEYS[1], n, ARGV[1], low, lowc))
 if type(ok) == 'table' and ok.err then
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   local gs = nil
@@ -144,11 +196,13 @@ if type(ok) == 'table' and ok.err then
   end
   n = math.max(c, gs) + 1
   if n > MAX then return redis.error_reply('RAMPART-DAMAGED no sequence number left') end
-  redis.call('XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1])
+  redis.call(
+    'XADD', KEYS[1], '0-' .. str(n), 'e', ARGV[1], 'c', chained(KEYS[1], n, ARGV[1], low, lowc))
 end
 redis.call('SET', KEYS[2], str(n))
 local tail = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[2], '0-' .. str(n))
-return {n, tail}
+local at = tonumber(ARGV[2])
+return {n, tail, low, chainat(KEYS[1], at, low, lowc), present(KEYS[1], at)}
 """
 )
 
@@ -162,7 +216,11 @@ _READ = (
     _LUA
     + """
 local c, lt = counter(KEYS[1], KEYS[2])
-if not c then return {-1, lt, {}} end
+if not c then return {-1, lt, {}, 0, false, 1} end
+local low, lowc = lowmark(KEYS[3], KEYS[1], KEYS[4])
+local after = tonumber(ARGV[1])
+local anchor = chainat(KEYS[1], after, low, lowc)
+local here = present(KEYS[1], after)
 if lt == 'stream' then
   local top = redis.call('XREVRANGE', KEYS[1], '0-' .. str(c + AHEAD), '(0-' .. str(c), 'COUNT', 1)
   if #top > 0 then c = math.max(c, idseq(top[1][1]) or 0) end
@@ -176,29 +234,41 @@ if ARGV[2] == '0' then
   c = 0
   if #top > 0 then c = idseq(top[1][1]) or 0 end
 end
-local after = tonumber(ARGV[1])
-if c <= after or lt == 'none' or ARGV[2] == '0' then return {c, lt, {}} end
-return {c, lt, redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '0-' .. str(c), 'COUNT', ARGV[2])}
+-- A replica reaches the mark by the checkpoint, whatever is left above it.
+c = math.max(c, low)
+if c <= after or lt == 'none' or ARGV[2] == '0' then return {c, lt, {}, low, anchor, here} end
+local rows = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '0-' .. str(c), 'COUNT', ARGV[2])
+return {c, lt, rows, low, anchor, here}
 """
 )
 
 # Keys under a name that no registry holds are a foreign client's: a new
 # registry starts afresh.
-_CREATE = """
+_CREATE = (
+    _LUA
+    + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
 redis.call('SET', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[5], 'seq', '0')
 for i = 2, #ARGV do
-  redis.call('XADD', KEYS[1], '0-' .. (i - 1), 'e', ARGV[i])
+  local ch = chained(KEYS[1], i - 1, ARGV[i], 0, false)
+  redis.call('XADD', KEYS[1], '0-' .. (i - 1), 'e', ARGV[i], 'c', ch)
 end
 redis.call('SET', KEYS[2], #ARGV - 1)
 return 1
 """
+)
 
 # A damaged checkpoint (another key type, a non-number seq, no data) is replaced.
 _CHECKPOINT = (
     _LUA
     + """
+-- A checkpoint of another history than the store's (a replica that kept a
+-- fork: its chain value at seq is not the store's) is refused.
+local low, lowc = lowmark(KEYS[3], KEYS[2], KEYS[1])
+local theirs = chainat(KEYS[2], tonumber(ARGV[1]), low, lowc)
+if theirs and theirs ~= ARGV[3] then return 0 end
 local cur = -1
 if kind(KEYS[1]) == 'hash' then
   local s = num(redis.call('HGET', KEYS[1], 'seq'))
@@ -220,7 +290,17 @@ _COMPACT = (
 local ck = 0
 if kind(KEYS[2]) == 'hash' then ck = num(redis.call('HGET', KEYS[2], 'seq')) or 0 end
 local upto = math.min(tonumber(ARGV[1]), ck)
-if upto <= 0 or kind(KEYS[1]) ~= 'stream' then return 0 end
+local low, lowc = lowmark(KEYS[3], KEYS[1], KEYS[2])
+if upto <= low or kind(KEYS[1]) ~= 'stream' then return 0 end
+-- The mark moves with the trim, atomically: a reader sees the entries or the
+-- mark that says where they went.
+local chain = chainat(KEYS[1], upto, low, lowc)
+redis.call('DEL', KEYS[3])
+if chain then
+  redis.call('HSET', KEYS[3], 'seq', str(upto), 'chain', chain)
+else
+  redis.call('HSET', KEYS[3], 'seq', str(upto))
+end
 return redis.call('XTRIM', KEYS[1], 'MINID', '0-' .. str(upto + 1))
 """
 )
@@ -285,6 +365,13 @@ def _payload(fields: Any) -> object:
     if isinstance(fields, dict) and b"e" in fields:
         return fields[b"e"]
     return Damaged("a stream entry without an 'e' field", 0)
+
+
+def _chain(fields: Any) -> object:
+    """An entry's chain value (field ``c``), or None."""
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
+    return fields.get(b"c") if isinstance(fields, dict) else None
 
 
 class RedisStore:
@@ -483,7 +570,7 @@ class RedisStore:
         """The Redis keys of registry ``name`` (journal stream, sequence, metadata,
         checkpoint), in one hash slot so a cluster keeps them together."""
         tag = "{" + name + "}"
-        return {k: f"rampart:{tag}:{k}" for k in ("log", "seq", "meta", "ckpt")}
+        return {k: f"rampart:{tag}:{k}" for k in ("log", "seq", "meta", "ckpt", "low")}
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -515,7 +602,7 @@ class RedisStore:
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         k = self.keys(name)
-        keys, args = [k["log"], k["seq"], k["meta"], k["ckpt"]], [meta, *entries]
+        keys, args = [k["log"], k["seq"], k["meta"], k["ckpt"], k["low"]], [meta, *entries]
         if self.replicas:
             done = self._call(self._replicated, name, self._create, keys, args)
         else:
@@ -524,26 +611,30 @@ class RedisStore:
 
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         k = self.keys(name)
-        keys, args = [k["log"], k["seq"]], [entry, after]
+        keys, args = [k["log"], k["seq"], k["low"], k["ckpt"]], [entry, after]
         if self.replicas or self.cluster:
-            n, tail = self._call(self._replicated, name, self._append, keys, args)
+            n, tail, low, anchor, here = self._call(
+                self._replicated, name, self._append, keys, args
+            )
         else:
-            n, tail = self._call(self._append, keys=keys, args=args)
-        return int(n), self._entries(tail, after, int(n))
+            n, tail, low, anchor, here = self._call(self._append, keys=keys, args=args)
+        return int(n), self._entries(tail, after, int(n), int(low), anchor, not here)
 
     @staticmethod
-    def _entries(raw: Any, after: int, last: int | None) -> Entries:
+    def _entries(
+        raw: Any, after: int, last: int | None, low: int, anchor: object, gone: bool = False
+    ) -> Entries:
         # A stream entry arrives as [id, [field, value, ...]] (or a dict).
         rows = []
         for item in raw if isinstance(raw, list) else []:
             if isinstance(item, list | tuple) and len(item) == 2:
-                rows.append((_stream_seq(item[0]), _payload(item[1])))
-        return journal_entries(rows, after, last)
+                rows.append((_stream_seq(item[0]), _payload(item[1]), _chain(item[1])))
+        return journal_entries(rows, after, last, low=low, anchor=anchor, gone=gone)
 
-    def _read(self, name: str, after: int, limit: int) -> tuple[int, list[Any]]:
+    def _read(self, name: str, after: int, limit: int) -> tuple[int, list[Any], int, Any, bool]:
         k = self.keys(name)
-        c, kind, rows = self._call(
-            self._read_script, keys=[k["log"], k["seq"]], args=[after, limit]
+        c, kind, rows, low, anchor, here = self._call(
+            self._read_script, keys=[k["log"], k["seq"], k["low"], k["ckpt"]], args=[after, limit]
         )
         if int(c) < 0:
             what = kind.decode("ascii", "replace") if isinstance(kind, bytes) else kind
@@ -551,12 +642,14 @@ class RedisStore:
                 f"Redis store {self._where}: registry {name!r}: its journal key {k['log']} "
                 f"holds a {what}, not a stream"
             )
-        return int(c), rows
+        return int(c), rows, int(low), anchor, not here
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        last, rows = self._read(name, after, limit)
+        last, rows, low, anchor, gone = self._read(name, after, limit)
         # With ``wait``: handed out only once enough Redis replicas hold them.
-        return self._fence(name, self._entries(rows, after, None if len(rows) >= limit else last))
+        top = None if len(rows) >= limit else last
+        entries = self._entries(rows, after, top, low, anchor, gone)
+        return self._fence(name, entries)
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
@@ -571,7 +664,7 @@ class RedisStore:
                 return entries
             left = deadline - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
-                return []
+                return Entries()
             if woke:
                 # XREAD woke at once but nothing is in the journal yet: an id past
                 # the counter (a foreign XADD, until the next append moves past or
@@ -594,8 +687,15 @@ class RedisStore:
         # not: a foreign one could name an entry that never comes).
         return self._read(name, SEQ_MAX, 0)[0]
 
-    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
-        self._call(self._checkpoint, keys=[self.keys(name)["ckpt"]], args=[seq, data])
+    def put_checkpoint(self, name: str, seq: int, data: bytes, chain: bytes | None = None) -> bool:
+        k = self.keys(name)
+        return bool(
+            self._call(
+                self._checkpoint,
+                keys=[k["ckpt"], k["log"], k["low"]],
+                args=[seq, data, chain or b""],
+            )
+        )
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
         try:
@@ -615,7 +715,12 @@ class RedisStore:
 
     def compact(self, name: str, upto: int) -> int:
         k = self.keys(name)
-        return int(self._call(self._compact, keys=[k["log"], k["ckpt"]], args=[upto]))
+        return int(self._call(self._compact, keys=[k["log"], k["ckpt"], k["low"]], args=[upto]))
+
+    def low_seq(self, name: str) -> int:
+        """Compaction's low-water mark: every entry up to it may have been
+        trimmed (a replica that needs one reloads the checkpoint)."""
+        return self._read(name, SEQ_MAX, 0)[2]
 
     def names(self) -> list[str]:
         from rampart.stores import valid_name
@@ -690,8 +795,9 @@ class RedisStore:
             return result
         k = self.keys(name)
         _, script = self._aclient()
-        n, tail = await self._acall(script(keys=[k["log"], k["seq"]], args=[entry, after]))
-        return int(n), self._entries(tail, after, int(n))
+        keys = [k["log"], k["seq"], k["low"], k["ckpt"]]
+        n, tail, low, anchor, here = await self._acall(script(keys=keys, args=[entry, after]))
+        return int(n), self._entries(tail, after, int(n), int(low), anchor, not here)
 
     async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
         """:meth:`read` for coroutines (``sync_async``'s catch-up, not the write

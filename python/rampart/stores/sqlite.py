@@ -35,6 +35,7 @@ connection committed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import queue
 import sqlite3
@@ -51,6 +52,7 @@ from rampart.stores.base import (
     AHEAD_LIMIT,
     SEQ_MAX,
     Entries,
+    checked_chain,
     checked_checkpoint,
     checked_seq,
     journal_entries,
@@ -60,13 +62,40 @@ __all__ = ["SQLiteStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rampart_registries(
-    name TEXT PRIMARY KEY, meta BLOB NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0);
+    name TEXT PRIMARY KEY, meta BLOB NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0,
+    low_seq INTEGER NOT NULL DEFAULT 0, low_chain BLOB);
 CREATE TABLE IF NOT EXISTS rampart_journal(
-    name TEXT NOT NULL, seq INTEGER NOT NULL, entry BLOB NOT NULL,
+    name TEXT NOT NULL, seq INTEGER NOT NULL, entry BLOB NOT NULL, chain BLOB,
     PRIMARY KEY(name, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rampart_checkpoints(
     name TEXT PRIMARY KEY, seq INTEGER NOT NULL, data BLOB NOT NULL);
 """
+
+# A file written by a version without the low-water mark and the chain: the
+# columns are added (writes upgrade it; read-only opens read it as it is), and
+# each registry's mark is where its journal's first real entry shows
+# compaction stopped (never past its checkpoint, which covers what was dropped).
+_UPGRADE = (
+    "ALTER TABLE rampart_registries ADD COLUMN low_seq INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE rampart_registries ADD COLUMN low_chain BLOB",
+    "ALTER TABLE rampart_journal ADD COLUMN chain BLOB",
+    "UPDATE rampart_registries SET low_seq = MAX(0, MIN("
+    "COALESCE((SELECT c.seq FROM rampart_checkpoints c WHERE c.name = rampart_registries.name "
+    "AND typeof(c.seq) = 'integer' AND c.seq BETWEEN 0 AND 9007199254740991), 0), "
+    "COALESCE((SELECT MIN(j.seq) FROM rampart_journal j WHERE j.name = rampart_registries.name "
+    "AND typeof(j.seq) = 'integer' AND j.seq >= 1 AND typeof(j.entry) = 'blob' "
+    "AND length(j.entry) > 0) - 1, 9007199254740991)))",
+)
+
+
+def chain_of(prev: bytes | None, seq: int, entry: bytes) -> bytes:
+    """The chain value of entry ``seq``: a hash of its predecessor's chain value
+    (none for the first entry, or after one without a chain), its number and
+    its bytes — so two histories that differ anywhere up to it differ here."""
+    h = hashlib.blake2b(prev or b"", digest_size=16)
+    h.update(seq.to_bytes(8, "big"))
+    h.update(entry)
+    return h.digest()
 
 
 # SQLite's own mutexes must not be held by another thread at fork(): the child
@@ -150,6 +179,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._schema_ready = False
         self._has_schema = True
+        self._chained = True
         self._gate = threading.Lock()
         self._writer: _Writer | None = None
         _STORES.add(self)
@@ -189,18 +219,93 @@ class SQLiteStore:
             if not self._schema_ready:
                 if self.create_missing:
                     retry_busy(lambda: conn.executescript(_SCHEMA), deadline)
+                    if not self._columns(conn):
+                        retry_busy(lambda: self._upgrade(conn), deadline)
                 else:
                     found = conn.execute(
                         "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
                         "('rampart_registries', 'rampart_journal', 'rampart_checkpoints')"
                     ).fetchone()
                     self._has_schema = found[0] == 3
+                self._chained = self._has_schema and self._columns(conn)
                 self._schema_ready = True
         except BaseException:
             conn.close()  # a half-set-up connection must not stay open
             raise
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
+
+    @staticmethod
+    def _columns(conn: sqlite3.Connection) -> bool:
+        """Whether the file has the low-water mark and chain columns."""
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(rampart_journal)")}
+        cols |= {r[1] for r in conn.execute("PRAGMA table_info(rampart_registries)")}
+        return {"chain", "low_seq", "low_chain"} <= cols
+
+    @staticmethod
+    def _upgrade(conn: sqlite3.Connection) -> None:
+        """Add the columns to a file an older version wrote (once, whoever wins)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not SQLiteStore._columns(conn):
+                for statement in _UPGRADE:
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _writable(self, c: sqlite3.Connection) -> None:
+        """A write to a file opened read-only (``create=False``) that an older
+        version wrote: upgrade it first (writes need the new columns)."""
+        if not self._chained:
+            self._upgrade(c)
+            self._chained = True
+
+    def _low(self, c: sqlite3.Connection, name: str) -> tuple[int | None, bytes | None]:
+        """The registry's low-water mark and the chain value of the entry at it.
+        Compaction never sets it past the checkpoint, so a mark past the valid
+        checkpoint (a foreign write) counts only up to it. None: a file without
+        the column (opened read-only), where compaction is told by the oldest
+        entry kept, as older versions did."""
+        if not self._chained:
+            return None, None
+        row = c.execute(
+            "SELECT low_seq, low_chain FROM rampart_registries WHERE name=?", (name,)
+        ).fetchone()
+        if row is None:
+            return 0, None
+        ck = _checked(
+            c.execute("SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)).fetchone()
+        )
+        low = checked_seq(row[0] if isinstance(row[0], int) else None) or 0
+        top = ck[0] if ck else 0
+        return min(low, top), checked_chain(row[1]) if low <= top else None
+
+    def _chain_at(self, c: sqlite3.Connection, name: str, seq: int, low: int | None) -> Any:
+        """The chain value the store holds for entry ``seq`` (None: none)."""
+        if not self._chained or seq <= 0 or (low is not None and seq < low):
+            return None
+        if low is not None and seq == low:
+            return c.execute(
+                "SELECT low_chain FROM rampart_registries WHERE name=?", (name,)
+            ).fetchone()[0]
+        row = c.execute(
+            "SELECT chain FROM rampart_journal WHERE name=? AND seq=?", (name, seq)
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def _gone(self, c: sqlite3.Connection, name: str, seq: int) -> bool:
+        """Whether the journal holds no row ``seq`` (journal_entries only
+        counts it above the low-water mark)."""
+        if not self._chained or seq <= 0:
+            return False
+        return (
+            c.execute(
+                "SELECT 1 FROM rampart_journal WHERE name=? AND seq=?", (name, seq)
+            ).fetchone()
+            is None
+        )
 
     def _run(self, fn: Any) -> Any:
         """Run ``fn(conn)``; SQLite failures become StoreUnavailableError."""
@@ -254,7 +359,9 @@ class SQLiteStore:
         entry, so rows run on without one up to the real end). A row past a gap
         is not read until an append seals the gap."""
         last = self._counter(c, name)
-        return None if last is None else self._run_end(c, name, last)
+        if last is None:
+            return None
+        return self._run_end(c, name, max(last, self._low(c, name)[0] or 0))
 
     def _run_end(self, c: sqlite3.Connection, name: str, last: int) -> int:
         """``last`` extended through the rows that follow it without a gap
@@ -275,9 +382,10 @@ class SQLiteStore:
         return last
 
     def _rows(self, c: sqlite3.Connection, name: str, after: int, upto: int, limit: int) -> Any:
+        chain = "chain" if self._chained else "NULL"
         return c.execute(
-            "SELECT seq, entry FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
-            "AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
+            f"SELECT seq, entry, {chain} FROM rampart_journal WHERE name=? AND "
+            "typeof(seq)='integer' AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
             (name, after, upto, limit),
         ).fetchall()
 
@@ -301,6 +409,7 @@ class SQLiteStore:
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         def go(c: sqlite3.Connection) -> bool:
+            self._writable(c)
             c.execute("BEGIN IMMEDIATE")
             if c.execute("SELECT 1 FROM rampart_registries WHERE name=?", (name,)).fetchone():
                 c.execute("ROLLBACK")
@@ -313,9 +422,12 @@ class SQLiteStore:
                 "INSERT INTO rampart_registries(name, meta, last_seq) VALUES (?, ?, ?)",
                 (name, meta, len(entries)),
             )
+            rows, prev = [], None
+            for k, e in enumerate(entries):
+                prev = chain_of(prev, k + 1, e)
+                rows.append((name, k + 1, e, prev))
             c.executemany(
-                "INSERT INTO rampart_journal(name, seq, entry) VALUES (?, ?, ?)",
-                [(name, k + 1, e) for k, e in enumerate(entries)],
+                "INSERT INTO rampart_journal(name, seq, entry, chain) VALUES (?, ?, ?, ?)", rows
             )
             c.execute("COMMIT")
             return True
@@ -324,6 +436,7 @@ class SQLiteStore:
 
     def append(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
         def go(c: sqlite3.Connection) -> tuple[int, Entries]:
+            self._writable(c)
             c.execute("BEGIN IMMEDIATE")
             last = self._counter(c, name, appending=True)
             if last is None:
@@ -366,11 +479,14 @@ class SQLiteStore:
                 "AND seq BETWEEN 1 AND ?",
                 (name, last),
             ).fetchone()[0]
+            low, _ = self._low(c, name)
             end = max(int(end or 0), last - AHEAD_LIMIT)
             # Where readers can have got to: the rows that run on from the
-            # counter (or, when it is damaged, from entry 1) without a gap.
-            end = min(end, self._run_end(c, name, self._counter(c, name) or 0))
-            end = max(end, seq - 1 - 64 * AHEAD_LIMIT)
+            # counter (or, when it is damaged, from the low-water mark) without
+            # a gap. Nothing is sealed at or below the mark: compaction dropped
+            # those entries, and a replica that needs them reloads the checkpoint.
+            end = min(end, self._run_end(c, name, max(self._counter(c, name) or 0, low or 0)))
+            end = max(end, seq - 1 - 64 * AHEAD_LIMIT, low or 0)
             if seq > end + 1:
                 # Seal the numbers skipped over with empty entries (every replica
                 # skips them), so that no row can be slipped in below the counter.
@@ -384,30 +500,39 @@ class SQLiteStore:
                 "UPDATE rampart_registries SET last_seq=? WHERE name=?",
                 (seq, name),
             )
+            prev = checked_chain(self._chain_at(c, name, seq - 1, low))
             c.execute(
-                "INSERT INTO rampart_journal(name, seq, entry) VALUES (?, ?, ?)",
-                (name, seq, entry),
+                "INSERT INTO rampart_journal(name, seq, entry, chain) VALUES (?, ?, ?, ?)",
+                (name, seq, entry, chain_of(prev, seq, entry)),
             )
             tail = self._rows(c, name, after, seq, -1)
+            anchor = self._chain_at(c, name, after, low)
+            gone = self._gone(c, name, after)
             c.execute("COMMIT")
-            return seq, journal_entries(tail, after, seq)
+            return seq, journal_entries(tail, after, seq, low=low, anchor=anchor, gone=gone)
 
         result: tuple[int, Entries] = self._run(go)
         return result
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
-        def go(c: sqlite3.Connection) -> tuple[int | None, Any]:
-            # One read transaction: the counter and the rows from one snapshot.
+        def go(c: sqlite3.Connection) -> tuple[int | None, Any, int | None, Any, bool]:
+            # One read transaction: the counter, the mark, the rows and the
+            # chain from one snapshot.
             c.execute("BEGIN")
             last = self._visible(c, name)
             rows = [] if last is None else self._rows(c, name, after, last, limit)
+            low, _ = self._low(c, name)
+            anchor = self._chain_at(c, name, after, low)
+            gone = self._gone(c, name, after)
             c.execute("COMMIT")
-            return last, rows
+            return last, rows, low, anchor, gone
 
-        last, rows = self._run(go)
+        last, rows, low, anchor, gone = self._run(go)
         if last is None:
-            return []
-        return journal_entries(rows, after, None if len(rows) >= limit else last)
+            return Entries()
+        return journal_entries(
+            rows, after, None if len(rows) >= limit else last, low=low, anchor=anchor, gone=gone
+        )
 
     def wait(
         self, name: str, after: int, timeout: float, stop: threading.Event | None = None
@@ -420,7 +545,7 @@ class SQLiteStore:
                 version = self._data_version(c)
                 while self._data_version(c) == version:
                     if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
-                        return []
+                        return Entries()
                     time.sleep(self.poll_interval)
             except sqlite3.Error as e:
                 raise StoreUnavailableError(f"SQLite store {self.path}: {e}") from None
@@ -452,19 +577,30 @@ class SQLiteStore:
                 "AND seq BETWEEN 1 AND ?",
                 (name, upto or 0),
             ).fetchone()
+            low, _ = self._low(c, name)
             c.execute("COMMIT")
             # The last entry there is: what sync() waits for (a checkpoint's seq
-            # is not: a foreign one could name an entry that never comes).
-            return int(row[0] or 0)
+            # is not: a foreign one could name an entry that never comes); at
+            # least the low-water mark, which a replica reaches by the checkpoint.
+            return max(int(row[0] or 0), low or 0)
 
         return int(self._run(go))
 
-    def put_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+    def put_checkpoint(self, name: str, seq: int, data: bytes, chain: bytes | None = None) -> bool:
         # A damaged checkpoint row (a seq that is not an integer or out of range,
         # data that is not a BLOB or empty) is replaced: SQLite orders an INTEGER
         # below any TEXT, and a foreign seq past SEQ_MAX would otherwise win forever.
-        self._run(
-            lambda c: c.execute(
+        # A checkpoint of another history than the store's (a replica that kept
+        # a fork: its chain value at ``seq`` is not the store's) is refused.
+        def go(c: sqlite3.Connection) -> bool:
+            self._writable(c)
+            c.execute("BEGIN IMMEDIATE")
+            low, _ = self._low(c, name)
+            theirs = checked_chain(self._chain_at(c, name, seq, low))
+            if theirs is not None and chain != theirs:
+                c.execute("ROLLBACK")
+                return False
+            c.execute(
                 "INSERT INTO rampart_checkpoints(name, seq, data) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET seq=excluded.seq, data=excluded.data "
                 "WHERE excluded.seq > rampart_checkpoints.seq "
@@ -474,7 +610,10 @@ class SQLiteStore:
                 "OR length(rampart_checkpoints.data) = 0",
                 (name, seq, data, SEQ_MAX),
             )
-        )
+            c.execute("COMMIT")
+            return True
+
+        return bool(self._run(go))
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
         row = self._run(
@@ -493,16 +632,35 @@ class SQLiteStore:
 
     def compact(self, name: str, upto: int) -> int:
         def go(c: sqlite3.Connection) -> int:
+            self._writable(c)
+            c.execute("BEGIN IMMEDIATE")
             row = c.execute(
                 "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
             ).fetchone()
             ck = _checked(row)
             # Never drop what no checkpoint covers: a new replica could not rebuild it.
             limit = min(upto, ck[0] if ck else 0)
+            low, _ = self._low(c, name)
+            if limit <= (low or 0):
+                c.execute("ROLLBACK")
+                return 0
+            # The mark moves in the same transaction as the entries go: a reader
+            # sees either the entries or the mark that says where they went.
+            chain = self._chain_at(c, name, limit, low)
             cur = c.execute("DELETE FROM rampart_journal WHERE name=? AND seq<=?", (name, limit))
+            c.execute(
+                "UPDATE rampart_registries SET low_seq=?, low_chain=? WHERE name=?",
+                (limit, checked_chain(chain), name),
+            )
+            c.execute("COMMIT")
             return int(cur.rowcount)
 
         return int(self._run(go))
+
+    def low_seq(self, name: str) -> int:
+        """Compaction's low-water mark: every entry up to it may have been
+        dropped (a replica that needs one reloads the checkpoint)."""
+        return int(self._run(lambda c: self._low(c, name)[0] or 0))
 
     def names(self) -> list[str]:
         from rampart.stores import valid_name
