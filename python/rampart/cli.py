@@ -882,12 +882,12 @@ def _add_tools_parser(sub: Any) -> None:
 
 
 def _cmd_store_ls(args: argparse.Namespace) -> int:
-    from rampart.stores import open_store
+    from rampart.stores import open_store, redacted
 
     store = open_store(args.url, create=False)
     path = getattr(store, "path", None)
     if isinstance(path, os.PathLike) and not os.path.exists(path):
-        raise CliError(f"{args.url}: no such file")
+        raise CliError(f"{redacted(args.url)}: no such file")
     rows = [
         {"name": n, "entries": store.last_seq(n), "checkpoint": (store.checkpoint(n) or (0,))[0]}
         for n in store.names()
@@ -898,20 +898,21 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
     else:
         for r in rows:
             print(f"{r['name']}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
-        print(f"{len(rows)} shared registries in {args.url}")
+        print(f"{len(rows)} shared registries in {redacted(args.url)}")
     store.close()
     return 0
 
 
 def _cmd_store_compact(args: argparse.Namespace) -> int:
-    from rampart.stores import open_store
+    from rampart.stores import open_store, redacted
 
     store = open_store(args.url, create=False)
+    where = redacted(args.url)
     path = getattr(store, "path", None)
     if isinstance(path, os.PathLike) and not os.path.exists(path):
-        raise CliError(f"{args.url}: no such file (no registry {args.name!r})")
+        raise CliError(f"{where}: no such file (no registry {args.name!r})")
     if store.meta(args.name) is None:
-        raise CliError(f"{args.url} holds no registry {args.name!r} (rampart store ls {args.url})")
+        raise CliError(f"{where} holds no registry {args.name!r} (rampart store ls {where})")
     reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)
     try:
         reg.sync()
@@ -944,7 +945,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"rampart: error: {message}", file=sys.stderr)
+    from rampart.stores.redact import redacted  # every error line: a store URL's secrets masked
+
+    print(f"rampart: error: {redacted(message)}", file=sys.stderr)
     return 2
 
 
