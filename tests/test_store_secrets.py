@@ -239,8 +239,10 @@ def test_sentinel_password_is_never_printed(tmp_path: Path, channels: Channels) 
     try:
         _wait_until(
             "the sentinel to know its master",
-            lambda: str(master.port)
-            in _cli(sentinel.port, "-a", SECRET, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"),
+            lambda: (
+                str(master.port)
+                in _cli(sentinel.port, "-a", SECRET, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m")
+            ),
         )
         url = f"redis+sentinel://127.0.0.1:{sentinel.port}/m?sentinel_password={SECRET}"
         exercise(channels, url, "agent")
@@ -330,7 +332,6 @@ def test_a_secret_in_a_driver_debug_record_is_masked(caplog: pytest.LogCaptureFi
     """The filter, not only the messages rampart builds: a record a driver logs
     with a conninfo in its arguments reaches handlers masked."""
     import psycopg  # noqa: F401  (its loggers exist)
-
     from rampart.stores.redact import guard_loggers
 
     guard_loggers()

@@ -233,8 +233,13 @@ SELECT to_regclass('rampart_registries') IS NOT NULL
    AND to_regprocedure('{_VISIBLE_FN}(text)') IS NOT NULL
 """
 
+
 def _ready(conn: Any) -> bool:
     return bool(conn.execute(_SCHEMA_READY).fetchone()[0])
+
+
+def _some_table(conn: Any) -> bool:
+    return bool(conn.execute("SELECT to_regclass('rampart_registries') IS NOT NULL").fetchone()[0])
 
 
 # Any constant: the advisory lock that serialises schema creation across processes.
@@ -549,9 +554,7 @@ class PostgresStore:
             self._get_pool()
         if not self._schema_ready and self._run(_ready):
             self._schema_ready = True
-        if not self._schema_ready and self._run(
-            lambda c: c.execute("SELECT to_regclass('rampart_registries') IS NOT NULL").fetchone()[0]
-        ):
+        if not self._schema_ready and self._run(_some_table):
             raise StoreUnavailableError(
                 f"PostgreSQL store {self._where}: rampart's tables are there but not its "
                 f"functions ({_APPEND_FN}, {_VISIBLE_FN}: an older rampart created them); "
@@ -688,9 +691,7 @@ class PostgresStore:
             return self._read_on(conn, name, after, 10_000)
         except self._psycopg.Error as e:
             self._drop_listener()
-            raise StoreUnavailableError(
-                redacted(f"PostgreSQL store {self._where}: {e}")
-            ) from None
+            raise StoreUnavailableError(redacted(f"PostgreSQL store {self._where}: {e}")) from None
 
     def _listen(self, name: str) -> None:
         """Make sure the listener connection is up and listening on ``name``."""

@@ -85,7 +85,7 @@ def _structural(text: str) -> str:
 def _secrets_of(url: str) -> set[str]:
     """The secret values ``url`` carries, as written and percent-decoded."""
     found: set[str] = set()
-    scheme, sep, rest = url.partition("://")
+    _, sep, rest = url.partition("://")
     if sep:
         authority = re.split(r"[?#]", rest, maxsplit=1)[0]
         if "@" in authority:

@@ -290,12 +290,16 @@ class SQLiteStore:
 
     # ---- the Store protocol ---------------------------------------------------------
 
+    def _tables(self) -> bool:
+        """Whether the file has rampart's tables (always, unless ``create=False``
+        found a file without them)."""
+        self._conn()
+        return self._has_schema
+
     def exists(self) -> bool:
         """Whether the file is there with rampart's tables (creates nothing when
         the store was opened with ``create=False``)."""
-        if not self.path.exists():
-            return False
-        return bool(self._run(lambda c: self._has_schema))
+        return self.path.exists() and self._tables()
 
     def meta(self, name: str) -> bytes | None:
         def go(c: sqlite3.Connection) -> Any:
@@ -453,14 +457,14 @@ class SQLiteStore:
             return int(c.execute("PRAGMA data_version").fetchone()[0])
 
     def first_seq(self, name: str) -> int:
+        if not self._tables():
+            return 0
         row = self._run(
             lambda c: c.execute(
                 "SELECT MIN(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
                 "AND seq BETWEEN 1 AND ?",
                 (name, SEQ_MAX),
             ).fetchone()
-            if self._has_schema
-            else (None,)
         )
         return int(row[0] or 0)
 
@@ -500,12 +504,12 @@ class SQLiteStore:
         )
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        if not self._tables():
+            return None
         row = self._run(
             lambda c: c.execute(
                 "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
             ).fetchone()
-            if self._has_schema
-            else None
         )
         if row is None:
             return None
