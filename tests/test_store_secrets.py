@@ -331,7 +331,8 @@ def test_postgres_password_is_never_printed(
 def test_a_secret_in_a_driver_debug_record_is_masked(caplog: pytest.LogCaptureFixture) -> None:
     """The filter, not only the messages rampart builds: a record a driver logs
     with a conninfo in its arguments reaches handlers masked."""
-    import psycopg  # noqa: F401  (its loggers exist)
+    import psycopg_pool  # noqa: F401  (the drivers' loggers exist, as once a store is opened)
+    import redis.connection  # noqa: F401
     from rampart.stores.redact import guard_loggers
 
     guard_loggers()

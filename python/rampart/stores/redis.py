@@ -388,6 +388,7 @@ class RedisStore:
         self._checkpoint = self._r.register_script(_CHECKPOINT)
         self._compact = self._r.register_script(_COMPACT)
         self._fence_script = self._r.register_script(_FENCE)
+        guard_loggers()  # after the client: Sentinel and Cluster import their modules
         # The asyncio twins (below): one redis.asyncio client per event loop, for a
         # single node without ``wait``; anything else runs the sync call above
         # on the loop's default executor (its failover, WAIT and fencing logic).
