@@ -75,7 +75,8 @@ def _ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            # NOAUTH: up, and asking for the password it was started with.
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 

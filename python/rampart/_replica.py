@@ -52,7 +52,7 @@ from rampart.errors import (
     RegistryFileError,
     StoreUnavailableError,
 )
-from rampart.stores import Damaged, Entries, Store, check_name, open_store
+from rampart.stores import Damaged, Entries, Store, check_name, open_store, redacted
 from rampart.tools import check_block_metadata
 
 if TYPE_CHECKING:
@@ -873,10 +873,13 @@ def open_shared(
     if not create:
         path = getattr(st, "path", None)  # a store kept in a file: SQLite
         if isinstance(path, os.PathLike) and not os.path.exists(path):
-            raise InvalidArgumentError(f"store {st.url}: no such file (no registry {name!r})")
-        if st.meta(name) is None:
             raise InvalidArgumentError(
-                f"store {st.url} holds no registry {name!r} (rampart store ls {st.url})"
+                f"store {redacted(st.url)}: no such file (no registry {name!r})"
+            )
+        if st.meta(name) is None:
+            where = redacted(st.url)
+            raise InvalidArgumentError(
+                f"store {where} holds no registry {name!r} (rampart store ls {where})"
             )
     if label is None:
         from rampart._labels import get_by_label
@@ -956,7 +959,9 @@ def _check_meta(raw: bytes, name: str, settings: dict[str, Any], st: Store) -> d
     except ValueError:
         ok = False
     if not ok:
-        raise RegistryFileError(f"store {st.url}: registry {name!r} has a damaged metadata record")
+        raise RegistryFileError(
+            f"store {redacted(st.url)}: registry {name!r} has a damaged metadata record"
+        )
     theirs = meta["settings"]
     if theirs.get("tokeniser") != settings.get("tokeniser"):
         raise InvalidArgumentError(

@@ -802,12 +802,12 @@ def _add_tools_parser(sub: Any) -> None:
 
 
 def _cmd_store_ls(args: argparse.Namespace) -> int:
-    from rampart.stores import open_store
+    from rampart.stores import open_store, redacted
 
     store = open_store(args.url, create=False)
     path = getattr(store, "path", None)
     if isinstance(path, os.PathLike) and not os.path.exists(path):
-        raise CliError(f"{args.url}: no such file")
+        raise CliError(f"{redacted(args.url)}: no such file")
     rows = [
         {
             "name": n,
@@ -824,7 +824,7 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
         for r in rows:
             kind = "" if r["kind"] == "registry" else f" ({r['kind']})"
             print(f"{r['name']}{kind}  {r['entries']} entries, checkpoint at {r['checkpoint']}")
-        print(f"{len(rows)} shared registries and conversations in {args.url}")
+        print(f"{len(rows)} shared registries and conversations in {redacted(args.url)}")
     store.close()
     return 0
 
@@ -839,14 +839,15 @@ def _journal_kind(meta: bytes | None) -> str:
 
 
 def _cmd_store_compact(args: argparse.Namespace) -> int:
-    from rampart.stores import open_store
+    from rampart.stores import open_store, redacted
 
     store = open_store(args.url, create=False)
+    where = redacted(args.url)
     path = getattr(store, "path", None)
     if isinstance(path, os.PathLike) and not os.path.exists(path):
-        raise CliError(f"{args.url}: no such file (no registry {args.name!r})")
+        raise CliError(f"{where}: no such file (no registry {args.name!r})")
     if store.meta(args.name) is None:
-        raise CliError(f"{args.url} holds no registry {args.name!r} (rampart store ls {args.url})")
+        raise CliError(f"{where} holds no registry {args.name!r} (rampart store ls {where})")
     reg = BlockRegistry.open(store, args.name, tokeniser=args.tokeniser, label=None)
     try:
         at, dropped = reg.compact()
@@ -877,7 +878,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"rampart: error: {message}", file=sys.stderr)
+    from rampart.stores.redact import redacted  # every error line: a store URL's secrets masked
+
+    print(f"rampart: error: {redacted(message)}", file=sys.stderr)
     return 2
 
 

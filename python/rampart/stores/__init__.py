@@ -39,6 +39,7 @@ from rampart.stores.base import (
     checked_seq,
     journal_entries,
 )
+from rampart.stores.redact import redacted
 from rampart.stores.sqlite import SQLiteStore
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "checked_seq",
     "journal_entries",
     "open_store",
+    "redacted",
     "valid_name",
 ]
 
@@ -98,6 +100,13 @@ class Store(Protocol):
     never fails because of one."""
 
     url: str
+
+    def exists(self) -> bool:
+        """Whether the store holds its own layout (SQLite: the file and its
+        tables; PostgreSQL: the tables and functions; Redis: the server answers,
+        since its keys are made per registry). Creates nothing on a store opened
+        with ``create=False``. Optional for store objects passed in: callers use
+        ``getattr(store, "exists", None)``."""
 
     def meta(self, name: str) -> bytes | None:
         """The registry's metadata record, or None when it does not exist."""
@@ -160,8 +169,10 @@ class Store(Protocol):
 
 
 def open_store(url: str | Store, *, create: bool = True) -> Store:
-    """A store from its URL (or the store object itself). ``create=False``: a
-    store that creates files (SQLite) opens only an existing one."""
+    """A store from its URL (or the store object itself). ``create=False``: the
+    store creates nothing of its own — no SQLite file or tables, no PostgreSQL
+    tables or functions (Redis has none) — and a store without them holds no
+    registries; for commands that only read."""
     if not isinstance(url, str):
         if callable(getattr(url, "append", None)) and callable(getattr(url, "create", None)):
             return url
@@ -173,13 +184,13 @@ def open_store(url: str | Store, *, create: bool = True) -> Store:
     ):
         from rampart.stores.redis import RedisStore
 
-        return RedisStore(url)
+        return RedisStore(url, create=create)
     if url.startswith(("postgresql://", "postgres://")):
         from rampart.stores.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     raise InvalidArgumentError(
-        f"unknown store URL {re.sub(r'//[^/@]*@', '//', url)!r}: use sqlite:///abs/path.db, "
+        f"unknown store URL {redacted(url)!r}: use sqlite:///abs/path.db, "
         "sqlite:rel/path.db, redis://host:port/db, rediss://…, unix:///path/to/redis.sock, "
         "redis+sentinel://h1:p1,h2:p2/MASTER, redis+cluster://h1:p1,h2:p2 or "
         "postgresql://user@host:port/db"

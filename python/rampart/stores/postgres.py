@@ -62,6 +62,7 @@ from rampart.stores.base import (
     checked_checkpoint,
     journal_entries,
 )
+from rampart.stores.redact import guard_loggers, redacted, remember
 
 __all__ = ["PostgresStore"]
 
@@ -392,6 +393,15 @@ SELECT to_regclass('rampart_registries') IS NOT NULL
    AND to_regprocedure('{_CHAIN_FN}(text,bigint)') IS NOT NULL
 """
 
+
+def _ready(conn: Any) -> bool:
+    return bool(conn.execute(_SCHEMA_READY).fetchone()[0])
+
+
+def _some_table(conn: Any) -> bool:
+    return bool(conn.execute("SELECT to_regclass('rampart_registries') IS NOT NULL").fetchone()[0])
+
+
 # Any constant: the advisory lock that serialises schema creation across processes.
 _SCHEMA_LOCK = 0x72616D7061727431  # "rampart1"
 
@@ -422,16 +432,6 @@ def channel(name: str) -> str:
     """The ``NOTIFY`` channel of registry ``name`` (a channel is an identifier of
     at most 63 bytes; a name may have 200 characters)."""
     return "rampart_" + hashlib.sha256(name.encode()).hexdigest()[:24]
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 # Stores of this process: a forked child must not touch its parent's pool or
@@ -467,18 +467,26 @@ class PostgresStore:
     ``pool_max`` (connections per store object, default 4; a follower holds one
     more for ``LISTEN``) and ``timeout`` (seconds a call waits for a connection,
     default 5).
+
+    ``create=False``: never create the tables or functions. A database without
+    them holds no registries (reads find nothing, ``create`` is refused), so a
+    role without ``CREATE`` can open and read, and a read-only command leaves the
+    database as it was.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        remember(url)  # before anything can quote it
         try:
             import psycopg
             import psycopg_pool
         except ImportError:
             raise InvalidArgumentError(
-                f"store {_redacted(url)!r} needs psycopg: pip install 'rampart-registry[postgres]'"
+                f"store {redacted(url)!r} needs psycopg: pip install 'rampart-registry[postgres]'"
             ) from None
+        guard_loggers()
         self.url = url
-        self._where = _redacted(url)
+        self.create_missing = create
+        self._where = redacted(url)
         self._psycopg = psycopg
         self._psycopg_pool = psycopg_pool
         self._conninfo, options = self._parse(url)
@@ -521,11 +529,15 @@ class PostgresStore:
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         ours = {k: v for k, v in query if k in _OPTIONS}
         rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in _OPTIONS])
-        libpq_url = urllib.parse.urlunsplit(parts._replace(query=rest))
+        # Not urlunsplit: it drops the "//" of a URL without a host
+        # ("postgresql:///db?host=/run/pg"), which libpq then refuses.
+        libpq_url = url.split("?", 1)[0].split("#", 1)[0] + ("?" + rest if rest else "")
         try:
             params = conninfo_to_dict(libpq_url)
         except self._psycopg.ProgrammingError as e:
-            raise InvalidArgumentError(f"bad PostgreSQL URL {self._where!r}: {e}") from None
+            raise InvalidArgumentError(
+                redacted(f"bad PostgreSQL URL {self._where!r}: {e}")
+            ) from None
         for k, v in _LIBPQ_DEFAULTS.items():
             params.setdefault(k, v)
         return make_conninfo("", **params), ours
@@ -558,7 +570,7 @@ class PostgresStore:
                     conn = super().connect(*args, **kwargs)
                 except Exception as e:
                     if (s := store()) is not None:
-                        s._connect_error = str(e).strip()
+                        s._connect_error = redacted(str(e).strip())
                         s._connect_failures += 1
                     raise
                 if (s := store()) is not None:
@@ -671,12 +683,14 @@ class PostgresStore:
             except psycopg.OperationalError as e:
                 if retry and attempt == 0 and conn.broken:
                     continue
-                raise StoreUnavailableError(f"PostgreSQL store {self._where}: {e}") from None
+                raise StoreUnavailableError(
+                    redacted(f"PostgreSQL store {self._where}: {e}")
+                ) from None
             except psycopg.Error as e:
                 # The server is there but refuses: read-only (a standby), out of
                 # disk, the tables dropped under us, a permission. Typed, named.
                 raise StoreUnavailableError(
-                    f"PostgreSQL store {self._where}: {type(e).__name__}: {e}"
+                    redacted(f"PostgreSQL store {self._where}: {type(e).__name__}: {e}")
                 ) from None
             finally:
                 # A broken connection is replaced; one from a pool closed meanwhile
@@ -685,18 +699,39 @@ class PostgresStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _ensure_schema(self) -> None:
-        def ready(conn: Any) -> bool:
-            return bool(conn.execute(_SCHEMA_READY).fetchone()[0])
-
         def create(conn: Any) -> None:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                if not ready(conn):
+                if not _ready(conn):
                     conn.execute(_SCHEMA)
 
-        if not self._run(ready):
+        if not self._run(_ready):
+            if not self.create_missing:
+                return  # create=False: found by _tables(), never created here
             self._run(create)
         self._schema_ready = True
+
+    def _tables(self) -> bool:
+        """Whether rampart's tables and functions are in the database. Always
+        after the first call of a store that creates them; with ``create=False``,
+        looked for again on each call until another store has created them (a
+        database without them holds no registries)."""
+        if not self._schema_ready:
+            self._get_pool()
+        if not self._schema_ready and self._run(_ready):
+            self._schema_ready = True
+        if not self._schema_ready and self._run(_some_table):
+            raise StoreUnavailableError(
+                f"PostgreSQL store {self._where}: rampart's tables are there but not its "
+                f"functions ({_APPEND_FN}, {_VISIBLE_FN}: an older rampart created them); "
+                "open it once without create=False, as a role with CREATE, to add them"
+            )
+        return self._schema_ready
+
+    def exists(self) -> bool:
+        """Whether the database holds rampart's tables (creates nothing when the
+        store was opened with ``create=False``)."""
+        return self._tables()
 
     # ---- reading rows -----------------------------------------------------------------
 
@@ -724,6 +759,8 @@ class PostgresStore:
     # ---- the Store protocol -------------------------------------------------------------
 
     def meta(self, name: str) -> bytes | None:
+        if not self._tables():
+            return None
         row = self._run(
             lambda c: c.execute(
                 "SELECT meta FROM rampart_registries WHERE name = %s", (name,)
@@ -739,6 +776,12 @@ class PostgresStore:
         return bytes(row[0])
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
+        if not self._tables():
+            raise InvalidArgumentError(
+                f"store {self._where} was opened with create=False and has no rampart "
+                f"tables: registry {name!r} is not created"
+            )
+
         def go(c: Any) -> bool:
             with c.transaction():
                 # Racing creators: the loser waits for the winner's commit, then
@@ -792,6 +835,8 @@ class PostgresStore:
         return int(own), journal_entries(rows, after, int(own), low=int(low), anchor=anchor)
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        if not self._tables():
+            return Entries()
         result: Entries = self._run(lambda c: self._read_on(c, name, after, limit))
         return result
 
@@ -823,7 +868,7 @@ class PostgresStore:
             return self._read_on(conn, name, after, 10_000)
         except self._psycopg.Error as e:
             self._drop_listener()
-            raise StoreUnavailableError(f"PostgreSQL store {self._where}: {e}") from None
+            raise StoreUnavailableError(redacted(f"PostgreSQL store {self._where}: {e}")) from None
 
     def _listen(self, name: str) -> None:
         """Make sure the listener connection is up and listening on ``name``."""
@@ -844,7 +889,7 @@ class PostgresStore:
         except psycopg.Error as e:
             self._drop_listener()
             raise StoreUnavailableError(
-                f"PostgreSQL store {self._where}: cannot listen: {e}"
+                redacted(f"PostgreSQL store {self._where}: cannot listen: {e}")
             ) from None
 
     def _notified(self, name: str, timeout: float) -> bool:
@@ -858,7 +903,7 @@ class PostgresStore:
         except self._psycopg.Error as e:
             self._drop_listener()
             raise StoreUnavailableError(
-                f"PostgreSQL store {self._where}: listener lost: {e}"
+                redacted(f"PostgreSQL store {self._where}: listener lost: {e}")
             ) from None
         return got
 
@@ -869,6 +914,8 @@ class PostgresStore:
             conn.close()
 
     def first_seq(self, name: str) -> int:
+        if not self._tables():
+            return 0
         row = self._run(
             lambda c: c.execute(
                 "SELECT min(seq) FROM rampart_journal WHERE name = %s AND seq BETWEEN 1 AND %s",
@@ -880,6 +927,8 @@ class PostgresStore:
     def last_seq(self, name: str) -> int:
         # The last entry there is up to where readers read: what sync() waits
         # for (a counter set forward names an entry that may never come).
+        if not self._tables():
+            return 0
         row = self._run(
             lambda c: c.execute(
                 f"SELECT GREATEST(max(seq), {_LOW_FN}(%s)) FROM rampart_journal WHERE name = %s "
@@ -912,6 +961,8 @@ class PostgresStore:
         )
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        if not self._tables():
+            return None
         row = self._run(
             lambda c: c.execute(
                 "SELECT seq, data FROM rampart_checkpoints WHERE name = %s", (name,)
@@ -964,6 +1015,8 @@ class PostgresStore:
         return int(row[0] or 0)
 
     def names(self) -> list[str]:
+        if not self._tables():
+            return []
         rows = self._run(
             lambda c: c.execute("SELECT name FROM rampart_registries ORDER BY name").fetchall()
         )

@@ -54,11 +54,11 @@ fails raises ``StoreUnavailableError``; the follower retries on its own.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 import time
 import urllib.parse
-import weakref
 from typing import Any
 
 from rampart.errors import InvalidArgumentError, RegistryFileError, StoreUnavailableError
@@ -71,6 +71,7 @@ from rampart.stores.base import (
     checked_seq,
     journal_entries,
 )
+from rampart.stores.redact import guard_loggers, redacted, remember
 
 __all__ = ["RedisStore"]
 
@@ -308,13 +309,22 @@ return redis.call('XTRIM', KEYS[1], 'MINID', '0-' .. str(upto + 1))
 
 # A write that changes nothing but is replicated: after it, ``WAIT`` on the same
 # connection covers everything the master held when it ran (what a follower just
-# read included).
+# read included). It rewrites the registry's counter with its own value, so a
+# reader creates no key; only a registry whose counter is gone (a foreign DEL)
+# falls back to the fence key.
 _FENCE = """
+if redis.call('TYPE', KEYS[2])['ok'] == 'string' then
+  redis.call('SET', KEYS[2], redis.call('GET', KEYS[2]), 'KEEPTTL')
+  return 0
+end
 return redis.call('INCRBY', KEYS[1], 0)
 """
 
 # Our options, taken out of the URL before redis-py sees it.
-_OPTIONS = ("wait", "wait_timeout")
+_OPTIONS = ("wait", "wait_timeout", "pool_max", "timeout")
+
+#: redis-py's message when a blocking pool had no connection to give in time.
+_NO_CONNECTION = "No connection available."
 
 
 def _hosts(netloc: str, url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
@@ -330,21 +340,10 @@ def _hosts(netloc: str, url: str) -> tuple[list[tuple[str, int]], str | None, st
         host, _, port = part.strip().rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise InvalidArgumentError(
-                f"bad Redis URL {_redacted(url)!r}: hosts are host:port[,host:port...]"
+                f"bad Redis URL {redacted(url)!r}: hosts are host:port[,host:port...]"
             )
         hosts.append((host.strip("[]"), int(port)))
     return hosts, user, password
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        auth, host = netloc.rsplit("@", 1)
-        if ":" in auth:
-            netloc = auth.split(":", 1)[0] + ":***@" + host
-    return scheme + sep + netloc + slash + path
 
 
 def _stream_seq(stream_id: object) -> int | None:
@@ -379,19 +378,30 @@ class RedisStore:
     redis-py reads them, ``redis+sentinel://h1:p1,h2:p2/MASTER[/db]`` and
     ``redis+cluster://h1:p1[,h2:p2]`` (see the module doc), each with the options
     ``wait`` (replicas that must have each entry, default 0) and ``wait_timeout``
-    (seconds, default 1). Needs the ``redis`` extra (redis-py with hiredis)."""
+    (seconds, at least 0.001, default 1). Single-node URLs also take ``pool_max``
+    (connections per client, default 100: the sync client, and each event loop's
+    async one) and ``timeout`` (seconds a call waits for a free connection,
+    default 5: past it, StoreUnavailableError). Needs the ``redis`` extra
+    (redis-py with hiredis).
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    ``create`` is accepted for the same call as the other stores: a Redis store
+    has nothing of its own to create (keys are made per registry, by ``create``),
+    and reads write no key."""
+
+    def __init__(self, url: str, *, create: bool = True, **kwargs: Any) -> None:
+        remember(url)  # before anything can quote it
         try:
             import redis
             from redis.backoff import NoBackoff
             from redis.retry import Retry
         except ImportError:
             raise InvalidArgumentError(
-                f"store {_redacted(url)!r} needs redis-py: pip install 'rampart-registry[redis]'"
+                f"store {redacted(url)!r} needs redis-py: pip install 'rampart-registry[redis]'"
             ) from None
+        guard_loggers()
         self.url = url
-        self._where = _redacted(url)
+        self.create_missing = create
+        self._where = redacted(url)
         self._redis = redis
         scheme, _, rest = url.partition("://")
         rest, _, query_text = rest.partition("?")
@@ -402,15 +412,40 @@ class RedisStore:
         try:
             self.replicas = int(ours.get("wait", "0"))
             self.wait_timeout = float(ours.get("wait_timeout", "1"))
+            self.pool_max = int(ours.get("pool_max", "100"))
+            self.timeout = float(ours.get("timeout", "5"))
         except ValueError:
             raise InvalidArgumentError(
-                f"{self._where!r}: wait is a number of replicas, wait_timeout seconds"
+                f"{self._where!r}: wait and pool_max are whole numbers, wait_timeout and "
+                "timeout seconds"
             ) from None
         if not 0 <= self.replicas <= 100 or not 0 < self.wait_timeout <= 60:
             raise InvalidArgumentError(
-                f"{self._where!r}: wait is 0-100 replicas and wait_timeout 0-60 seconds"
+                f"{self._where!r}: wait is 0-100 replicas and wait_timeout 0.001-60 seconds"
             )
-        kwargs.setdefault("socket_timeout", 5.0)
+        if self.wait_timeout < 0.001:
+            # WAIT takes whole milliseconds and reads 0 as "wait forever": a
+            # sub-millisecond timeout would make every append hang until the
+            # socket timeout instead of failing fast.
+            raise InvalidArgumentError(
+                f"{self._where!r}: wait_timeout={self.wait_timeout:g} is below WAIT's "
+                "resolution of 1 ms (0 would mean wait forever): give 0.001-60 seconds"
+            )
+        if not 1 <= self.pool_max <= 10_000 or not 0 < self.timeout <= 3600:
+            raise InvalidArgumentError(
+                f"{self._where!r}: pool_max is 1-10000 connections and timeout 0-3600 seconds"
+            )
+        if ("pool_max" in ours or "timeout" in ours) and scheme in (
+            "redis+sentinel",
+            "redis+cluster",
+        ):
+            raise InvalidArgumentError(
+                f"{self._where!r}: pool_max and timeout are options of single-node URLs "
+                "(Sentinel and Cluster clients keep redis-py's own pools)"
+            )
+        # The socket must outlast the server-side WAIT, or every WAIT that runs to
+        # its timeout would end as a socket timeout instead of a count.
+        kwargs.setdefault("socket_timeout", 5.0 + (self.wait_timeout if self.replicas else 0))
         kwargs.setdefault("socket_connect_timeout", 5.0)
         # No silent retries: see the module doc.
         kwargs.setdefault("retry", Retry(NoBackoff(), 0))
@@ -423,25 +458,32 @@ class RedisStore:
             else:
                 base = url.split("?", 1)[0]
                 plain = base + ("?" + urllib.parse.urlencode(theirs) if theirs else "")
+                # A pool that waits for a free connection (up to ``timeout``)
+                # instead of refusing past ``pool_max``: many threads at once queue.
                 # redis-py's pool notices fork() and opens new connections in the child.
-                self._r = redis.Redis.from_url(plain, **kwargs)
+                pool = redis.BlockingConnectionPool.from_url(
+                    plain, max_connections=self.pool_max, timeout=self.timeout, **kwargs
+                )
+                self._r = redis.Redis.from_pool(pool)
         except ValueError as e:
-            raise InvalidArgumentError(f"bad Redis URL {self._where!r}: {e}") from None
+            raise InvalidArgumentError(redacted(f"bad Redis URL {self._where!r}: {e}")) from None
         except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise StoreUnavailableError(redacted(f"Redis store {self._where}: {e}")) from None
         self._append = self._r.register_script(_APPEND)
         self._read_script = self._r.register_script(_READ)
         self._create = self._r.register_script(_CREATE)
         self._checkpoint = self._r.register_script(_CHECKPOINT)
         self._compact = self._r.register_script(_COMPACT)
         self._fence_script = self._r.register_script(_FENCE)
+        guard_loggers()  # after the client: Sentinel and Cluster import their modules
         # The asyncio twins (below): one redis.asyncio client per event loop, for a
         # single node without ``wait``; anything else runs the sync call above
         # on the loop's default executor (its failover, WAIT and fencing logic).
         self._kwargs = {k: v for k, v in kwargs.items() if k != "retry"}
-        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
+        # A plain dict, not a WeakKeyDictionary: a client's connections hold its
+        # loop, so a weak key would never die and every asyncio.run() would leave
+        # its connections open. Each entry leaves with its loop (_close_with_loop).
+        self._aclients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._apid = os.getpid()
 
     def _sentinel_client(
@@ -511,7 +553,7 @@ class RedisStore:
             pipe = node.pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             if self.replicas:
-                pipe.wait(self.replicas, int(self.wait_timeout * 1000))
+                pipe.wait(self.replicas, math.ceil(self.wait_timeout * 1000))  # never 0
             try:
                 out = pipe.execute(raise_on_error=False)
             except (redis.ConnectionError, redis.TimeoutError):
@@ -561,8 +603,8 @@ class RedisStore:
         """With ``wait``: return ``entries`` only once ``replicas`` Redis replicas
         hold them (else StoreUnavailableError: the follower retries)."""
         if self.replicas and entries:
-            key = f"rampart:{{{name}}}:fence"
-            self._call(self._replicated, name, self._fence_script, [key], [])
+            keys = [f"rampart:{{{name}}}:fence", self.keys(name)["seq"]]
+            self._call(self._replicated, name, self._fence_script, keys, [])
         return entries
 
     @staticmethod
@@ -578,18 +620,25 @@ class RedisStore:
         except StoreUnavailableError:
             raise
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise self._unavailable(e) from None
         except self._redis.ResponseError as e:
             text = str(e)
             if "WRONGTYPE" in text or "RAMPART-DAMAGED" in text:
                 # A foreign client put another type of value under one of our keys.
-                raise RegistryFileError(f"Redis store {self._where}: damaged: {text}") from None
+                raise RegistryFileError(
+                    redacted(f"Redis store {self._where}: damaged: {text}")
+                ) from None
             # LOADING / READONLY / BUSY / MISCONF / CLUSTERDOWN / MOVED: the server
             # is there but cannot serve (a failover in progress).
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise self._unavailable(e) from None
         except (self._redis.RedisError, self._redis.exceptions.RedisClusterException) as e:
             # A cluster with no reachable node for the slot, no master known…
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise self._unavailable(e) from None
+
+    def exists(self) -> bool:
+        """Whether the server answers (a Redis store has no layout of its own to
+        find: its keys are made per registry). Creates nothing."""
+        return bool(self._call(self._r.ping))
 
     def meta(self, name: str) -> bytes | None:
         try:
@@ -752,9 +801,12 @@ class RedisStore:
         return not self.cluster and not self.replicas and not self.url.startswith("redis+")
 
     def _aclient(self) -> tuple[Any, Any]:
-        """This loop's async client and its append script."""
+        """This loop's async client and its append script. Bound to the loop: made
+        on its first call, closed when the loop ends (``asyncio.run`` and
+        ``asyncio.Runner`` cancel the closer task below before they close the
+        loop) or by :meth:`aclose`."""
         if self._apid != os.getpid():
-            self._aclients = weakref.WeakKeyDictionary()
+            self._aclients = {}  # the parent's clients: not this process's to close
             self._apid = os.getpid()
         loop = asyncio.get_running_loop()
         got = self._aclients.get(loop)
@@ -762,6 +814,13 @@ class RedisStore:
             from redis import asyncio as aioredis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
+
+            guard_loggers()  # redis.asyncio's loggers exist from here on
+            # A loop closed by hand (loop.close() with tasks pending) never ran
+            # its closer: its client is dropped here, and its sockets close when
+            # the client is collected.
+            for old in [lp for lp in self._aclients if lp.is_closed()]:
+                del self._aclients[old]
 
             base, _, q = self.url.partition("?")
             theirs = [
@@ -772,17 +831,33 @@ class RedisStore:
             url = base + ("?" + urllib.parse.urlencode(theirs) if theirs else "")
             # No silent retries, as for the sync client (see the module doc).
             kwargs = {"retry": Retry(NoBackoff(), 0), **self._kwargs}
-            client = aioredis.Redis.from_url(url, **kwargs)
-            got = self._aclients[loop] = (client, client.register_script(_APPEND))
-        return got
+            # Coroutines past pool_max wait for a connection (up to timeout)
+            # instead of failing with "Too many connections".
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url, max_connections=self.pool_max, timeout=self.timeout, **kwargs
+            )
+            client = aioredis.Redis.from_pool(pool)
+            closer = loop.create_task(
+                _close_with_loop(self._aclients, loop, client), name="rampart-redis-close-with-loop"
+            )
+            got = self._aclients[loop] = (client, client.register_script(_APPEND), closer)
+        return got[0], got[1]
+
+    def _unavailable(self, e: BaseException) -> StoreUnavailableError:
+        if str(e) == _NO_CONNECTION:
+            return StoreUnavailableError(
+                f"Redis store {self._where}: no free connection within {self.timeout:g} s "
+                f"(pool_max={self.pool_max})"
+            )
+        return StoreUnavailableError(redacted(f"Redis store {self._where}: {e}"))
 
     async def _acall(self, coro: Any) -> Any:
         try:
             return await coro
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise self._unavailable(e) from None
         except self._redis.ResponseError as e:
-            raise StoreUnavailableError(f"Redis store {self._where}: {e}") from None
+            raise self._unavailable(e) from None
 
     @staticmethod
     async def _off_loop(fn: Any, *args: Any) -> Any:
@@ -817,7 +892,26 @@ class RedisStore:
             return
         got = self._aclients.pop(loop, None)
         if got is not None:
+            got[2].cancel()
             await got[0].aclose()
 
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r})"
+
+
+async def _close_with_loop(
+    clients: dict[asyncio.AbstractEventLoop, Any], loop: asyncio.AbstractEventLoop, client: Any
+) -> None:
+    """Sleeps until the loop ends (or ``aclose``), then closes ``client``'s
+    connections on that loop, while it still runs. An asyncio.run() that used the
+    store leaves no connection open behind it."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        got = clients.get(loop)
+        if got is not None and got[0] is client:
+            del clients[loop]
+        try:
+            await client.aclose()
+        except Exception:  # a connection already broken: nothing left to close
+            pass

@@ -57,6 +57,7 @@ from rampart.stores.base import (
     checked_seq,
     journal_entries,
 )
+from rampart.stores.redact import redacted
 
 __all__ = ["SQLiteStore"]
 
@@ -129,16 +130,17 @@ os.register_at_fork(
 
 def _path_of(url: str) -> tuple[Path, dict[str, str]]:
     parsed = urllib.parse.urlsplit(url)
+    where = redacted(url)  # a query can hold anything, a password given by mistake too
     if parsed.scheme != "sqlite":
-        raise InvalidArgumentError(f"not a sqlite: URL: {url!r}")
+        raise InvalidArgumentError(f"not a sqlite: URL: {where!r}")
     # sqlite:///abs/path.db -> /abs/path.db ; sqlite:rel/path.db -> rel/path.db
     raw = parsed.path if parsed.netloc == "" else parsed.netloc + parsed.path
     if url.startswith("sqlite://") and parsed.netloc:
         raise InvalidArgumentError(
-            f"{url!r}: a sqlite URL names a file, sqlite:///abs/path.db or sqlite:rel/path.db"
+            f"{where!r}: a sqlite URL names a file, sqlite:///abs/path.db or sqlite:rel/path.db"
         )
     if not raw:
-        raise InvalidArgumentError(f"{url!r} names no file")
+        raise InvalidArgumentError(f"{where!r} names no file")
     query = dict(urllib.parse.parse_qsl(parsed.query))
     return Path(urllib.parse.unquote(raw)), query
 
@@ -157,25 +159,27 @@ class SQLiteStore:
     ``synchronous`` (``full``, default, or ``normal``), ``timeout`` (seconds to
     wait for the writer lock, default 10), ``poll`` (follower poll interval in
     seconds, default 0.002). ``create=False``: never create the file or the
-    tables (a missing file is StoreUnavailableError; a file without rampart's
-    tables holds no registries) — for commands that only read.
+    tables, nor switch the file's journal mode (a missing file is
+    StoreUnavailableError; a file without rampart's tables holds no registries)
+    — for commands that only read.
     """
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.path, query = _path_of(url)
         self.url = url
         self.create_missing = create
+        where = redacted(url)
         sync = query.pop("synchronous", "full").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA"):
-            raise InvalidArgumentError(f"{url!r}: synchronous must be full, normal or extra")
+            raise InvalidArgumentError(f"{where!r}: synchronous must be full, normal or extra")
         self.synchronous = sync
         try:
             self.timeout = float(query.pop("timeout", "10"))
             self.poll_interval = float(query.pop("poll", "0.002"))
         except ValueError:
-            raise InvalidArgumentError(f"{url!r}: timeout and poll are numbers") from None
+            raise InvalidArgumentError(f"{where!r}: timeout and poll are numbers") from None
         if query:
-            raise InvalidArgumentError(f"{url!r}: unknown options {sorted(query)}")
+            raise InvalidArgumentError(f"{where!r}: unknown options {sorted(query)}")
         self._local = threading.local()
         self._schema_ready = False
         self._has_schema = True
@@ -214,7 +218,10 @@ class SQLiteStore:
             # answers BUSY at once there instead of calling its busy handler:
             # workers that start together (uvicorn --workers, a fork pool) would
             # fail to open. Retried here, within the same timeout.
-            retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"), deadline)
+            if self.create_missing:
+                # Read-only openers leave the mode as it is: a file rampart made is
+                # in WAL mode already, and switching a foreign one would write it.
+                retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"), deadline)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             if not self._schema_ready:
                 if self.create_missing:
@@ -391,6 +398,17 @@ class SQLiteStore:
 
     # ---- the Store protocol ---------------------------------------------------------
 
+    def _tables(self) -> bool:
+        """Whether the file has rampart's tables (always, unless ``create=False``
+        found a file without them)."""
+        self._conn()
+        return self._has_schema
+
+    def exists(self) -> bool:
+        """Whether the file is there with rampart's tables (creates nothing when
+        the store was opened with ``create=False``)."""
+        return self.path.exists() and self._tables()
+
     def meta(self, name: str) -> bytes | None:
         def go(c: sqlite3.Connection) -> Any:
             if not self._has_schema:
@@ -409,6 +427,11 @@ class SQLiteStore:
 
     def create(self, name: str, meta: bytes, entries: list[bytes]) -> bool:
         def go(c: sqlite3.Connection) -> bool:
+            if not self._has_schema:
+                raise InvalidArgumentError(
+                    f"store {self.url} was opened with create=False and has no rampart "
+                    f"tables: registry {name!r} is not created"
+                )
             self._writable(c)
             c.execute("BEGIN IMMEDIATE")
             if c.execute("SELECT 1 FROM rampart_registries WHERE name=?", (name,)).fetchone():
@@ -516,6 +539,8 @@ class SQLiteStore:
 
     def read(self, name: str, after: int, limit: int = 10_000) -> Entries:
         def go(c: sqlite3.Connection) -> tuple[int | None, Any, int | None, Any, bool]:
+            if not self._has_schema:
+                return None, [], None, None, False
             # One read transaction: the counter, the mark, the rows and the
             # chain from one snapshot.
             c.execute("BEGIN")
@@ -557,6 +582,8 @@ class SQLiteStore:
             return int(c.execute("PRAGMA data_version").fetchone()[0])
 
     def first_seq(self, name: str) -> int:
+        if not self._tables():
+            return 0
         row = self._run(
             lambda c: c.execute(
                 "SELECT MIN(seq) FROM rampart_journal WHERE name=? AND typeof(seq)='integer' "
@@ -616,6 +643,8 @@ class SQLiteStore:
         return bool(self._run(go))
 
     def checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        if not self._tables():
+            return None
         row = self._run(
             lambda c: c.execute(
                 "SELECT seq, data FROM rampart_checkpoints WHERE name=?", (name,)
@@ -679,7 +708,7 @@ class SQLiteStore:
         self._local = threading.local()
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({self.url!r})"
+        return f"SQLiteStore({redacted(self.url)!r})"
 
     # ---- asyncio: one writer thread per store -----------------------------------------
 
