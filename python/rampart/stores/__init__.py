@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 from typing import Protocol
@@ -168,6 +169,19 @@ class Store(Protocol):
     # its sync methods run on the loop's default executor.
 
 
+#: URL scheme prefixes -> (module, class) of the store that serves them: adding a
+#: store is one module and one row. Modules are imported on first use (Redis and
+#: PostgreSQL need optional extras).
+STORES: dict[tuple[str, ...], tuple[str, str]] = {
+    ("sqlite:",): ("rampart.stores.sqlite", "SQLiteStore"),
+    ("redis://", "rediss://", "unix://", "redis+sentinel://", "redis+cluster://"): (
+        "rampart.stores.redis",
+        "RedisStore",
+    ),
+    ("postgresql://", "postgres://"): ("rampart.stores.postgres", "PostgresStore"),
+}
+
+
 def open_store(url: str | Store, *, create: bool = True) -> Store:
     """A store from its URL (or the store object itself). ``create=False``: the
     store creates nothing of its own — no SQLite file or tables, no PostgreSQL
@@ -177,18 +191,10 @@ def open_store(url: str | Store, *, create: bool = True) -> Store:
         if callable(getattr(url, "append", None)) and callable(getattr(url, "create", None)):
             return url
         raise InvalidArgumentError(f"store must be a URL or a store object, got {url!r}")
-    if url.startswith("sqlite:"):
-        return SQLiteStore(url, create=create)
-    if url.startswith(
-        ("redis://", "rediss://", "unix://", "redis+sentinel://", "redis+cluster://")
-    ):
-        from rampart.stores.redis import RedisStore
-
-        return RedisStore(url, create=create)
-    if url.startswith(("postgresql://", "postgres://")):
-        from rampart.stores.postgres import PostgresStore
-
-        return PostgresStore(url, create=create)
+    for prefixes, (module, cls) in STORES.items():
+        if url.startswith(prefixes):
+            store: Store = getattr(importlib.import_module(module), cls)(url, create=create)
+            return store
     raise InvalidArgumentError(
         f"unknown store URL {redacted(url)!r}: use sqlite:///abs/path.db, "
         "sqlite:rel/path.db, redis://host:port/db, rediss://…, unix:///path/to/redis.sock, "
