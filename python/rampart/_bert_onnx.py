@@ -36,6 +36,14 @@ is folded into the Q weights in the standard layout (the contrib ``Attention`` o
 scales internally), Linear weights are stored pre-transposed (``[in, out]``), and
 the token-type-0 row is added to the position table (rampart feeds single
 sentences, whose token types are all 0).
+
+A **weight delta** (``read_delta``, ``build_graph(..., delta=)``) is added to the base
+tensors before the graph is built: that is how the packaged tool encoder
+(``embedding_model="all-MiniLM-L6-v2:tools"``, docs/tool-gate.md) ships as a few MB
+of fine-tuned top layers over the installed MiniLM instead of a second model. Its
+file is an ``.npz`` (read without pickle) of ``<tensor>:int8`` matrices with one
+float32 ``<tensor>:scale`` per row, ``<tensor>:f16`` vectors, and ``__meta__``
+(JSON bytes: what it was trained on and for which base weights).
 """
 
 from __future__ import annotations
@@ -50,7 +58,14 @@ import numpy as np
 
 from rampart._files import SMALL_FILE_BYTES, FileProblem, read_regular_file
 
-__all__ = ["BertConfig", "build_graph", "read_safetensors", "relative_position_buckets"]
+__all__ = [
+    "BertConfig",
+    "apply_delta",
+    "build_graph",
+    "read_delta",
+    "read_safetensors",
+    "relative_position_buckets",
+]
 
 # Bump whenever the produced graph changes: it is part of the cache key, so an
 # upgraded rampart never runs a stale cached graph.
@@ -212,6 +227,79 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+# A delta touches at most every tensor of a BERT-base-sized model; anything larger is
+# not a delta (bounds what a damaged or hostile file can make numpy allocate).
+_MAX_DELTA_VALUES = 200_000_000
+
+
+def read_delta(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A weight delta file as float32 tensors by name, and its ``__meta__`` record.
+
+    ``ValueError`` (naming the file and the entry) for anything that is not such a
+    file: a member of another kind, a scale that does not match its matrix, a
+    non-finite value, no metadata."""
+    import zipfile
+
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path}: not a weight delta file: {exc}") from exc
+    with archive:
+        members = set(archive.files)
+        if "__meta__" not in members:
+            raise ValueError(f"{path}: weight delta has no __meta__ record")
+        try:
+            meta = json.loads(bytes(archive["__meta__"]).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: __meta__ is not JSON: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise ValueError(f"{path}: __meta__ is not a JSON object")
+        out: dict[str, np.ndarray] = {}
+        total = 0
+        for member in sorted(members - {"__meta__"}):
+            name, _, kind = member.rpartition(":")
+            if kind == "scale" and name + ":int8" in members:
+                continue
+            arr = archive[member]
+            total += arr.size
+            if total > _MAX_DELTA_VALUES:
+                raise ValueError(f"{path}: more than {_MAX_DELTA_VALUES} values")
+            if kind == "int8" and arr.dtype == np.int8 and arr.ndim == 2:
+                scale_key = name + ":scale"
+                scale = archive[scale_key] if scale_key in members else None
+                if scale is None or scale.dtype != np.float32 or scale.shape != arr.shape[:1]:
+                    raise ValueError(f"{path}: {member} has no float32 per-row {scale_key}")
+                value = arr.astype(np.float32) * scale[:, None]
+            elif kind == "f16" and arr.dtype == np.float16:
+                value = arr.astype(np.float32)
+            else:
+                raise ValueError(f"{path}: unexpected entry {member} ({arr.dtype}, {arr.shape})")
+            if not np.isfinite(value).all():
+                raise ValueError(f"{path}: {member} holds non-finite values")
+            out[name] = value
+    if not out:
+        raise ValueError(f"{path}: weight delta changes no tensor")
+    return out, meta
+
+
+def apply_delta(
+    tensors: dict[str, np.ndarray], delta: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``tensors`` with each tensor ``delta`` names replaced by base + delta (a new
+    dict; the base arrays, often read-only memory maps, are not written)."""
+    out = dict(tensors)
+    for name, d in delta.items():
+        if name not in tensors:
+            raise ValueError(f"the weight delta names {name!r}, which the base weights lack")
+        base = tensors[name]
+        if base.shape != d.shape:
+            raise ValueError(
+                f"the weight delta's {name!r} has shape {d.shape}, the base's {base.shape}"
+            )
+        out[name] = np.asarray(base, dtype=np.float32) + d
+    return out
+
+
 class _Weights:
     """Name lookup tolerant of the common checkpoint spellings (``bert.`` prefix,
     ``LayerNorm.gamma``/``beta``)."""
@@ -272,12 +360,17 @@ class _Graph:
 
 
 def build_graph(
-    tensors: dict[str, np.ndarray], cfg: BertConfig, *, contrib_ops: bool = True
+    tensors: dict[str, np.ndarray],
+    cfg: BertConfig,
+    *,
+    contrib_ops: bool = True,
+    delta: dict[str, np.ndarray] | None = None,
 ) -> Any:
-    """The ``onnx.ModelProto`` of the sentence encoder (see the module docstring)."""
+    """The ``onnx.ModelProto`` of the sentence encoder (see the module docstring);
+    ``delta`` (:func:`read_delta`) is added to the weights first."""
     from onnx import TensorProto, helper
 
-    w = _Weights(tensors)
+    w = _Weights(apply_delta(tensors, delta) if delta else tensors)
     g = _Graph()
     h, nh = cfg.hidden_size, cfg.num_heads
     if h % nh:

@@ -29,6 +29,7 @@ from rampart.embeddings.prepare import (
     _package_version,
     _prepare,
     _require,
+    _weights_digest,
     parse_model_name,
 )
 from rampart.embeddings.providers import (
@@ -170,6 +171,7 @@ class OnnxEmbedder:
                     contrib_ops=contrib,
                     force=False,
                     variant=src.variant,
+                    delta=src.delta,
                 )
                 graph, digest = prepared.onnx_path, prepared.weights_sha256
             except ModelNotFoundError:
@@ -181,8 +183,8 @@ class OnnxEmbedder:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                graph = _build(src.model_dir, contrib, src.variant).SerializeToString()
-                digest = file_sha256(src.model_dir / "model.safetensors")
+                graph = _build(src.model_dir, contrib, src.variant, src.delta).SerializeToString()
+                digest = _weights_digest(src.model_dir, src.delta)
         where = str(graph) if isinstance(graph, Path) else f"{src.model_dir} (in memory)"
 
         t0 = time.perf_counter()
@@ -494,8 +496,9 @@ _NAMED: dict[str, OnnxEmbedder] = {}
 
 def named_embedder(name: str) -> OnnxEmbedder:
     """The process-wide embedder of a packaged model by name (``"all-mpnet-base-v2"``,
-    a variant such as ``"all-MiniLM-L6-v2:int8"``; ``"all-MiniLM-L6-v2"`` is
-    :func:`default_embedder`), created on first call."""
+    a variant such as ``"all-MiniLM-L6-v2:int8"``, or the tool encoder
+    ``"all-MiniLM-L6-v2:tools"``; ``"all-MiniLM-L6-v2"`` is :func:`default_embedder`),
+    created on first call."""
     if name == DEFAULT_MODEL_NAME:
         return default_embedder()
     parse_model_name(name)  # InvalidArgumentError for an unknown name or variant
@@ -556,8 +559,8 @@ def model_info(
     except (ValueError, KeyError, TypeError, OSError) as exc:
         info.update(prepared=False, error=str(exc))
         return info
-    sha = file_sha256(src.model_dir / "model.safetensors")
-    paths = _cache_paths(src.model_dir, sha, bert, contrib, src.default, src.variant)
+    sha = _weights_digest(src.model_dir, src.delta)
+    paths = _cache_paths(src.model_dir, sha, bert, contrib, src.default, src.variant, src.delta)
     info.update(
         weights_sha256=sha,
         onnx_path=str(paths[0]),

