@@ -47,6 +47,7 @@ _MAX_INT = _args.MAX_INT
 
 
 def query_steps(reg: RegistryView, task_text: str | None, task_embedding: Any) -> Steps[bytes]:
+    """The task's vector (the model's, or ``task_embedding``), cached per model and task."""
     if task_embedding is not None:
         return _vector(task_embedding, "task_embedding")
     model = reg._model()
@@ -90,6 +91,7 @@ def gate_scores(
     task_text: str | None,
     gate: GateFn,
 ) -> list[float]:
+    """A ``gate=`` callable's scores for the blocks of ``view``, one number each."""
     blocks = [InstructionBlock(b) for b in view.blocks()]
     scores = list(gate(task_text or "", blocks))
     if len(scores) != len(blocks):
@@ -126,6 +128,7 @@ def gate_args(
 
 
 def sep_tokens(reg: RegistryView, separator: str) -> int:
+    """Tokens of the separator, counted once per registry and separator."""
     n: int | None = reg._sep_cache.get(separator)
     if n is None:
         # Checked before counting: the tokeniser would raise UnicodeEncodeError.
@@ -137,6 +140,7 @@ def sep_tokens(reg: RegistryView, separator: str) -> int:
 def budget_and_separator(
     reg: RegistryView, max_tokens: int | None, separator: str | None
 ) -> tuple[int | None, str]:
+    """The checked token budget (the registry's default when None) and the separator."""
     budget = reg.default_max_tokens if max_tokens is None else max_tokens
     if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
         budget = _check_budget(budget)
@@ -264,6 +268,7 @@ def ranking_steps(
     threshold: float | None,
     task_embedding: Any,
 ) -> Steps[list[tuple[InstructionBlock, float]]]:
+    """The steps of ``find_relevant``: blocks by score against the task, best first."""
     top_k, threshold = gate_args(task_text, top_k, threshold, task_embedding, "threshold")
     if reg._tool_examples is not False:
         if may_gate_by_examples(reg, task_text, task_embedding):
@@ -281,6 +286,7 @@ def ranking_steps(
 def rank_by_examples(
     reg: RegistryView, task_text: str | None, top_k: int | None, threshold: float | None
 ) -> list[tuple[InstructionBlock, float]] | None:
+    """The tool-example gate's ranking (None: the registry has no example gate)."""
     examples = example_gate(reg, task_text, None)
     if examples is None:
         return None
@@ -291,6 +297,7 @@ def rank_by_examples(
 def score_steps(
     reg: RegistryView, runtime_id: str, task_text: str | None, task_embedding: Any
 ) -> Steps[float]:
+    """The steps of ``score_block``: one block's cosine score against the task."""
     if task_text is None and task_embedding is None:
         raise InvalidArgumentError("score_block needs task_text or task_embedding")
     q = yield from gate_query_steps(reg, task_text, task_embedding)
@@ -313,6 +320,7 @@ def may_gate_by_examples(reg: RegistryView, task_text: str | None, task_embeddin
 
 
 def example_gate(reg: RegistryView, task_text: str | None, task_embedding: Any) -> Any:
+    """The registry's tool-example gate for a task (None: none, or a caller's vector)."""
     if reg._tool_examples is False or task_text is None or task_embedding is not None:
         return None
     import rampart.toolgate as toolgate

@@ -131,9 +131,11 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
     # ---- the hooks ---------------------------------------------------------------------
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """LangChain's hook: the model call with the compiled request."""
         return handler(self.compile_request(request))
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        """LangChain's async hook: the compile off the loop, then the model call."""
         # The compile may wait on a shared store or the embedding model: off the loop.
         return await handler(await asyncio.to_thread(self.compile_request, request))
 

@@ -152,6 +152,7 @@ def _json_schema(value: Any, depth: int) -> Any:
 
 
 def tool_names(declarations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names of function declarations, in order."""
     return [str(d["name"]) for d in declarations]
 
 

@@ -174,6 +174,7 @@ class RedactingFilter(logging.Filter):
     before any handler formats it; drops nothing."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the record's message and arguments; never drops a record."""
         _redact_record(record)
         return True
 
