@@ -4,6 +4,7 @@ from typing import Any, final, overload
 __all__ = [
     "Block",
     "OrderView",
+    "PendingEntry",
     "Registry",
     "SavedRegistry",
     "Selection",
