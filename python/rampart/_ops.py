@@ -225,7 +225,7 @@ def offloaded(
 async def _off_loop(
     fn: Callable[..., Any], then: Callable[[Any], object] | None, *args: Any, **kwargs: Any
 ) -> Any:
-    import asyncio
+    import rampart._aio as _aio
 
     def call() -> Any:
         out = fn(*args, **kwargs)
@@ -233,7 +233,7 @@ async def _off_loop(
             then(out)
         return out
 
-    return await asyncio.get_running_loop().run_in_executor(None, call)
+    return await _aio.off_loop(call)
 
 
 # ---- reads that may need the model: one generator, two drivers -----------------------

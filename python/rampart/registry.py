@@ -59,7 +59,6 @@ __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "ge
 _MODULES = sys.modules
 _TRACE = _telemetry.TRACE_MODULE  # a compile looks it up in sys.modules: one dict probe
 
-_QUERY_CACHE = 64  # task texts whose vectors a registry keeps
 SOURCES = persistence.SOURCES
 
 EvictionPolicy = Callable[[InstructionBlock], float]
@@ -75,11 +74,9 @@ _priority = _args.priority
 _flag = _args.flag
 _tags = _args.tags
 _text = _args.text
-_is_array = _args.is_array
 _vector = _args.vector
 _FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
-_FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: a threshold below every score
 
 
 # ---- after-steps of write operations (rampart._ops): the method's return value
@@ -822,7 +819,7 @@ class BlockRegistry:
         mapped = self._queries.get(key)
         if mapped is None:
             mapped = adapter.map(q)
-            if len(self._queries) >= _QUERY_CACHE:
+            if len(self._queries) >= gates.QUERY_CACHE:
                 self._queries.clear()
             self._queries[key] = mapped
         return mapped

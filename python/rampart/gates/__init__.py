@@ -36,7 +36,8 @@ __all__ = [
     "sep_tokens",
 ]
 
-_QUERY_CACHE = 64  # task texts whose vectors a registry keeps
+#: Task texts whose vectors (plain and adapter-mapped) a registry keeps.
+QUERY_CACHE = 64
 _FLOAT_MAX = 1.7976931348623157e308  # the largest finite float: a threshold below every score
 _int = _args.int_arg
 _number = _args.number
@@ -58,7 +59,7 @@ def query_steps(reg: RegistryView, task_text: str | None, task_embedding: Any) -
     q = reg._queries.get(key)
     if q is None:
         q = _vector((yield Encode(model, text)), "query embedding")
-        if len(reg._queries) >= _QUERY_CACHE:
+        if len(reg._queries) >= QUERY_CACHE:
             reg._queries.clear()
         reg._queries[key] = q
     return q
