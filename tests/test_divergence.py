@@ -236,7 +236,7 @@ def test_sentinel_failover_without_wait_leaves_no_fork(
                 _cli(master, "CLIENT", "KILL", "TYPE", "replica")
                 reg.sync(timeout=30)
                 before = reg.position
-                writers.wait_for(15)  # entries only the master will ever have
+                writers.wait_for_new(15)  # entries only the master will ever have
                 reg.sync(timeout=30)
                 assert reg.position is not None and before is not None
                 assert reg.position > before

@@ -114,6 +114,15 @@ class Writers:
             for _ in range(n):
                 assert sem.acquire(timeout=120), "a writer stopped writing"
 
+    def wait_for_new(self, n: int) -> None:
+        """Until every writer has n writes acknowledged after this call: the
+        acknowledgements already counted are dropped first (wait_for(n) counts
+        from the last wait, and writers may be far ahead of it)."""
+        for sem in self.seen:
+            while sem.acquire(blocking=False):
+                pass
+        self.wait_for(n)
+
     def finish(self) -> list[str]:
         for p, t in zip(self.procs, self.readers):
             p.wait(timeout=180)
