@@ -293,8 +293,8 @@ def gate_latency(
         # The embeddings, kept by the registry (a few dozen tasks): not timed here;
         # the pause lets the model's worker threads, which spin a while after each
         # run, go idle, as they are by the time an agent's next request arrives.
-        reg._query(t, None)
-        reg._query(other, None)
+        reg._gate.query(reg, t)
+        reg._gate.query(reg, other)
         time.sleep(0.05)
         timed("new_request_gate", lambda t=t: scores(t))
         timed("repeated_request_gate", lambda t=t: scores(t))

@@ -25,13 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from postgres_server import PostgresServer, skip_without_postgres
 from pymodel import ModelBlock, ModelRegistry
-from rampart._replica import CHECKPOINT_EVERY
 from rampart.errors import (
     BlockPermissionError,
     EvictionError,
     InvalidArgumentError,
     StoreUnavailableError,
 )
+from rampart.shared.replica import CHECKPOINT_EVERY
 from rampart.stores import open_store
 from redis_server import RedisServer, skip_without_redis
 

@@ -109,7 +109,7 @@ def test_tool_registries_gate_with_the_mapped_task_and_others_do_not() -> None:
     reg.write_block("Write commit messages in the imperative mood.", "commits")
     reg.write_block("Never print secrets or tokens.", "secrets")
     plain = dict((b.semantic_name, s) for b, s in reg.find_relevant(task))
-    assert toolgate.query_adapter(reg) is None and reg._tool_adapter is False
+    assert toolgate.query_adapter(reg) is None and reg._gate.adapter is False
     for name, s in cosines(reg, q).items():
         assert plain[name] == pytest.approx(s, abs=1e-5)
 

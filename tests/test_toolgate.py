@@ -336,7 +336,7 @@ def test_registry_without_examples_keeps_the_core_gate() -> None:
     reg = example_registry(with_examples=False)
     task = "who has been pushing lately"
     ranked = reg.find_relevant(task)
-    assert reg._tool_examples is False and reg._toolgate is None
+    assert reg._gate.examples is False and reg._gate.example_gate is None
     assert [s for _, s in ranked] == sorted(
         (reg.score_block(b.runtime_id, task) for b in reg.list_blocks()), reverse=True
     )
@@ -349,7 +349,7 @@ def test_example_gate_scores_a_tool_by_its_best_text_and_says_which() -> None:
     reg = example_registry()
     task = "who has been pushing lately?"
     top, score = reg.find_relevant(task, top_k=1)[0]
-    assert top.semantic_name == "git_log" and reg._tool_examples is True
+    assert top.semantic_name == "git_log" and reg._gate.examples is True
     # Best and second best (the example, then the description) averaged, + BM25.
     plain = ExampleGate(reg, second_weight=0, lexical_weight=0)
     assert dict((b.semantic_name, s) for b, s in plain.rank(task))["git_log"] == pytest.approx(1.0)
@@ -374,7 +374,7 @@ def test_learned_examples_teach_the_gate_and_roll_back_with_their_run() -> None:
     task = "standup is 09:30 in New York; what is that for Bangalore?"
     before = [b.semantic_name for b, _ in reg.find_relevant(task, top_k=1)]
     rid = reg.add_tool_example("convert_time", task, trajectory_id="run-7")
-    assert rid is not None and reg._tool_examples is True
+    assert rid is not None and reg._gate.examples is True
     block = reg.get_by_id(rid)
     assert (block.source, block.trajectory_id) == ("agent", "run-7")
     assert set(block.tags) == {"tool-example", "convert_time"}
@@ -440,7 +440,7 @@ def test_enrich_tools_generates_once_and_reads_the_cache_after(tmp_path: Any) ->
     assert first["role"] == "user"
     assert first["content"].startswith("Tool `git_status`")  # the tool as render_tool says
     assert first["content"].endswith(ENRICH_PROMPT.format(n=2))
-    assert again._tool_examples is True
+    assert again._gate.examples is True
     row = next(iter(again.find_relevant("first request", top_k=1)))
     assert row[0].tool_schema is not None
     reg.release()
@@ -775,7 +775,7 @@ def test_a_replica_that_found_no_examples_notices_ones_another_replica_writes(
         b.sync()
         task = "who has been pushing lately"
         b.compile(task_text=task, top_k=3, tools_in_prompt=False)
-        assert b._tool_examples is False  # decided: the core's scan
+        assert b._gate.examples is False  # decided: the core's scan
         a.add_tool_example("git_log", task, trajectory_id="run-1")
         b.sync()
         r = b.compile(task_text=task, top_k=1, tools_in_prompt=False)
@@ -789,7 +789,7 @@ def test_a_replica_that_found_no_examples_notices_ones_another_replica_writes(
             c.load_tools(DATA / "mcp_git_tools.json")
             d.sync()
             d.compile(task_text="is it late in Oslo", top_k=1, tools_in_prompt=False)
-            assert d._tool_examples is False
+            assert d._gate.examples is False
             c.load_tools(
                 with_examples(
                     DATA / "mcp_time_tools.json", {"get_current_time": ["is it late in Oslo"]}

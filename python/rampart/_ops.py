@@ -225,7 +225,7 @@ def offloaded(
 async def _off_loop(
     fn: Callable[..., Any], then: Callable[[Any], object] | None, *args: Any, **kwargs: Any
 ) -> Any:
-    import rampart._aio as _aio
+    import rampart.shared.aio as _aio
 
     def call() -> Any:
         out = fn(*args, **kwargs)
@@ -294,7 +294,7 @@ def drive(reg: Any, steps: Any) -> Any:
 
 async def adrive(reg: Any, steps: Any) -> Any:
     """Run a read's generator on the event loop, awaiting each need off it."""
-    import rampart._aio as _aio
+    import rampart.shared.aio as _aio
 
     try:
         need = next(steps)

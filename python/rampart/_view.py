@@ -8,11 +8,10 @@ down). ``BlockRegistry`` implements it; the protocol is runtime-checkable, so a
 component that is handed something else says so at construction.
 
 The underscored members are the registry's slots a component owns or reads:
-the tool gate's state (``_toolgate``, ``_tool_examples``, ``_tool_adapter``),
-the task-vector cache (``_queries``), the model (``_embedder``, ``_model()``),
-the shared replica (``_replica``) and the embedding lock. They stay on the
-registry (one object per registry, pickled and forked with it) and are written
-only by the component named beside them.
+the gate policy (``_gate``: query cache, adapter, example state; written only
+by :mod:`rampart.gates`), the model (``_embedder``, ``_model()``), the shared
+replica (``_replica``, written by :mod:`rampart.shared`) and the embedding lock.
+They stay on the registry (one object per registry, forked with it).
 """
 
 from __future__ import annotations
@@ -40,15 +39,12 @@ GateFn = Callable[[str, Sequence["InstructionBlock"]], Sequence[float]]
 class RegistryView(Protocol):
     """What components may use of a registry."""
 
-    # the tool gate's state (rampart.toolgate)
-    _toolgate: Any
-    _tool_examples: bool | None
-    _tool_adapter: Any
-    # the task-vector cache and the model (registry, toolgate)
-    _queries: dict[Any, bytes]
+    # the gate policy (rampart.gates.policy.GatePolicy): query cache, adapter, examples
+    _gate: Any
+    # the model
     _embedder: Any
     _embed_lock: threading.Lock
-    # the shared replica (rampart._replica), None for a local registry
+    # the shared replica (rampart.shared.replica), None for a local registry
     _replica: Any
     # token counting and the budget (rampart.gates: the separator's count is cached)
     _tok: Any
@@ -62,11 +58,8 @@ class RegistryView(Protocol):
     @property
     def _core(self) -> _core.Registry: ...
     def _model(self) -> Any: ...
-    def _query(self, task_text: str | None, task_embedding: Any) -> bytes: ...
-    def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes: ...
     def _settings(self) -> str: ...
     def _embed_written(self) -> None: ...
-    def _blocks_arrived(self, runtime_ids: list[str]) -> None: ...
     def embed_pending(self) -> int: ...
     def count_tokens(self, text: str) -> int: ...
     def __contains__(self, runtime_id: object) -> bool: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,11 +188,21 @@ class BlockReport:
     gated: bool = True  # False: the gate never removes it (SPEC §8)
 
 
-def _reports(sel: _core.Selection) -> list[BlockReport]:
-    return [
-        BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
-        for (i, b, inc, cost, reason, score, detail) in sel.report()
-    ]
+def _reports(sel: _core.Selection, notes: Mapping[str, str] | None = None) -> list[BlockReport]:
+    if not notes:
+        return [
+            BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
+            for (i, b, inc, cost, reason, score, detail) in sel.report()
+        ]
+    out = []
+    for i, b, inc, cost, reason, score, detail in sel.report():
+        note = notes.get(b.runtime_id)  # what the gate matched, beside the core's detail
+        if note is not None:
+            detail = f"{detail}; {note}" if detail else note
+        out.append(
+            BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
+        )
+    return out
 
 
 def _cache_notes(sel: _core.Selection) -> list[str]:
@@ -216,9 +227,11 @@ class CompileResult:
     saw, so a compile costs what it includes, not the size of the registry.
     """
 
-    __slots__ = ("_context", "_names", "_report", "_sel", "_sep", "prompt")
+    __slots__ = ("_context", "_names", "_notes", "_report", "_sel", "_sep", "prompt")
     # Set only by a compile with a conversation (rampart.conversation.plan.attach).
     _context: Any
+    # Set only by a gate that explains its scores (rampart.gates: the example gate).
+    _notes: Mapping[str, str]
 
     def __init__(self, prompt: str, sel: _core.Selection, separator: str = "") -> None:
         # Kept to four stores: this object is built on every compile.
@@ -294,12 +307,22 @@ class CompileResult:
         return self._sel.included_costs()
 
     @property
+    def gate_notes(self) -> Mapping[str, str]:
+        """What the gate matched, by runtime id (the example gate: which example
+        or description scored best); empty when the gate gave no notes. Each row
+        of :attr:`report` carries its block's note in ``detail``."""
+        try:
+            return self._notes
+        except AttributeError:
+            return {}
+
+    @property
     def report(self) -> list[BlockReport]:
         """One row per block the compile saw, in registry order."""
         try:
             return self._report
         except AttributeError:
-            self._report: list[BlockReport] = _reports(self._sel)
+            self._report: list[BlockReport] = _reports(self._sel, self.gate_notes)
             return self._report
 
     def tools(self, format: str = "openai") -> list[dict[str, Any]]:
@@ -380,10 +403,12 @@ class CompileResult:
 class DryRunResult:
     """The selection a compile would make, with no prompt built and nothing changed."""
 
-    __slots__ = ("_sel",)
+    __slots__ = ("_sel", "gate_notes")
 
-    def __init__(self, sel: _core.Selection) -> None:
+    def __init__(self, sel: _core.Selection, gate_notes: Mapping[str, str] | None = None) -> None:
         self._sel = sel
+        #: What the gate matched, by runtime id (as ``CompileResult.gate_notes``).
+        self.gate_notes: Mapping[str, str] = gate_notes or {}
 
     @property
     def max_tokens(self) -> int | None:
@@ -404,7 +429,7 @@ class DryRunResult:
 
     @property
     def report(self) -> list[BlockReport]:
-        return _reports(self._sel)
+        return _reports(self._sel, self.gate_notes)
 
     def __repr__(self) -> str:
         return (

@@ -1,14 +1,16 @@
 """Saving, loading and exporting a registry (``BlockRegistry.save``/``load``,
 pickling, ``export_markdown``): the file checks made before any registry
 exists, so a bad file creates nothing. Functions over the registry class or a
-view of one; the registry's methods call them."""
+view of one, and :class:`Persistence`, the registry's methods that call them
+(mixed into :class:`~rampart.registry.BlockRegistry`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rampart._core as _core
 import rampart._files as _files
@@ -18,7 +20,10 @@ from rampart.errors import InvalidArgumentError, RegistryFileError
 from rampart.tokens import resolve_tokeniser
 from rampart.tools import check_block_metadata
 
-__all__ = ["SOURCES", "export_markdown", "from_bytes", "read_file"]
+if TYPE_CHECKING:
+    from rampart.tokens import Tokeniser
+
+__all__ = ["SOURCES", "Persistence", "export_markdown", "from_bytes", "read_file"]
 
 SOURCES = ("seed", "agent", "orchestrator")
 
@@ -94,3 +99,102 @@ def export_markdown(reg: Any, path: Any, source: str | None, overwrite: bool) ->
     text = export_text(blocks, p)
     atomic_write(p, text.encode("utf-8"))
     return len(blocks)
+
+
+def _unpickle(
+    cls: type[Any], data: bytes, tokeniser: Any, model: str | None, default_max_tokens: int | None
+) -> Any:
+    return cls._from_bytes(
+        data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
+    )
+
+
+class Persistence:
+    """Save, load, pickle and export: the registry's methods (mixed in)."""
+
+    __slots__ = ()
+
+    # Provided by BlockRegistry.
+    _core: _core.Registry
+    _tok: Tokeniser
+    _embedder: Any
+    default_max_tokens: int | None
+
+    def _settings(self) -> str:
+        return json.dumps(
+            {
+                "tokeniser": self._tok.name,
+                "default_max_tokens": self.default_max_tokens,
+                "embedding_model": getattr(self._embedder, "model_id", None),
+            }
+        )
+
+    def save(self, path: Any) -> None:
+        """Write the whole registry (blocks, order, provenance, access counts,
+        embeddings) to one versioned file, atomically: a temporary file in the
+        same folder, fsync, rename. A crash mid-save leaves the previous file whole."""
+        data = self._core.save_bytes(self._settings())
+        atomic_write(Path(os.fspath(path)), data)
+
+    @classmethod
+    def load(
+        cls,
+        path: Any,
+        embedding_model: Any = None,
+        tokeniser: Any = None,
+        *,
+        label: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A registry from a file ``save`` wrote, every block under a **new**
+        runtime id. Vectors come back with it (no re-embedding). Blocks the saved
+        registry wrote belong to the new one; other authors keep their identity
+        (so nothing here can force-evict their pinned blocks). A truncated,
+        damaged or newer file raises ``RegistryFileError`` and creates nothing."""
+        data, where = read_file(path)
+        return cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
+
+    @classmethod
+    def _from_bytes(
+        cls,
+        data: bytes,
+        where: str,
+        embedding_model: Any,
+        tokeniser: Any,
+        label: str | None,
+        kwargs: dict[str, Any],
+    ) -> Any:
+        return from_bytes(cls, data, where, embedding_model, tokeniser, label, kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickling goes through the same state as save(); the copy gets a fresh
+        # label (the original may still hold its own). The tokeniser travels with
+        # it; of embedding models only the shared default one does (vectors
+        # always do).
+        from rampart._embedding import default_model
+
+        model = (
+            "default" if self._embedder is not None and self._embedder is default_model() else None
+        )
+        data = self._core.save_bytes(self._settings())
+        return (_unpickle, (type(self), data, self._tok, model, self.default_max_tokens))
+
+    def export_markdown(
+        self, path: Any, *, source: str | None = "agent", overwrite: bool = True
+    ) -> int:
+        """Write the chosen blocks (``source``: "agent", "orchestrator", "seed", or
+        None for all) as a seed file that loads back through the ordinary parser
+        with the same names, contents, priorities and tags, byte for byte;
+        provenance (source, trajectory, created, author) goes into front matter.
+        A name or content the Markdown form would change (outer blank space,
+        ``\r``, a "---" line read as front matter) is written verbatim under the
+        front-matter key ``exact``. Returns the number of blocks written; when no
+        block has that ``source`` the (empty) file is written with a
+        ``RuntimeWarning``.
+
+        Example:
+            >>> rid = reg.write_agent_block("Run `make lint` before committing.", "run-42")
+            >>> reg.export_markdown("learned.md")  # next session: from_files([..., "learned.md"])
+            1
+        """
+        return export_markdown(self, path, source, overwrite)

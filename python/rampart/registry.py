@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import rampart._args as _args
@@ -15,43 +12,33 @@ import rampart._core as _core
 import rampart.gates as gates
 import rampart.persistence as persistence
 import rampart.telemetry as _telemetry
-from rampart._embedding import EmbeddingModel, default_model, encode_texts, resolve_model
-from rampart._files import atomic_write
+from rampart._embedding import EmbeddingModel, encode_texts, resolve_model
 from rampart._labels import claim_label, label_of, release_label
 from rampart._labels import get_by_label as _get_by_label
 from rampart._ops import (
     adrive,
-    aio,
-    body_of,
     drive,
-    offloaded,
-    operation,
 )
 from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
 from rampart.errors import InvalidArgumentError, RampartError
+from rampart.gates.policy import GatePolicy
+from rampart.persistence import Persistence
+from rampart.primitives import Primitives
 from rampart.seeds import (
     BlockSource,
     PathLike,
-    SeedBlock,
     SeedRegistry,
     load_sources,
 )
+from rampart.shared import SharedRegistry
 from rampart.tokens import Tokeniser, resolve_tokeniser
 
 if TYPE_CHECKING:
-    from rampart._replica import Replica
     from rampart.caching import CacheSession
     from rampart.conversation.core import Conversation
     from rampart.conversation.policy import ContextPolicy
-from rampart.tools import (
-    ToolsInput,
-    block_metadata_json,
-    parse_tools,
-    render_tool,
-    schema_from_metadata,
-    tool_name_clash,
-)
+    from rampart.shared.replica import Replica
 
 __all__ = ["DEFAULT_SEPARATOR", "BlockRegistry", "EmbeddingModel", "GateFn", "get_by_label"]
 
@@ -83,39 +70,7 @@ _MAX_INT = _args.MAX_INT
 # from the core's outcome, run by the sync and the async driver alike ------------------
 
 
-def _first(reg: BlockRegistry, ids: list[str]) -> str:
-    return ids[0]
-
-
-def _nothing(reg: BlockRegistry, outcome: object) -> None:
-    return None
-
-
-def _evicted(reg: BlockRegistry, block: _core.Block) -> InstructionBlock:
-    return InstructionBlock(block)
-
-
-def _prepare_async(reg: BlockRegistry) -> None:
-    # e.g. the async store client's import: on aopen's executor thread rather
-    # than on the loop at the first write.
-    prepare = getattr(reg._replica.store if reg._replica else None, "aprepare", None)
-    if prepare is not None:
-        prepare()
-
-
-def _tools_loaded(reg: BlockRegistry, ids: list[str]) -> list[str]:
-    # Run by both drivers, so a sync, a shared and an async load agree (the
-    # hand-written aload_tools once skipped the adapter's re-arm).
-    import rampart.toolgate as toolgate
-
-    if toolgate.has_examples(reg, ids):
-        reg._examples_arrived()
-    if reg._tool_adapter is False:
-        reg._tool_adapter = None  # tools arrived: look for the adapter again
-    return ids
-
-
-class BlockRegistry:
+class BlockRegistry(Primitives, SharedRegistry, Persistence):
     """An ordered map ``runtime_id -> InstructionBlock`` compiled into a prompt.
 
     Order is explicit and is the only thing that decides where a block lands in the
@@ -137,14 +92,11 @@ class BlockRegistry:
         "_core",
         "_embed_lock",
         "_embedder",
+        "_gate",
         "_policy",
-        "_queries",
         "_replica",
         "_sep_cache",
         "_tok",
-        "_tool_adapter",
-        "_tool_examples",
-        "_toolgate",
         "default_max_tokens",
     )
 
@@ -171,19 +123,15 @@ class BlockRegistry:
         self._sep_cache: dict[str, int] = {}
         # One thread embeds pending blocks at a time; the others then find none.
         self._embed_lock = threading.Lock()
-        self._queries: dict[tuple[int, str], bytes] = {}
+        # The gate's state and choice (rampart.gates.policy): query cache, the
+        # query adapter, the tool-example gate.
+        self._gate = GatePolicy()
         self._core = _core.Registry(claim_label(label, self), _registry_id)
         # Set by BlockRegistry.open (SPEC §7): the core then journals every write
         # through this replica; None for a local registry.
         self._replica: Replica | None = None
         if quantise_embeddings:
             self._core.set_quantised(True)
-        # Tool examples (rampart.toolgate): None = not looked for yet.
-        self._tool_examples: bool | None = None
-        self._toolgate: Any = None
-        # The cold tool gate's query adapter (rampart.toolgate.query_adapter):
-        # None = not looked for yet, False = none, "off" = turned off, or one.
-        self._tool_adapter: Any = None
 
     @classmethod
     def _with_id(
@@ -203,18 +151,6 @@ class BlockRegistry:
         follower calls this after writes, off the write path)."""
         if self._embedder is not None:
             self.embed_pending()
-
-    def _blocks_arrived(self, runtime_ids: list[str]) -> None:
-        """A shared replica applied journal entries that wrote these blocks (any
-        replica's, under the replica's lock). A registry that found no tool examples
-        looks at just these: one another replica wrote (an author's tool, a run's
-        learned example) switches it to the example gate, as its own write would."""
-        if self._tool_examples is not False:
-            return
-        import rampart.toolgate as toolgate
-
-        if toolgate.has_examples(self, runtime_ids):
-            toolgate.note_examples(self)
 
     # ---- construction from seeds -------------------------------------------------
 
@@ -277,55 +213,6 @@ class BlockRegistry:
             raise
         return reg
 
-    @operation(after=_first)
-    def add_from_seed(
-        self, seed_registry: SeedRegistry, name: str
-    ) -> list[str] | _core.PendingEntry:
-        """Append one seed block (no file I/O); returns its new runtime id."""
-        return self._insert_seeds([seed_registry.get(name)])
-
-    def _counts(self, texts: list[str]) -> list[int | None]:
-        """Token counts for a batch of new blocks; None lets the core count with
-        the built-in cl100k_base (GIL released)."""
-        if self._tok.builtin:
-            return [None] * len(texts)
-        return list(self._tok.count_many(texts))
-
-    def _seed_rows(self, blocks: Sequence[SeedBlock]) -> tuple[list[Any], list[bool] | None]:
-        counts = self._counts([b.content for b in blocks])
-        rows = [
-            (b.name, b.content, b.priority, list(b.tags), b.metadata_json(), n)
-            for b, n in zip(blocks, counts)
-        ]
-        tools = ["tool_schema" in b.metadata for b in blocks]
-        return rows, tools if any(tools) else None
-
-    def _insert_seeds(self, blocks: Sequence[SeedBlock]) -> list[str] | _core.PendingEntry:
-        declared = []
-        for b in blocks:
-            try:
-                schema = schema_from_metadata(b.metadata)
-            except ValueError:  # malformed: reported when the block's schema is read
-                continue
-            if schema is not None:
-                declared.append((schema, f"{b.path or '<seed>'}:{b.line}: seed block {b.name!r}"))
-        clash = tool_name_clash(declared, self.list_blocks()) if declared else None
-        if clash:
-            raise InvalidArgumentError(clash)
-        rows, tools = self._seed_rows(blocks)
-        ungated = [not b.gated for b in blocks]
-        return self._insert_many(rows, "seed", False, tools, ungated if any(ungated) else None)
-
-    def _insert_many(
-        self,
-        rows: list[Any],
-        source: str,
-        evictable: bool,
-        tools: list[bool] | None,
-        ungated: list[bool] | None = None,
-    ) -> list[str] | _core.PendingEntry:
-        return self._core.insert_many(rows, source, evictable, tools, ungated)
-
     # ---- identity --------------------------------------------------------------------
 
     @property
@@ -349,7 +236,7 @@ class BlockRegistry:
         """Attach (or swap) the model that embeds blocks for the default gate.
         Stored vectors stay; use a model of the same dimension, or evict first."""
         self._embedder = resolve_model(model)
-        self._queries.clear()
+        self._gate.model_changed()
 
     def release(self) -> None:
         """Free this registry's label for another registry (the registry stays usable)."""
@@ -360,103 +247,6 @@ class BlockRegistry:
         label, so that a retry under the same label works."""
         self.release()
 
-    # ---- shared registries (SPEC §7) -----------------------------------------------------
-
-    @classmethod
-    def open(
-        cls,
-        store: Any,
-        name: str,
-        embedding_model: EmbeddingModel | str | None = None,
-        tokeniser: Any = None,
-        *,
-        label: str | None = None,
-        seeds: Iterable[PathLike | BlockSource] | None = None,
-        create: bool = True,
-        **kwargs: Any,
-    ) -> BlockRegistry:
-        """Open (or create) the shared registry ``name`` in ``store``.
-
-        ``store``: ``"sqlite:///abs/path.db"`` / ``"sqlite:rel/path.db"`` (processes
-        on one host), ``"redis://host:port/db"`` (also ``rediss://``, ``unix://``;
-        many hosts), or a store object from :mod:`rampart.stores`. Every process
-        that opens the same (store, name) holds a replica of one registry: its
-        mutations are appended to the store's journal and applied in journal
-        order everywhere; compile stays local and never waits on the store.
-        ``seeds`` (paths, as for :meth:`from_files`) are loaded only by the
-        opener that creates the registry. ``create=False`` only joins: a
-        registry (or SQLite file) that does not exist is
-        :class:`~rampart.errors.InvalidArgumentError`, and nothing is created.
-        Example::
-
-            reg = rampart.BlockRegistry.open("sqlite:///tmp/agents.db", "planner",
-                                             seeds=["seeds/"])
-            reg.write_agent_block("Run the linter first.", "run-7")  # durable, shared
-            reg.sync()                       # see every write appended before this
-            reg.close()
-        """
-        from rampart._replica import open_shared
-
-        reg: BlockRegistry = open_shared(
-            cls, store, name, embedding_model, tokeniser, label, seeds, kwargs, create
-        )
-        return reg
-
-    @property
-    def shared(self) -> bool:
-        """Whether this registry is a replica of a shared registry (``open``)."""
-        return self._replica is not None
-
-    @property
-    def name(self) -> str | None:
-        """The shared registry's name in its store (None for a local registry)."""
-        return None if self._replica is None else self._replica.name
-
-    @property
-    def store_url(self) -> str | None:
-        """The store's URL (None for a local registry)."""
-        return None if self._replica is None else self._replica.store.url
-
-    @property
-    def position(self) -> int | None:
-        """How far into the journal this replica has applied (None: local)."""
-        return None if self._replica is None else self._replica.position
-
-    def sync(self, timeout: float = 10.0) -> None:
-        """Publish this replica's access counts and vectors, then apply every
-        entry appended before the call. A local registry has nothing to do."""
-        if self._replica is not None:
-            self._replica.sync(timeout)
-
-    def checkpoint(self) -> int:
-        """Write a checkpoint of this shared replica's state to the store now
-        (new replicas start from the latest one; ``compact`` drops what it
-        covers); returns the journal position it covers. Local registries have
-        no journal: InvalidArgumentError (use :meth:`save`)."""
-        if self._replica is None:
-            raise InvalidArgumentError(
-                f"registry {self.label!r} is not shared: it has no journal to checkpoint "
-                "(save() writes a local registry to a file)"
-            )
-        return self._replica.checkpoint()
-
-    def compact(self) -> tuple[int, int]:
-        """Checkpoint this shared replica (as :meth:`checkpoint`) and drop the
-        journal entries the store's checkpoint covers (``rampart store
-        compact``); returns the position checkpointed and how many entries were
-        dropped. Replicas that still need them reload the checkpoint."""
-        if self._replica is None:
-            raise InvalidArgumentError(
-                f"registry {self.label!r} is not shared: it has no journal to compact"
-            )
-        return self._replica.compact()
-
-    def close(self) -> None:
-        """Flush and stop following the store; the registry stays readable (and
-        compiles) but refuses mutations. A local registry has nothing to close."""
-        if self._replica is not None:
-            self._replica.close()
-
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under this registry's tokeniser."""
         return self._tok.count(text)
@@ -464,220 +254,6 @@ class BlockRegistry:
     def _count(self, text: str) -> int | None:
         # None lets the core count with the built-in cl100k_base, without a round trip.
         return None if self._tok.builtin else self._tok.count(text)
-
-    # ---- write ------------------------------------------------------------------------
-
-    @operation()
-    def write_block(
-        self,
-        content: str,
-        semantic_name: str,
-        source: str = "agent",
-        priority: float = 0.5,
-        trajectory_id: str | None = None,
-        tags: Iterable[str] | None = None,
-        *,
-        position: int | None = None,
-        evictable: bool = True,
-        author: BlockRegistry | None = None,
-        embedding: Sequence[float] | None = None,
-        gated: bool = True,
-    ) -> str | _core.PendingEntry:
-        """Insert a block; returns its runtime id.
-
-        Appended at the back, except orchestrator blocks, which go to the front;
-        ``position`` (clamped) overrides both. ``author`` is the writing registry
-        *object* when one registry writes into another: it alone may later
-        force-evict the block or change its content. ``embedding`` supplies the
-        block's vector for the relevance gate instead of running the model.
-        ``gated=False``: the relevance gate never removes the block (only the budget
-        may): for task-independent text that belongs in the cached head (SPEC §8).
-        """
-        # Coordination writes are hot (one per message between agents): the common
-        # argument types are checked inline, anything else by the full checks.
-        if type(content) is not str:
-            _text(content, "content")
-        if type(semantic_name) is not str:
-            _text(semantic_name, "semantic_name")
-        if source not in SOURCES:
-            raise InvalidArgumentError(f"source must be one of {SOURCES}, got {source!r}")
-        if author is not None and not isinstance(author, BlockRegistry):
-            raise InvalidArgumentError(
-                "author must be a BlockRegistry object (an id string is not a capability), "
-                f"got {type(author).__name__}"
-            )
-        if position is not None and not (type(position) is int and -_FAR <= position <= _FAR):
-            position = _clamped(position, "position")
-        if trajectory_id is not None and type(trajectory_id) is not str:
-            _text(trajectory_id, "trajectory_id")
-        if not (type(priority) is float and 0.0 <= priority <= 1.0):
-            priority = _priority(priority)
-        if gated is not True:
-            gated = _flag(gated, "gated")
-        try:
-            return self._core.insert(
-                semantic_name,
-                content,
-                priority,
-                source,
-                evictable is True or bool(evictable),
-                trajectory_id,
-                None if tags is None else _tags(tags),
-                None,
-                None if self._tok.builtin else self._tok.count(content),
-                position,
-                source == "orchestrator",
-                None if author is None else author._core,
-                None if embedding is None else _vector(embedding, "embedding"),
-                gated,
-            )
-        except UnicodeEncodeError as e:  # free on the hot path; rare enough to look here
-            raise _args.not_text(
-                e,
-                content=content,
-                semantic_name=semantic_name,
-                trajectory_id=trajectory_id,
-                tags=tags,
-            ) from None
-
-    _write_block = body_of(write_block)
-
-    @operation()
-    def write_agent_block(
-        self,
-        content: str,
-        trajectory_id: str,
-        semantic_name: str | None = None,
-        priority: float = 0.5,
-        tags: Iterable[str] | None = None,
-        *,
-        position: int | None = None,
-        evictable: bool = True,
-        author: BlockRegistry | None = None,
-        embedding: Sequence[float] | None = None,
-        gated: bool = True,
-    ) -> str | _core.PendingEntry:
-        """Write an ``agent`` block for run ``trajectory_id`` (required); the
-        keyword arguments as :meth:`write_block`'s."""
-        if not isinstance(trajectory_id, str) or not trajectory_id:
-            raise InvalidArgumentError("an agent block needs a non-empty trajectory_id")
-        out: str | _core.PendingEntry = self._write_block(
-            content,
-            semantic_name or f"agent_note_{trajectory_id}",
-            "agent",
-            priority,
-            trajectory_id,
-            tags,
-            position=position,
-            evictable=evictable,
-            author=author,
-            embedding=embedding,
-            gated=gated,
-        )
-        return out
-
-    @operation()
-    def update_block_content(
-        self, runtime_id: str, content: str, *, by: BlockRegistry | None = None
-    ) -> _core.PendingEntry | None:
-        """Replace an agent block's content (seed: SeedMutationError, orchestrator:
-        OrchestratorMutationError; another registry's block: BlockPermissionError
-        unless ``by`` is its author)."""
-        _text(content, "content")
-        # The new text gets a new vector before the gate next scores it.
-        return self._core.update_content(runtime_id, content, self._count(content), self._actor(by))
-
-    @operation()
-    def update_priority(self, runtime_id: str, priority: float) -> _core.PendingEntry | None:
-        """Change a block's priority (any block; it feeds eviction, never order)."""
-        return self._core.update_priority(runtime_id, _priority(priority))
-
-    @operation()
-    def set_gated(self, runtime_id: str, flag: bool) -> _core.PendingEntry | None:
-        """Let the relevance gate leave the block out (``True``, the default) or
-        not (``False``: only the budget may). Allowed on any block, like priority."""
-        gated = _flag(flag, "flag")
-        return self._core.set_gated(runtime_id, gated)
-
-    @operation()
-    def set_wrap(
-        self, runtime_id: str, prefix: str = "", suffix: str = ""
-    ) -> _core.PendingEntry | None:
-        """Decorate a block at compile time (e.g. ``<critical>`` … ``</critical>``).
-        The wrap's tokens count against the budget; empty strings remove it."""
-        _text(prefix, "prefix")
-        _text(suffix, "suffix")
-        tokens = None if self._tok.builtin else self._tok.count(prefix) + self._tok.count(suffix)
-        return self._core.set_wrap(runtime_id, prefix, suffix, tokens)
-
-    # ---- promote ----------------------------------------------------------------------
-
-    @operation()
-    def promote(
-        self,
-        runtime_id: str,
-        *,
-        steps: int | None = None,
-        to_position: int | None = None,
-        before: str | None = None,
-        after: str | None = None,
-        to_front: bool = False,
-        to_back: bool = False,
-    ) -> int | _core.PendingEntry:
-        """Move a block by exactly one directive; positions clamp. Returns the new index."""
-        given = [
-            name
-            for name, v in (
-                ("steps", steps),
-                ("to_position", to_position),
-                ("before", before),
-                ("after", after),
-            )
-            if v is not None
-        ] + [name for name, v in (("to_front", to_front), ("to_back", to_back)) if v]
-        if len(given) != 1:
-            raise InvalidArgumentError(
-                "promote takes exactly one of steps, to_position, before, after, to_front, "
-                f"to_back; got {', '.join(given) or 'none'}"
-            )
-        if steps is not None:
-            return self._core.move_by(runtime_id, _clamped(steps, "steps"))
-        if to_position is not None:
-            return self._core.move_to(runtime_id, _clamped(to_position, "to_position"))
-        if before is not None:
-            return self._core.move_next_to(runtime_id, before, False)
-        if after is not None:
-            return self._core.move_next_to(runtime_id, after, True)
-        return self._core.move_to(runtime_id, 0 if to_front else _FAR)
-
-    @operation()
-    def demote(self, runtime_id: str, steps: int = 1) -> int | _core.PendingEntry:
-        """Move a block ``steps`` toward the back (clamped). Returns the new index."""
-        return self._core.move_by(runtime_id, -_clamped(steps, "steps"))
-
-    @operation()
-    def promote_to_front(self, runtime_id: str) -> int | _core.PendingEntry:
-        """``promote(runtime_id, to_front=True)``: move the block to index 0; returns 0."""
-        return self._core.move_to(runtime_id, 0)
-
-    @operation()
-    def demote_to_back(self, runtime_id: str) -> int | _core.PendingEntry:
-        """``demote(runtime_id, to_back=True)``: move the block to the last index;
-        returns that index."""
-        return self._core.move_to(runtime_id, _FAR)
-
-    @operation(after=_nothing)
-    def reorder(self, id_list: Sequence[str]) -> int | _core.PendingEntry:
-        """The listed blocks move to the front in that order; the rest keep their order."""
-        return self._core.promote_group(list(id_list), 0)
-
-    @operation()
-    def promote_group(
-        self, id_list: Sequence[str], *, to_position: int = 0
-    ) -> int | _core.PendingEntry:
-        """Move the listed blocks as one contiguous unit, in the given order, to
-        ``to_position`` (the paper's group promote). Returns the unit's first index."""
-        return self._core.promote_group(list(id_list), _clamped(to_position, "to_position"))
 
     def index_of(self, runtime_id: str) -> int:
         """The block's position (0 = front of the prompt); :class:`BlockNotFoundError`
@@ -687,86 +263,12 @@ class BlockRegistry:
         except UnicodeEncodeError as exc:
             raise _args.not_text(exc, runtime_id=runtime_id) from None
 
-    # ---- evict / rollback ----------------------------------------------------------------
-
-    def _actor(self, by: BlockRegistry | None) -> _core.Registry | None:
-        if by is None:
-            return None
-        if not isinstance(by, BlockRegistry):
-            raise InvalidArgumentError(
-                "by must be a BlockRegistry object (an id string is not a capability), "
-                f"got {type(by).__name__}"
-            )
-        return by._core
-
-    @operation(after=_evicted)
-    def evict(
-        self, runtime_id: str, *, force: bool = False, by: BlockRegistry | None = None
-    ) -> _core.Block | _core.PendingEntry:
-        """Remove a block; returns it.
-
-        An evictable block goes for anyone. A non-evictable one needs ``force=True``
-        (else EvictionError naming its author) *and* the acting registry (``by``,
-        default this one) must be its author (else BlockPermissionError)."""
-        return self._core.evict(runtime_id, bool(force), self._actor(by))
-
-    @operation()
-    def evict_by_policy(
-        self, n: int | None = None, *, threshold: float | None = None
-    ) -> list[str] | _core.PendingEntry:
-        """Score every evictable block with the eviction policy (default
-        ``0.5*(1-priority) + 0.5/(access_count+1)``; higher goes first) and remove
-        them: all of them, the ``n`` highest, or those scoring >= ``threshold``.
-        Returns the removed ids, highest score first. Nothing is evicted automatically."""
-        if n is not None:
-            n = _int(n, "n", minimum=0)
-        if threshold is not None:
-            threshold = _number(threshold, "threshold")
-        if self._policy is None:
-            # The default policy, scored by the core (a shared registry journals
-            # the scores: they rest on this process's access counts).
-            return self._core.evict_scored(None, None, n, threshold)
-        # A custom policy: score here, then the core ranks, cuts and removes under
-        # one lock (skipping blocks another thread removed meanwhile).
-        policy = self._policy
-        blocks = [InstructionBlock(b) for b in self._core.view().blocks() if b.evictable]
-        scores = []
-        for b in blocks:
-            raw = policy(b)
-            try:
-                scores.append(_number(raw, "score", finite=False))  # numpy scalars; NaN refused
-            except InvalidArgumentError:
-                raise InvalidArgumentError(
-                    f"eviction policy returned {raw!r:.60} for block {b!r}; expected a number"
-                ) from None
-        return self._core.evict_scored([b.runtime_id for b in blocks], scores, n, threshold)
-
-    @operation()
-    def rollback_trajectory(
-        self, trajectory_id: str, *, by: BlockRegistry | None = None
-    ) -> int | _core.PendingEntry:
-        """Remove the agent blocks of run ``trajectory_id`` written by this registry
-        (or by ``by``): an author retracting its own writes, so ``evictable`` does
-        not protect them. Seed and orchestrator blocks are never touched. Returns
-        how many blocks went."""
-        _text(trajectory_id, "trajectory_id")
-        return self._core.rollback_trajectory(trajectory_id, self._actor(by))
-
     def snapshot(self) -> Snapshot:
         """An immutable picture of blocks, order, metadata and access counts.
 
         Cheap: blocks are shared, not copied; only the access counts are read
         (1.2 µs at 200 blocks, 1.5 ms at 100 000)."""
         return Snapshot(self._core.snapshot(), self.label)
-
-    @operation()
-    def restore(self, snapshot: Snapshot) -> _core.PendingEntry | None:
-        """Put the registry back exactly as the snapshot saw it (blocks, order,
-        metadata, access counts), each block under a **new** runtime id; authors are
-        kept, so ownership survives."""
-        if not isinstance(snapshot, Snapshot):
-            raise InvalidArgumentError(f"restore takes a Snapshot, got {type(snapshot).__name__}")
-        return self._core.restore(snapshot._snap)
 
     # ---- embeddings and the gate -----------------------------------------------------
 
@@ -799,30 +301,6 @@ class BlockRegistry:
                 # Publish the vectors: other replicas need not run the model.
                 self._replica.publish_vectors(pending, matrix, dim, truncated)
             return n
-
-    def _query(self, task_text: str | None, task_embedding: Any) -> bytes:
-        """The task's vector (the model's, or ``task_embedding``), cached per model."""
-        out: bytes = drive(self, gates.query_steps(self, task_text, task_embedding))
-        return out
-
-    def _adapt(self, task_text: str | None, task_embedding: Any, q: bytes) -> bytes:
-        if task_embedding is not None or self._tool_adapter is False or task_text is None:
-            return q  # a caller's own vector may come from any model: never mapped
-        import rampart.toolgate as toolgate
-
-        adapter = toolgate.query_adapter(self)
-        if adapter is None:
-            return q
-        # Kept beside the plain vector (the example gate reads that one), keyed by
-        # the adapter object: a repeated task pays a dict lookup, not the matvec.
-        key = (id(adapter), task_text)
-        mapped = self._queries.get(key)
-        if mapped is None:
-            mapped = adapter.map(q)
-            if len(self._queries) >= gates.QUERY_CACHE:
-                self._queries.clear()
-            self._queries[key] = mapped
-        return mapped
 
     def embedding(self, runtime_id: str) -> Any:
         """The stored vector of a block (``numpy.ndarray``, float32), or None
@@ -888,16 +366,7 @@ class BlockRegistry:
         )
         return out
 
-    # ---- tool examples: the gate-score hook (rampart.toolgate) ------------------------
-    # A registry whose tool blocks carry example requests gates a task with
-    # rampart.toolgate.ExampleGate (best match among a tool's description and its
-    # examples, in numpy) instead of the core's one-vector cosine. Registries without
-    # examples pay one attribute read per gated compile (docs/tool-gate.md).
-
-    def _examples_arrived(self) -> None:
-        import rampart.toolgate as toolgate
-
-        toolgate.note_examples(self)
+    # ---- tool examples (rampart.gates.examples, rampart.gates.enrichment) ---------------
 
     def add_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
@@ -907,17 +376,17 @@ class BlockRegistry:
         ``rollback_trajectory`` takes back. Returns its runtime id, or None when
         nothing was written (already an example; the tool's learned examples are
         full). See :func:`rampart.toolgate.add_tool_example`."""
-        import rampart.toolgate as toolgate
+        import rampart.gates.examples as examples
 
-        return toolgate.add_tool_example(self, tool, request, trajectory_id=trajectory_id)
+        return examples.add_tool_example(self, tool, request, trajectory_id=trajectory_id)
 
     def enrich_tools(self, model: Any, *, n: int = 5, seed: int = 0) -> dict[str, list[str]]:
         """Generate ``n`` example requests per tool block with ``model`` (any
         ``rampart.llm`` backend), cached on disk by schema, and gate with them. See
         :func:`rampart.toolgate.enrich_tools`."""
-        import rampart.toolgate as toolgate
+        import rampart.gates.enrichment as enrichment
 
-        return toolgate.enrich_tools(self, model, n=n, seed=seed)
+        return enrichment.enrich_tools(self, model, n=n, seed=seed)
 
     # ---- compile --------------------------------------------------------------------------
 
@@ -982,24 +451,19 @@ class BlockRegistry:
                 reply_tokens,
                 policy,
             )
-        prompt, sel = drive(
+        steps = gates.select_steps(
             self,
-            gates.select_steps(
-                self,
-                max_tokens,
-                task_text,
-                relevance_threshold,
-                top_k,
-                separator,
-                task_embedding,
-                gate,
-                False,
-                tools_in_prompt,
-            ),
+            max_tokens,
+            task_text,
+            relevance_threshold,
+            top_k,
+            separator,
+            task_embedding,
+            gate,
+            False,
+            tools_in_prompt,
         )
-        res = CompileResult(
-            prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
-        )
+        res = _result(drive(self, steps), separator)
         if conversation is None and context_window is None and policy is None:
             return res
         return _conversation_step(res, conversation, context_window, reply_tokens, policy)
@@ -1017,7 +481,7 @@ class BlockRegistry:
         tools_in_prompt: bool = True,
     ) -> DryRunResult:
         """Stages 1–3 only: the same selection, no prompt built, no state changed."""
-        _, sel = drive(
+        _, sel, notes = drive(
             self,
             gates.select_steps(
                 self,
@@ -1032,7 +496,7 @@ class BlockRegistry:
                 tools_in_prompt,
             ),
         )
-        return DryRunResult(sel)
+        return DryRunResult(sel, notes)
 
     def session(self, **options: Any) -> CacheSession:
         """A :class:`~rampart.caching.CacheSession` over this registry: compiles for
@@ -1151,206 +615,23 @@ class BlockRegistry:
     def __repr__(self) -> str:
         return f"<BlockRegistry {self.label!r} {len(self)} blocks>"
 
-    # ---- tool schemas -------------------------------------------------------------------
-
-    @operation(after=_tools_loaded)
-    def load_tools(
-        self,
-        tools: ToolsInput,
-        *,
-        priority: float = 0.5,
-        tags: Iterable[str] | None = None,
-        evictable: bool = True,
-        gated: bool = True,
-    ) -> list[str] | _core.PendingEntry:
-        """Append one block per tool definition; returns their runtime ids, in order.
-
-        ``tools``: a list of OpenAI, Anthropic or MCP definitions (detected per
-        entry), an MCP ``tools/list`` result, or a path to a JSON file holding one
-        (see :func:`rampart.parse_tools`). Each block is a ``seed`` block named after
-        the tool, tagged ``tool`` (plus ``tags``), whose content is
-        :func:`rampart.render_tool`'s description and whose metadata keeps the
-        schema (``block.tool_schema``). Tool blocks are evictable by default, so
-        ``evict(id)`` and ``evict_by_policy`` can drop a tool the task does not
-        need; ``evictable=False`` pins them (then only this registry, with
-        ``force=True``, removes them). All or nothing: every definition is
-        validated, and a name already loaded here refused, before any block is
-        written. ``gated=False``: the relevance gate never drops these tools, so a
-        ``tools`` array built from them stays byte-stable across tasks (SPEC §8).
-        """
-        p = _priority(priority)
-        ungated = not _flag(gated, "gated")
-        extra = [t for t in _tags(tags) if t != "tool"]
-        schemas = parse_tools(tools)
-        # Every block, not just those tagged "tool": a seed file may declare a tool too.
-        loaded = {t.name: b for b in self.list_blocks() if (t := b.tool_schema)}
-        clash = [s.name for s in schemas if s.name in loaded]
-        if clash:
-            b = loaded[clash[0]]
-            raise InvalidArgumentError(
-                f"registry {self.label!r} already holds tool {clash[0]!r} (block {b.runtime_id}); "
-                "evict it first to load a new version"
-            )
-        texts = [render_tool(s) for s in schemas]
-        counts = self._counts(texts)
-        rows: list[tuple[str, str, float, list[str], str | None, int | None]] = [
-            (s.name, text, p, ["tool", *extra], block_metadata_json(s), n)
-            for s, text, n in zip(schemas, texts, counts)
-        ]
-        return self._insert_many(
-            rows,
-            "seed",
-            bool(evictable),
-            [True] * len(rows),
-            [ungated] * len(rows) if ungated else None,
-        )
-
-    # ---- persistence --------------------------------------------------------------------
-
-    def _settings(self) -> str:
-        return json.dumps(
-            {
-                "tokeniser": self._tok.name,
-                "default_max_tokens": self.default_max_tokens,
-                "embedding_model": getattr(self._embedder, "model_id", None),
-            }
-        )
-
-    def save(self, path: PathLike) -> None:
-        """Write the whole registry (blocks, order, provenance, access counts,
-        embeddings) to one versioned file, atomically: a temporary file in the
-        same folder, fsync, rename. A crash mid-save leaves the previous file whole."""
-        data = self._core.save_bytes(self._settings())
-        atomic_write(Path(os.fspath(path)), data)
-
-    @classmethod
-    def load(
-        cls,
-        path: PathLike,
-        embedding_model: EmbeddingModel | str | None = None,
-        tokeniser: Any = None,
-        *,
-        label: str | None = None,
-        **kwargs: Any,
-    ) -> BlockRegistry:
-        """A registry from a file ``save`` wrote, every block under a **new**
-        runtime id. Vectors come back with it (no re-embedding). Blocks the saved
-        registry wrote belong to the new one; other authors keep their identity
-        (so nothing here can force-evict their pinned blocks). A truncated,
-        damaged or newer file raises ``RegistryFileError`` and creates nothing."""
-        data, where = persistence.read_file(path)
-        return cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
-
-    @classmethod
-    def _from_bytes(
-        cls,
-        data: bytes,
-        where: str,
-        embedding_model: Any,
-        tokeniser: Any,
-        label: str | None,
-        kwargs: dict[str, Any],
-    ) -> BlockRegistry:
-        reg: BlockRegistry = persistence.from_bytes(
-            cls, data, where, embedding_model, tokeniser, label, kwargs
-        )
-        return reg
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickling goes through the same state as save(); the copy gets a fresh
-        # label (the original may still hold its own). The tokeniser travels with
-        # it; of embedding models only the shared default one does (vectors
-        # always do).
-        model = (
-            "default" if self._embedder is not None and self._embedder is default_model() else None
-        )
-        return (
-            _unpickle,
-            (self._core.save_bytes(self._settings()), self._tok, model, self.default_max_tokens),
-        )
-
-    def export_markdown(
-        self, path: PathLike, *, source: str | None = "agent", overwrite: bool = True
-    ) -> int:
-        """Write the chosen blocks (``source``: "agent", "orchestrator", "seed", or
-        None for all) as a seed file that loads back through the ordinary parser
-        with the same names, contents, priorities and tags, byte for byte;
-        provenance (source, trajectory, created, author) goes into front matter.
-        A name or content the Markdown form would change (outer blank space,
-        ``\r``, a "---" line read as front matter) is written verbatim under the
-        front-matter key ``exact``. Returns the number of blocks written; when no
-        block has that ``source`` the (empty) file is written with a
-        ``RuntimeWarning``.
-
-        Example:
-            >>> rid = reg.write_agent_block("Run `make lint` before committing.", "run-42")
-            >>> reg.export_markdown("learned.md")  # next session: from_files([..., "learned.md"])
-            1
-        """
-        return persistence.export_markdown(self, path, source, overwrite)
-
-    # =====================================================================================
-    # ---- asyncio twins (issue 18) ----------------------------------------------------------
-    # Each ``a``-method means what its sync twin means (same arguments, result and
-    # typed errors) and never blocks the event loop. What never waits (reads,
-    # compile without a new task, writes to a local registry) just calls the twin;
-    # a shared registry's write is encoded by the core as usual and appended with
-    # the store's async client (``_replica.awrite``); a new task or new blocks go
-    # to the model without blocking (``_aio``). See docs/shared.md, "asyncio and
-    # servers".
-    # =====================================================================================
-
-    # Opening reads a checkpoint, replays the journal tail and may embed seeds
-    # (CPU work and store I/O once per registry): the sync open, off the loop.
-    aopen = classmethod(
-        offloaded(open.__func__, name="aopen", then=_prepare_async)  # type: ignore[attr-defined]
-    )
-
-    async def aclose(self) -> None:
-        """:meth:`close` for coroutines (the flush and the follower's stop run off the loop)."""
-        if self._replica is not None:
-            await self._replica.aclose()
-
-    async def sync_async(self, timeout: float = 10.0) -> None:
-        """:meth:`sync` for coroutines (``a`` + ``sync`` is the keyword ``async``,
-        hence this name): publish this replica's access counts and vectors, then
-        apply every entry appended before the call."""
-        if self._replica is not None:
-            await self._replica.sync_async(timeout)
+    # ---- asyncio twins (docs/shared.md, "asyncio and servers"): the write
+    # operations' come from their declarations (rampart.primitives), the shared
+    # registry's from rampart.shared; these are the reads that may wait.
 
     async def aembed_pending(self) -> int:
         """:meth:`embed_pending` for coroutines: the model runs off the loop, and
         one coroutine per registry embeds at a time (the others then find none)."""
-        import rampart._aio as _aio
+        import rampart.shared.aio as _aio
 
         return await _aio.aembed_pending(self)
-
-    # Every write operation's coroutine twin, from its one declaration (rampart._ops).
-    aadd_from_seed = aio(add_from_seed)
-    awrite_block = aio(write_block)
-    awrite_agent_block = aio(write_agent_block)
-    aupdate_block_content = aio(update_block_content)
-    aupdate_priority = aio(update_priority)
-    aset_gated = aio(set_gated)
-    aset_wrap = aio(set_wrap)
-    apromote = aio(promote)
-    ademote = aio(demote)
-    apromote_to_front = aio(promote_to_front)
-    ademote_to_back = aio(demote_to_back)
-    areorder = aio(reorder)
-    apromote_group = aio(promote_group)
-    aevict = aio(evict)
-    aevict_by_policy = aio(evict_by_policy)
-    arollback_trajectory = aio(rollback_trajectory)
-    arestore = aio(restore)
-    aload_tools = aio(load_tools)
 
     async def aadd_tool_example(
         self, tool: str, request: str, *, trajectory_id: str | None = None
     ) -> str | None:
         """:meth:`add_tool_example` for coroutines (it embeds the request and
         writes: the sync call on the loop's default executor)."""
-        import rampart._aio as _aio
+        import rampart.shared.aio as _aio
 
         out: str | None = await _aio.off_loop(
             lambda: self.add_tool_example(tool, request, trajectory_id=trajectory_id)
@@ -1407,27 +688,33 @@ class BlockRegistry:
             return await _aconversation_step(
                 res, conversation, context_window, reply_tokens, policy
             )
-        prompt, sel = await adrive(
+        steps = gates.select_steps(
             self,
-            gates.select_steps(
-                self,
-                max_tokens,
-                task_text,
-                relevance_threshold,
-                top_k,
-                separator,
-                task_embedding,
-                gate,
-                False,
-                tools_in_prompt,
-            ),
+            max_tokens,
+            task_text,
+            relevance_threshold,
+            top_k,
+            separator,
+            task_embedding,
+            gate,
+            False,
+            tools_in_prompt,
         )
-        res = CompileResult(
-            prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator
-        )
+        res = _result(await adrive(self, steps), separator)
         if conversation is None and context_window is None and policy is None:
             return res
         return await _aconversation_step(res, conversation, context_window, reply_tokens, policy)
+
+
+def _result(
+    picked: tuple[str | None, Any, gates.Notes | None], separator: str | None
+) -> CompileResult:
+    """The result of a gated compile's steps (the gate's notes attached)."""
+    prompt, sel, notes = picked
+    res = CompileResult(prompt or "", sel, DEFAULT_SEPARATOR if separator is None else separator)
+    if notes:
+        res._notes = notes
+    return res
 
 
 def _conversation_step(
@@ -1456,21 +743,13 @@ async def _aconversation_step(
     import rampart.conversation.plan as plan
 
     if conversation is not None and plan.may_wait(conversation, policy):
-        import rampart._aio as _aio
+        import rampart.shared.aio as _aio
 
         out: CompileResult = await _aio.off_loop(
             lambda: plan.attach(res, conversation, context_window, reply_tokens, policy)
         )
         return out
     return plan.attach(res, conversation, context_window, reply_tokens, policy)
-
-
-def _unpickle(
-    data: bytes, tokeniser: Any, model: str | None, default_max_tokens: int | None
-) -> BlockRegistry:
-    return BlockRegistry._from_bytes(
-        data, "pickled registry", model, tokeniser, None, {"default_max_tokens": default_max_tokens}
-    )
 
 
 def get_by_label(label: str) -> BlockRegistry | None:

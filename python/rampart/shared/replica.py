@@ -33,44 +33,34 @@ Choices SPEC §7 leaves open (docs/shared.md explains them):
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rampart._core as _core
 import rampart._files as _files
+import rampart.shared.follower as follower
 from rampart.errors import (
-    InvalidArgumentError,
     RampartError,
     RegistryFileError,
     StoreUnavailableError,
 )
-from rampart.stores import Damaged, Entries, Store, check_name, open_store, redacted
+from rampart.shared.follower import FLUSH_INTERVAL
+from rampart.stores import Damaged, Entries, Store
 from rampart.tools import check_block_metadata
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "open_shared"]
+__all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "ReplicaHost"]
 
 log = logging.getLogger("rampart.shared")
 
 CHECKPOINT_EVERY = 1000
-FLUSH_INTERVAL = 0.5
-META_FORMAT = 1
-#: Longest a follower waits in one store call before it checks for shutdown
-#: (Redis's XREAD BLOCK cannot be interrupted: close() waits at most this long).
-_WAIT = 0.25
-_BACKOFF_MAX = 2.0
-#: How often an idle follower checks that the store's history is still its own.
-_CHECK_EVERY = 1.0
 _NO_CODE = (lambda: None).__code__
 
 _LIVE: weakref.WeakSet[Replica] = weakref.WeakSet()
@@ -96,7 +86,9 @@ class ReplicaHost(Protocol):
     def _core(self) -> _core.Registry: ...
     def _settings(self) -> str: ...
     def _embed_written(self) -> None: ...
-    def _blocks_arrived(self, runtime_ids: list[str]) -> None: ...
+
+    # the gate's state (rampart.gates.policy): told which blocks arrived
+    _gate: Any
 
 
 class Replica:
@@ -245,7 +237,7 @@ class Replica:
         if written:
             reg = self._reg()
             if reg is not None:
-                reg._blocks_arrived(written)
+                reg._gate.blocks_arrived(reg, written)
         return result, error
 
     def _forked(self, theirs: bytes | None) -> bool:
@@ -687,7 +679,7 @@ class Replica:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=_follow, args=(self,), name=f"rampart-follower-{self.name}", daemon=True
+            target=follower.follow, args=(self,), name=f"rampart-follower-{self.name}", daemon=True
         )
         self._thread.start()
 
@@ -746,61 +738,6 @@ class Replica:
             self.start()
 
 
-def _follow(rep: Replica) -> None:
-    # Bounded in CPU whatever the store holds: a store that is down, damaged or
-    # hands back nothing new puts the follower to sleep (50 ms doubling to 2 s);
-    # it never stops for good (the store may be repaired).
-    backoff = 0.05
-    last_flush = last_check = time.monotonic()
-    said: str | None = None
-    while not rep._stop.is_set():
-        reg = rep._reg()
-        if reg is None:
-            return
-        del reg
-        try:
-            before, t0 = rep.position, time.monotonic()
-            entries = rep.store.wait(rep.name, rep.position, _WAIT, rep._stop)
-            if not entries and time.monotonic() - last_check >= _CHECK_EVERY:
-                # Nothing new: still make sure the store's history is this
-                # replica's (a failover without wait can take entries back).
-                entries = rep.store.read(rep.name, rep.position)
-                last_check = time.monotonic()
-            if entries or getattr(entries, "after", None) is not None:
-                with rep._lock:
-                    rep._apply(entries)
-            stalled = rep.position == before and (
-                bool(entries) or time.monotonic() - t0 < _WAIT / 100
-            )
-            if rep._wrote:
-                rep._wrote = False
-                _embed_written(rep)
-            if rep._checkpoint_due is not None and rep._try_checkpoint() is not None:
-                rep._checkpoint_due = None
-            if rep._outbox or time.monotonic() - last_flush >= FLUSH_INTERVAL:
-                rep.flush()
-                last_flush = time.monotonic()
-            if stalled:  # entries that moved nothing, or a wait that did not wait
-                rep._stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-            else:
-                backoff, said = 0.05, None
-        except Exception as e:
-            msg = f"{type(e).__name__}: {e}"
-            if msg != said:  # one warning per distinct failure, not one per retry
-                said = msg
-                log.warning("shared registry %r: follower retrying: %s", rep.name, msg)
-            rep._stop.wait(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
-    rep.store.close()
-
-
-def _embed_written(rep: Replica) -> None:
-    reg = rep._reg()
-    if reg is not None:
-        reg._embed_written()
-
-
 _FORKING: list[Replica] = []
 
 
@@ -829,9 +766,6 @@ os.register_at_fork(
 )
 
 
-# ---- opening ------------------------------------------------------------------------------
-
-
 def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, name: str) -> None:
     """Decode and check a checkpoint, then make it ``core``'s whole state, in place."""
     try:
@@ -847,132 +781,8 @@ def _install_checkpoint(core: _core.Registry, registry_id: str, data: bytes, nam
     core.reset_to(saved)
 
 
-#: The origin of the creator's seed entries (no replica's: every replica
-#: applies them).
-_SEED_ORIGIN = b"\0" * 16
-
-
-def open_shared(
-    cls: type[Any],
-    store: str | Store,
-    name: str,
-    embedding_model: Any,
-    tokeniser: Any,
-    label: str | None,
-    seeds: Iterable[Any] | None,
-    kwargs: dict[str, Any],
-    create: bool = True,
-) -> Any:
-    """``BlockRegistry.open``: create or join the shared registry ``name`` as an
-    instance of ``cls`` (``create=False``: join only; a missing registry, or
-    SQLite file, is InvalidArgumentError naming the store and the name)."""
-    from rampart.seeds import load_sources
-
-    check_name(name)
-    st = open_store(store, create=create)
-    if not create:
-        path = getattr(st, "path", None)  # a store kept in a file: SQLite
-        if isinstance(path, os.PathLike) and not os.path.exists(path):
-            raise InvalidArgumentError(
-                f"store {redacted(st.url)}: no such file (no registry {name!r})"
-            )
-        if st.meta(name) is None:
-            where = redacted(st.url)
-            raise InvalidArgumentError(
-                f"store {where} holds no registry {name!r} (rampart store ls {where})"
-            )
-    if label is None:
-        from rampart._labels import get_by_label
-
-        label = name if get_by_label(name) is None else None
-    probe = cls(embedding_model, tokeniser, label=label, **kwargs)
-    try:
-        settings = json.loads(probe._settings())
-        raw = st.meta(name)
-        entries: list[bytes] = []
-        if raw is None:
-            meta = {"format": META_FORMAT, "registry_id": str(uuid.uuid4()), "settings": settings}
-            if seeds is not None:
-                # The seed load, encoded by the core's ordinary write method
-                # before the registry exists in the store; never applied here.
-                seeder = cls._with_id(embedding_model, tokeniser, meta["registry_id"], None, kwargs)
-                seeder._core.attach_journal(_SEED_ORIGIN)
-                pending = seeder._insert_seeds(load_sources(seeds))
-                seeder._drop()
-                if isinstance(pending, _core.PendingEntry):
-                    entries = [pending.data]
-            if not st.create(name, json.dumps(meta).encode(), entries):
-                raw = st.meta(name)  # another process created it first: join it
-        if raw is not None:
-            meta = _check_meta(raw, name, settings, st)
-    finally:
-        probe._drop()
-    # The registry is built under the shared id from the start: its core object
-    # is never replaced afterwards.
-    reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
-    try:
-        rep = Replica(reg, st, name, meta)
-        rep._genesis = reg._core.checkpoint_bytes(reg._settings())
-        ck = _usable_checkpoint(st, name)
-        if ck is not None:
-            try:
-                _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
-                rep.position = ck[0]
-            except RegistryFileError as e:  # decoded nothing into the core: replay
-                _replay_instead(name, e)
-        reg._replica = rep
-        rep.catch_up()
-        reg._core.attach_journal(rep.origin)
-        reg._embed_written()  # publishes what no replica has embedded yet
-        rep.start()
-    except BaseException:
-        reg._drop()
-        raise
-    return reg
-
-
-def _usable_checkpoint(st: Store, name: str) -> tuple[int, bytes] | None:
-    """The checkpoint a new replica starts from (None: replay the journal)."""
-    try:
-        return st.checkpoint(name)
-    except RegistryFileError as e:
-        _replay_instead(name, e)
-        return None
-
-
 def _replay_instead(name: str, why: RegistryFileError) -> None:
     # A damaged checkpoint is passed over, the same way by every replica: the
     # journal alone gives the same state unless compaction dropped entries it
     # covered, which no replica can then recover (docs/shared.md).
     log.warning("shared registry %r: replaying the journal, not a checkpoint: %s", name, why)
-
-
-def _check_meta(raw: bytes, name: str, settings: dict[str, Any], st: Store) -> dict[str, Any]:
-    try:
-        meta = json.loads(raw)
-        ok = (
-            isinstance(meta, dict)
-            and meta.get("format") == META_FORMAT
-            and isinstance(meta.get("registry_id"), str)
-            and isinstance(meta.get("settings"), dict)
-        )
-    except ValueError:
-        ok = False
-    if not ok:
-        raise RegistryFileError(
-            f"store {redacted(st.url)}: registry {name!r} has a damaged metadata record"
-        )
-    theirs = meta["settings"]
-    if theirs.get("tokeniser") != settings.get("tokeniser"):
-        raise InvalidArgumentError(
-            f"shared registry {name!r} counts tokens with {theirs.get('tokeniser')!r}; open it "
-            f"with that tokeniser, not {settings.get('tokeniser')!r} (counts would disagree "
-            "between replicas)"
-        )
-    mine, created = settings.get("embedding_model"), theirs.get("embedding_model")
-    if mine is not None and created is not None and mine != created:
-        raise InvalidArgumentError(
-            f"shared registry {name!r} was created with embedding model {created!r}; open it "
-            f"with that model (or none), not {mine!r} (vectors would disagree between replicas)"
-        )
-    return dict(meta)
