@@ -269,11 +269,14 @@ conversation-bench: setup
 toolgate-eval: setup
 	$(BIN)/python benches/tool_gate_eval.py --out toolgate-eval.json
 
-# int8 against float32 for the default model (docs/embeddings.md, "int8 variants"):
-# reference cosines, holdout hit rates and alternated latency, in one run (~2 min).
+# int8 against float32 for each packaged encoder (docs/embeddings.md, "int8 variants"):
+# reference cosines, holdout hit rates and alternated latency, one process per model
+# (~2 min each for MiniLM and the tool encoder, ~4 min for MPNet).
 .PHONY: int8-bench
-int8-bench: setup
+int8-bench: setup setup-mpnet
 	$(BIN)/python benches/int8_bench.py --out benches/int8_bench_minilm.json
+	$(BIN)/python benches/int8_bench.py --model all-MiniLM-L6-v2:tools --out benches/int8_bench_tools.json
+	$(BIN)/python benches/int8_bench.py --model all-mpnet-base-v2 --out benches/int8_bench_mpnet.json
 
 # Every tool-gate table of docs/tool-gate.md in one command: the 40-tool tables, the
 # scale tiers (40 ... 479 tools) cold and with every author example file, and the weight

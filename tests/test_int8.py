@@ -11,6 +11,7 @@ import rampart
 from rampart.embeddings.prepare import (
     DEFAULT_MODEL_NAME,
     MPNET_MODEL_NAME,
+    TOOLS_MODEL_NAME,
     is_model_name,
     parse_model_name,
 )
@@ -24,6 +25,8 @@ def test_names_parse() -> None:
     assert parse_model_name(DEFAULT_MODEL_NAME) == (DEFAULT_MODEL_NAME, None)
     assert parse_model_name(INT8) == (DEFAULT_MODEL_NAME, "int8")
     assert parse_model_name(f"{MPNET_MODEL_NAME}:int8") == (MPNET_MODEL_NAME, "int8")
+    assert parse_model_name(TOOLS_MODEL_NAME) == (TOOLS_MODEL_NAME, None)
+    assert parse_model_name(f"{TOOLS_MODEL_NAME}:int8") == (TOOLS_MODEL_NAME, "int8")
     assert is_model_name(INT8) and is_model_name(f"{DEFAULT_MODEL_NAME}:fp4")
     assert not is_model_name("C:\\models\\minilm") and not is_model_name("./all-MiniLM-L6-v2")
     assert not is_model_name(None)
@@ -34,6 +37,10 @@ def test_names_parse() -> None:
     [
         (f"{DEFAULT_MODEL_NAME}:int4", "unknown variant 'int4'.*known variants: int8"),
         (f"{DEFAULT_MODEL_NAME}:", "unknown variant ''"),
+        (
+            f"{TOOLS_MODEL_NAME}:int4",
+            "unknown variant 'int4' of embedding model 'all-MiniLM-L6-v2:tools'",
+        ),
         ("all-MiniLM-L12-v2:int8", "unknown embedding model name"),
     ],
 )
@@ -87,3 +94,27 @@ def test_int8_vectors_stay_close_to_float32(int8_embedder: Any) -> None:
     assert float(np.median(cos)) >= 0.985
     assert float(cos.min()) >= 0.95
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+@needs_model
+def test_tool_encoder_int8_stays_close_to_its_float32() -> None:
+    """``all-MiniLM-L6-v2:tools:int8``: the trained delta applied, then quantized; its
+    own model_id (never MiniLM's int8 vectors). Against the tool encoder's float32
+    graph on the 25 reference texts, measured (benches/int8_bench_tools.json): median
+    0.990, worst 0.973."""
+    import numpy as np
+    from rampart.embeddings import OnnxEmbedder
+
+    texts = [it["text"] for it in json.loads(MINILM_REFERENCE.read_text(encoding="utf-8"))["items"]]
+    q = OnnxEmbedder(f"{TOOLS_MODEL_NAME}:int8", threads=1, vector_cache=False)
+    f = OnnxEmbedder(TOOLS_MODEL_NAME, threads=1, vector_cache=False)
+    plain = OnnxEmbedder(INT8, threads=1, vector_cache=False)
+    assert q.model_id.startswith(f"{TOOLS_MODEL_NAME}:int8:")
+    assert q.onnx_path != plain.onnx_path and "tools" in q.onnx_path.name
+    got, ref = q.encode_batch(texts), f.encode_batch(texts)
+    cos = (got * ref).sum(axis=1)
+    assert float(np.median(cos)) >= 0.985
+    assert float(cos.min()) >= 0.95
+    # the delta is in the int8 graph: closer to its own float32 than MiniLM's int8 is
+    other = (plain.encode_batch(texts) * ref).sum(axis=1)
+    assert float(np.median(cos)) > float(np.median(other))

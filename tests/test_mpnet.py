@@ -194,3 +194,21 @@ def test_registry_gates_with_mpnet(mpnet) -> None:  # type: ignore[no-untyped-de
     top = [b.semantic_name for b, _ in reg.find_relevant("what time is it in Tokyo?", top_k=2)]
     assert "get_current_time" in top
     reg.release()
+
+
+@needs_mpnet
+def test_int8_by_name_drifts_within_its_measured_bound() -> None:
+    """``all-mpnet-base-v2:int8`` is built and selectable by name; its vectors against
+    sentence-transformers' float32 ones. Measured (benches/int8_bench.py,
+    benches/int8_bench_mpnet.json): median 0.872, worst 0.734, far from issue 25's
+    0.99 (the FFNs' second MatMuls drift most; docs/tool-gate.md, "int8 of the three
+    encoders"), so it is not a default; this floor catches a build that drifts more."""
+    from rampart.embeddings import OnnxEmbedder
+
+    emb = OnnxEmbedder(f"{MPNET_MODEL_NAME}:int8", threads=1, vector_cache=False)
+    assert emb.model_id.startswith(f"{MPNET_MODEL_NAME}:int8:") and emb.dim == 768
+    assert "int8" in emb.onnx_path.name
+    texts, want = _reference()
+    cos = _cosines(emb.encode_batch(texts), want)
+    assert float(np.median(cos)) >= 0.85
+    assert float(cos.min()) >= 0.70

@@ -83,7 +83,7 @@ NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME, TOOLS_MODEL_NAME)
 #: LayerNorm, Softmax and the attention products stay float32. Measured against
 #: float32 in benches/int8_bench.py (docs/embeddings.md, "int8"). (The tool
 #: encoder, ``"all-MiniLM-L6-v2:tools"``, is a named model of its own: MiniLM with
-#: a trained weight delta.)
+#: a trained weight delta; its int8 graph is ``"all-MiniLM-L6-v2:tools:int8"``.)
 MODEL_VARIANTS = ("int8",)
 
 _BUILD_LOCK = threading.Lock()
@@ -96,7 +96,11 @@ def parse_model_name(name: str) -> tuple[str, str | None]:
     ones; a name that is no packaged model raises it too."""
     if name in NAMED_MODELS:  # the tool encoder is one itself, colon and all
         return name, None
-    base, sep, variant = name.partition(":")
+    # The variant follows the last colon when what precedes it is a model
+    # ("all-MiniLM-L6-v2:tools:int8"), else the first ("all-MiniLM-L6-v2:fp4").
+    base, sep, variant = name.rpartition(":")
+    if base not in NAMED_MODELS:
+        base, sep, variant = name.partition(":")
     if base not in NAMED_MODELS:
         raise InvalidArgumentError(
             f"unknown embedding model name {name!r} (known: {', '.join(NAMED_MODELS)}, "
@@ -589,7 +593,7 @@ def prepare_model(
     exists. ``contrib_ops=False`` builds the standard-op graph used for providers
     other than CPU/CUDA (an int8 graph always is one).
     """
-    variant = None
+    variant = name = None
     if is_model_name(model_dir):
         name, variant = parse_model_name(str(model_dir))
         default = name == DEFAULT_MODEL_NAME
@@ -599,7 +603,7 @@ def prepare_model(
         d = _package_model_dir() if default else _existing_path(model_dir)
     if not (d / "model.safetensors").is_file():
         raise ModelNotFoundError(f"{d}: no model.safetensors to prepare")
-    delta = _tools_delta() if model_dir == TOOLS_MODEL_NAME else None
+    delta = _tools_delta() if name == TOOLS_MODEL_NAME else None
     return _prepare(
         d, default=default, contrib_ops=contrib_ops, force=force, variant=variant, delta=delta
     )
@@ -641,7 +645,8 @@ def _find_source(model_dir: str | Path | None) -> _Source:
         d = _named_model_dir(name)
         shown = name if variant is None else f"{name}:{variant}"
         default = name == DEFAULT_MODEL_NAME
-        return _Source(d, shown, d / "tokenizer.json", None, default, variant)
+        delta = _tools_delta() if name == TOOLS_MODEL_NAME else None
+        return _Source(d, shown, d / "tokenizer.json", None, default, variant, delta)
     p = _existing_path(model_dir)
     onnx_file: Path | None = None
     if p.is_file():
