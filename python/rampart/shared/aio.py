@@ -3,7 +3,8 @@
 A read that may need the model (a gated compile, a ranking) is one generator
 (``rampart._ops``): ``compile`` drives it in the calling thread, ``acompile``
 with ``_ops.adrive``, which answers each need here. A write's shared append is
-``_replica``'s (``asubmit``).
+the replica's (``Replica.asubmit``), through the store's :class:`AsyncStore`
+side: its own async client, or :class:`OffLoopStore` over its blocking calls.
 
 - **The model.** A model with ``aencode`` (``OnnxEmbedder``: its coalescer's
   rounds run on threads, never on the loop) is awaited; a model with only
@@ -18,15 +19,70 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
 
 if TYPE_CHECKING:
     from rampart._view import RegistryView
+    from rampart.stores import Entries, Store
 
-__all__ = ["aembed_pending", "aencode_one", "aencode_texts", "off_loop"]
+__all__ = [
+    "AsyncStore",
+    "OffLoopStore",
+    "aembed_pending",
+    "aencode_one",
+    "aencode_texts",
+    "async_store",
+    "off_loop",
+]
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """The calls a coroutine makes on a store (SPEC §7): the sync
+    :class:`~rampart.stores.Store` methods of the same names, awaited on the
+    caller's event loop (Redis: redis.asyncio; SQLite: its writer thread).
+    PostgreSQL's store has none: :class:`OffLoopStore` serves it."""
+
+    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]: ...
+    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries: ...
+    async def alast_seq(self, name: str) -> int: ...
+    async def aclose(self) -> None: ...
+
+
+class OffLoopStore:
+    """An :class:`AsyncStore` for a store object with only blocking calls: each
+    runs on the loop's default executor (a bounded pool), never on the loop."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        out: tuple[int, Entries] = await off_loop(lambda: self.store.append(name, entry, after))
+        return out
+
+    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        out: Entries = await off_loop(lambda: self.store.read(name, after, limit))
+        return out
+
+    async def alast_seq(self, name: str) -> int:
+        out: int = await off_loop(lambda: self.store.last_seq(name))
+        return out
+
+    async def aclose(self) -> None:
+        # The store's connections belong to the follower thread, which closes
+        # them itself when the replica closes: nothing of this loop's to close.
+        return None
+
+
+def async_store(store: Store) -> AsyncStore:
+    """The store's async side: the store itself when it has one, else :class:`OffLoopStore`."""
+    return store if isinstance(store, AsyncStore) else OffLoopStore(store)
+
 
 # Per registry, per event loop: the lock that lets one coroutine embed at a time.
 # A side table, so the registry's slots stay as they are; asyncio.Lock is bound

@@ -5,13 +5,12 @@ and writes due checkpoints (SPEC §7; docs/shared.md)."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rampart.shared.replica import Replica
-
-__all__ = ["FLUSH_INTERVAL", "follow"]
+__all__ = ["FLUSH_INTERVAL", "Followed", "follow"]
 
 log = logging.getLogger("rampart.shared")
 
@@ -25,7 +24,25 @@ _BACKOFF_MAX = 2.0
 _CHECK_EVERY = 1.0
 
 
-def follow(rep: Replica) -> None:
+class Followed(Protocol):
+    """What the follower uses of a replica (:class:`rampart.shared.replica.Replica`)."""
+
+    name: str
+    position: int
+    store: Any
+    _reg: Callable[[], Any]
+    _stop: threading.Event
+    _lock: threading.RLock
+    _wrote: bool
+    _checkpoint_due: int | None
+    _outbox: list[Any]
+
+    def _apply(self, entries: Any) -> Any: ...
+    def _try_checkpoint(self) -> int | None: ...
+    def flush(self) -> None: ...
+
+
+def follow(rep: Followed) -> None:
     # Bounded in CPU whatever the store holds: a store that is down, damaged or
     # hands back nothing new puts the follower to sleep (50 ms doubling to 2 s);
     # it never stops for good (the store may be repaired).
@@ -74,7 +91,7 @@ def follow(rep: Replica) -> None:
     rep.store.close()
 
 
-def _embed_written(rep: Replica) -> None:
+def _embed_written(rep: Followed) -> None:
     reg = rep._reg()
     if reg is not None:
         reg._embed_written()

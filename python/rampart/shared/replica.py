@@ -49,6 +49,7 @@ from rampart.errors import (
     RegistryFileError,
     StoreUnavailableError,
 )
+from rampart.shared.aio import AsyncStore, async_store
 from rampart.shared.follower import FLUSH_INTERVAL
 from rampart.stores import Damaged, Entries, Store
 from rampart.tools import check_block_metadata
@@ -99,6 +100,9 @@ class Replica:
         # would be a cycle through a native object the collector cannot see.
         self._reg = weakref.ref(reg)
         self.store = store
+        # Its async side (rampart.shared.aio): the store's own client, or its
+        # blocking calls off the loop.
+        self.astore: AsyncStore = async_store(store)
         self.name = name
         self.meta = meta
         self.origin = os.urandom(16)
@@ -494,22 +498,10 @@ class Replica:
     # ---- asyncio: the same operations, without blocking the event loop --------------
 
     async def _aappend(self, entry: bytes) -> tuple[int, Entries]:
-        append = getattr(self.store, "aappend", None)
-        if append is not None:
-            result: tuple[int, Entries] = await append(self.name, entry, self.position)
-            return result
-        # A store object without an async client: its blocking call on the loop's
-        # default executor (a bounded pool), never on the loop itself.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.store.append, self.name, entry, self.position)
+        return await self.astore.aappend(self.name, entry, self.position)
 
     async def _aread(self) -> Entries:
-        read = getattr(self.store, "aread", None)
-        if read is not None:
-            got: Entries = await read(self.name, self.position)
-            return got
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.store.read, self.name, self.position)
+        return await self.astore.aread(self.name, self.position)
 
     async def _aapply(self, entries: Entries) -> None:
         """Apply ``entries`` from a coroutine without ever waiting on the loop: a
@@ -640,23 +632,14 @@ class Replica:
         deadline = loop.time() + timeout
         await self._ainflight()
         await self.aflush()
-        last = getattr(self.store, "alast_seq", None)
-        read = getattr(self.store, "aread", None)
-        if last is not None:
-            target = await last(self.name)
-        else:
-            target = await loop.run_in_executor(None, self.store.last_seq, self.name)
+        target = await self.astore.alast_seq(self.name)
         while self.position < target:
             if loop.time() > deadline:
                 raise TimeoutError(
                     f"shared registry {self.name!r}: at entry {self.position} of {target} "
                     f"after {timeout} s"
                 )
-            if read is not None:
-                entries = await read(self.name, self.position)
-            else:
-                read_now = self.store.read
-                entries = await loop.run_in_executor(None, read_now, self.name, self.position)
+            entries = await self.astore.aread(self.name, self.position)
             if entries:
                 await self._aapply(entries)
 
@@ -671,9 +654,7 @@ class Replica:
             log.warning("shared registry %r: closing without a final flush: %s", self.name, e)
         await self._ainflight()  # writes whose callers were cancelled finish first
         await asyncio.get_running_loop().run_in_executor(None, self.close)
-        aclose = getattr(self.store, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await self.astore.aclose()
 
     # ---- the follower -----------------------------------------------------------------
 
