@@ -50,6 +50,7 @@ from rampart import tool_search
 from rampart.block import CompileResult
 from rampart.caching import SessionResult
 from rampart.errors import InvalidArgumentError
+from rampart.providers import anthropic, openai
 from rampart.tool_search import aanswer_tool_search, answer_tool_search, answered_tools
 
 __all__ = [
@@ -69,31 +70,19 @@ __all__ = [
 
 #: What ``tools=`` may be: see the module docstring.
 TOOL_CHOICES = ("gated", "all", "allowed")
-#: The shortest prefix Anthropic caches for most models (Claude Sonnet 4.x, Opus 4.1
-#: and earlier); Claude Haiku 3.x needs 2048, Claude Opus 4.5+ and Haiku 4.5 4096
-#: (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). A breakpoint
-#: before a shorter prefix caches nothing, so none is placed there.
-ANTHROPIC_MIN_CACHE_TOKENS = 1024
-# Anthropic allows four cache_control breakpoints in one request.
-_MAX_BREAKPOINTS = 4
-_CACHE_TTLS = (None, "5m", "1h")
-# Content blocks that take cache_control (thinking blocks do not).
-_CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result", "search_result"})
-
-_OPENAI_SYSTEM_ROLES = ("system", "developer")
-# What a request message may hold; a response object also has response-only fields
-# (OpenAI's annotations, Anthropic's id, model, usage, stop_reason…).
-_OPENAI_MESSAGE_KEYS = frozenset(
-    {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call", "audio"}
-)
-_ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
+ANTHROPIC_MIN_CACHE_TOKENS = anthropic.MIN_CACHE_TOKENS
+_MAX_BREAKPOINTS = anthropic.MAX_BREAKPOINTS
+_CACHE_TTLS = anthropic.CACHE_TTLS
+_CACHEABLE = anthropic.CACHEABLE
+_OPENAI_SYSTEM_ROLES = openai.SYSTEM_ROLES
+_OPENAI_MESSAGE_KEYS = openai.MESSAGE_KEYS
+_ANTHROPIC_MESSAGE_KEYS = anthropic.MESSAGE_KEYS
 
 
 Result = CompileResult | SessionResult
 
-#: The beta that Anthropic's ``context_management`` edits need (the body carries
-#: it as ``betas``: send it with ``client.beta.messages.create(**body)``).
-ANTHROPIC_CONTEXT_BETA = "context-management-2025-06-27"
+#: The beta that Anthropic's ``context_management`` edits need (providers.anthropic).
+ANTHROPIC_CONTEXT_BETA = anthropic.CONTEXT_BETA
 
 
 def _conversation_messages(res: Result, messages: Any, fmt: str) -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rampart.block import CompileResult, InstructionBlock
 from rampart.errors import InvalidArgumentError
-from rampart.providers import gemini
+from rampart.providers import provider_prices
 
 if TYPE_CHECKING:
     from rampart._view import GateFn, RegistryView
@@ -116,20 +116,6 @@ class PriceTable:
         )
 
 
-_ANTHROPIC = (
-    "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching (checked 2026-12): "
-    "5-minute cache writes 1.25x base input, 1-hour writes 2x, cache hits 0.1x; the TTL is "
-    "refreshed on each hit; at most 4 breakpoints, hits looked for up to ~20 content blocks "
-    "before a breakpoint; minimum cacheable prompt 1024 tokens (Claude Sonnet 4.x, Opus 4.1 "
-    "and earlier), 2048 (Haiku 3.x), 4096 (Opus 4.5+, Haiku 4.5)"
-)
-_OPENAI = (
-    "https://platform.openai.com/docs/guides/prompt-caching and https://openai.com/api/pricing "
-    "(checked 2026-12): automatic for prompts of 1024 tokens or more, hits in 128-token "
-    "increments, no write premium; cached input at {pct} of the input price for {models}; "
-    "entries kept 5-10 minutes of inactivity (up to an hour; 24 h with "
-    "prompt_cache_retention='24h')"
-)
 _LOCAL = (
     "llama-cpp-python (Llama.generate keeps the previous prompt's KV cache and evaluates "
     "only what follows the longest common token prefix); llama.cpp server: the same per slot "
@@ -145,47 +131,7 @@ _VLLM = (
 PRICES: dict[str, PriceTable] = {
     t.name: t
     for t in (
-        PriceTable("anthropic", 0.1, 1.25, 300.0, 1024, explicit=True, source=_ANTHROPIC),
-        PriceTable("anthropic-1h", 0.1, 2.0, 3600.0, 1024, explicit=True, source=_ANTHROPIC),
-        PriceTable(
-            "openai",
-            0.1,
-            1.0,
-            300.0,
-            1024,
-            granularity=128,
-            source=_OPENAI.format(pct="10 %", models="the GPT-5 family"),
-        ),
-        PriceTable(
-            "openai-gpt-4.1",
-            0.25,
-            1.0,
-            300.0,
-            1024,
-            granularity=128,
-            source=_OPENAI.format(pct="25 %", models="GPT-4.1"),
-        ),
-        PriceTable(
-            "openai-gpt-4o",
-            0.5,
-            1.0,
-            300.0,
-            1024,
-            granularity=128,
-            source=_OPENAI.format(pct="50 %", models="GPT-4o"),
-        ),
-        *(
-            PriceTable(
-                name,
-                row["read"],
-                row["write"],
-                row["ttl_s"],
-                row["min_tokens"],
-                storage_per_hour=row["storage_per_hour"],
-                source=row["source"],
-            )
-            for name, row in gemini.PRICES.items()
-        ),
+        *(PriceTable(name, **row) for name, row in provider_prices()),
         PriceTable("local", 0.0, 1.0, None, 0, scope="last", source=_LOCAL),
         PriceTable("local-vllm", 0.0, 1.0, None, 0, granularity=16, source=_VLLM),
     )

@@ -173,9 +173,10 @@ def _snapshot(
     result: CompileResult, bodies: Mapping[str, Body] | None, nodeid: str
 ) -> dict[str, Any]:
     if bodies is None:
-        from rampart.adapters import anthropic_messages, openai_chat
+        import rampart.adapters as adapters
+        from rampart.providers import golden_bodies
 
-        bodies = {"openai_chat": openai_chat, "anthropic_messages": anthropic_messages}
+        bodies = {name: getattr(adapters, name) for name in golden_bodies()}
     built: dict[str, Any] = {}
     for key, body in bodies.items():
         value = body(result) if callable(body) else body

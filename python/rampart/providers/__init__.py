@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from rampart.errors import InvalidArgumentError
 
-__all__ = ["PROVIDERS", "provider"]
+__all__ = ["PROVIDERS", "golden_bodies", "provider", "provider_prices"]
 
 #: Provider name -> its module (imported on first use: ``import rampart`` pays nothing).
 PROVIDERS: dict[str, str] = {
+    "openai": "rampart.providers.openai",
+    "anthropic": "rampart.providers.anthropic",
     "gemini": "rampart.providers.gemini",
 }
 
@@ -32,3 +35,15 @@ def provider(name: str) -> ModuleType:
             f"unknown provider {name!r}; known: {', '.join(sorted(PROVIDERS))}"
         )
     return importlib.import_module(module)
+
+
+def provider_prices() -> list[tuple[str, dict[str, Any]]]:
+    """Every provider's price rows (``PRICES``: name -> ``PriceTable`` fields),
+    in table order, for :data:`rampart.caching.PRICES`."""
+    return [(n, row) for p in PROVIDERS for n, row in provider(p).PRICES.items()]
+
+
+def golden_bodies() -> list[str]:
+    """The adapters whose bodies the pytest plugin snapshots by default: each
+    provider's ``GOLDEN_BODY`` (None: its body needs arguments, e.g. a model)."""
+    return [b for p in PROVIDERS if (b := getattr(provider(p), "GOLDEN_BODY", None))]
