@@ -222,7 +222,10 @@ def test_sentinel_failover_without_wait_leaves_no_fork(
         sentinels.start()
         url = sentinels.url(wait=0)
         reg = rampart.BlockRegistry.open(url, "agent", label=None)
-        writers = Writers(url)
+        # Writers paced (5 ms between writes) and stopped by a file: they are still
+        # writing when the replicas freeze, however fast the machine (unpaced, they
+        # could finish all their writes before it, and nothing new would come).
+        writers = Writers(url, 10**6, limit=300, stop_file=tmp_path / "stop", pause=0.005)
         try:
             writers.wait_for(10)
             master = sentinels.master_port()
@@ -247,7 +250,8 @@ def test_sentinel_failover_without_wait_leaves_no_fork(
                     assert node.proc is not None
                     os.kill(node.proc.pid, signal.SIGCONT)
             sentinels.wait_promoted(master)
-            writers.finish()
+            writers.wait_for_new(5)  # writing again, on the promoted replica
+            writers.stop()
             bounded(lambda: reg.sync(timeout=60), "sync()")
             late = rampart.BlockRegistry.open(url, "agent", label=None)
             try:

@@ -24,17 +24,19 @@ from rampart.errors import StoreUnavailableError
 from redis_server import ClusterSet, SentinelSet, skip_without_redis
 from test_shared import state
 
-# Writes until it has `n` acknowledged ones (or `limit` seconds passed), retrying
-# refused ones; prints each acknowledged id (printed = acknowledged).
+# Writes until it has `n` acknowledged ones (or `limit` seconds passed, or the stop
+# file exists), retrying refused ones, pausing `pause` seconds after each; prints
+# each acknowledged id (printed = acknowledged).
 WRITER = textwrap.dedent(
     """
-    import sys, time, rampart
+    import os, sys, time, rampart
     from rampart.errors import StoreUnavailableError
     url, tag, n, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    stop, pause = sys.argv[5] or None, float(sys.argv[6])
     reg = rampart.BlockRegistry.open(url, "agent", label=None)
     deadline = time.monotonic() + limit
     done = refused = 0
-    while done < n and time.monotonic() < deadline:
+    while done < n and time.monotonic() < deadline and not (stop and os.path.exists(stop)):
         try:
             rid = reg.write_block(f"{tag} {done}", f"{tag}{done}")
         except StoreUnavailableError:
@@ -43,6 +45,8 @@ WRITER = textwrap.dedent(
             continue
         done += 1
         print(rid, flush=True)
+        if pause:
+            time.sleep(pause)
     print("refused", refused, flush=True)
     reg.close()
     """
@@ -78,10 +82,20 @@ def cluster_set(tmp_path: Path) -> Iterator[ClusterSet]:
 class Writers:
     """Writer processes and the ids they acknowledged, read as they come."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        per_writer: int = PER_WRITER,
+        *,
+        limit: float = 120.0,
+        stop_file: Path | None = None,
+        pause: float = 0.0,
+    ) -> None:
+        self.stop_file = stop_file
+        args = [str(per_writer), str(limit), str(stop_file or ""), str(pause)]
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-c", WRITER, url, f"w{k}", str(PER_WRITER), "120"],
+                [sys.executable, "-c", WRITER, url, f"w{k}", *args],
                 stdout=subprocess.PIPE,
                 text=True,
                 cwd=ROOT,
@@ -122,6 +136,12 @@ class Writers:
             while sem.acquire(blocking=False):
                 pass
         self.wait_for(n)
+
+    def stop(self) -> list[str]:
+        """Tell the writers to stop (the stop file) and wait for them, as finish()."""
+        assert self.stop_file is not None, "these writers have no stop file"
+        self.stop_file.touch()
+        return self.finish()
 
     def finish(self) -> list[str]:
         for p, t in zip(self.procs, self.readers):
