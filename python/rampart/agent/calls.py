@@ -29,6 +29,8 @@ def arguments(call: ToolCall) -> dict[str, Any] | str:
 
 
 def as_text(value: Any) -> str:
+    """A tool's return value as the model reads it: a string as it is, else JSON
+    (``repr`` for what JSON cannot hold)."""
     if isinstance(value, str):
         return value
     try:
@@ -38,6 +40,8 @@ def as_text(value: Any) -> str:
 
 
 def call_sync(functions: Mapping[str, Callable[..., Any]], call: ToolCall) -> tuple[str, bool]:
+    """``call`` run by its function (``functions``: tool name -> callable); its text
+    and whether it failed."""
     args = arguments(call)
     if isinstance(args, str):
         return args, True

@@ -33,6 +33,8 @@ class JudgeHost(lessons.LessonHost, Protocol):
 
 
 def assess(host: JudgeHost, run: Run) -> Generator[Action, Any, None]:
+    """Set ``run.success`` and ``run.feedback`` (the checker, else the judge when
+    the agent learns), then diagnose a failure."""
     if host.check is not None:
         verdict = host.check(run.answer, run)
         if isinstance(verdict, tuple):
@@ -56,6 +58,8 @@ def assess(host: JudgeHost, run: Run) -> Generator[Action, Any, None]:
 
 
 def diagnose(host: JudgeHost, run: Run) -> Generator[Action, Any, None]:
+    """Ask the model for the one rule that would have made ``run`` pass, and learn
+    it (``run.lesson`` when it was compiled, not quarantined)."""
     used = [r for s in run.steps for r in s.results]
     calls = "".join(f"\n- {r.call.name}({r.call.arguments:.200}) -> {r.output[:200]}" for r in used)
     prompt = (

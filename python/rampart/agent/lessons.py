@@ -52,6 +52,8 @@ def learned(registry: BlockRegistry) -> list[InstructionBlock]:
 
 
 def duplicate_limit(host: LessonHost) -> float:
+    """The similarity at or above which two rules are one: the agent's
+    ``duplicate_threshold``, else the measure's default (cosine or text)."""
     if host.duplicate_threshold:
         return host.duplicate_threshold
     if host.registry.embedding_model is not None:
@@ -180,6 +182,9 @@ def write_lesson(
     note: str = "",
     merge: bool = True,
 ) -> Lesson:
+    """Compile ``rule`` as a lesson of run ``trajectory_id``, wrapped in its
+    provenance: a near-duplicate learned rule (with ``merge``) gets the new text,
+    otherwise a new agent block is written."""
     registry = host.registry
     rule = renderable_rule(rule, host.max_rule_chars)
     if not rule:

@@ -7,12 +7,15 @@ import re
 
 
 def clip(text: str, limit: int) -> str:
+    """``text`` cut at ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n… [cut: {len(text) - limit} more characters]"
 
 
 def normalise(text: str) -> str:
+    """``text`` lower-cased, punctuation and runs of space as one space (for the
+    text similarity of two rules)."""
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
