@@ -469,14 +469,14 @@ def test_mcp_session_tools(registry: Any, backends: Any) -> None:
 def test_session_without_mcp_package_is_a_clear_error(
     registry: Any, backends: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rampart.agent as agent_mod
+    from rampart.integrations import mcp_client
 
     class Session:  # an MCP-shaped object while the mcp package is absent
         async def list_tools(self) -> None: ...
 
         async def call_tool(self, name: str, args: dict[str, Any]) -> None: ...
 
-    monkeypatch.setattr(agent_mod, "_mcp_session_class", lambda: None)
+    monkeypatch.setattr(mcp_client, "session_classes", lambda: None)
     with fake.FakeOpenAI(fake.scripted([])) as server:
         with pytest.raises(ImportError, match="pip install mcp"):
             Agent(registry, model(server, backends), [Session()])
@@ -990,7 +990,7 @@ def test_find_tools_brings_back_a_tool_the_gate_hid(backends: Any) -> None:
 
 
 def test_server_tag_bounds_a_strangers_server_name() -> None:
-    from rampart.agent import _server_tags
+    from rampart.integrations.mcp_client import server_tags
 
     class Info:
         name = "my  evil\nserver" + "x" * 100
@@ -998,9 +998,9 @@ def test_server_tag_bounds_a_strangers_server_name() -> None:
     class Session:
         server_info: Any = Info()
 
-    assert _server_tags(Session()) == ["server:" + ("my-evil-server" + "x" * 100)[:64]]
+    assert server_tags(Session()) == ["server:" + ("my-evil-server" + "x" * 100)[:64]]
     Session.server_info = None  # a server that did not say its name: no tag
-    assert _server_tags(Session()) == []
+    assert server_tags(Session()) == []
     Info.name = " \t"
     Session.server_info = Info()
-    assert _server_tags(Session()) == []
+    assert server_tags(Session()) == []

@@ -656,12 +656,13 @@ def test_sqlite_appends_through_the_writer_thread_stay_dense_and_fail_alone(
 def test_agent_arun_on_a_shared_registry_keeps_store_calls_off_the_loop(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rampart.agent import Agent, _mcp_session_class
+    from rampart.agent import Agent
+    from rampart.integrations.mcp_client import session_classes
     from rampart.llm import OpenAIBackend
 
     from tests import fake_openai as fake
 
-    _mcp_session_class()  # Agent() imports the MCP SDK (seconds, once): not the twins' doing
+    session_classes()  # Agent() imports the MCP SDK (seconds, once): not the twins' doing
 
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     turns: list[Any] = [

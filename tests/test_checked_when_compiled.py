@@ -117,7 +117,7 @@ def test_quarantine_load_refuses_a_device_and_a_huge_file(
     link.symlink_to("/dev/zero")
     with pytest.raises(InvalidArgumentError, match="not a regular file"):
         Quarantine.load(link)
-    monkeypatch.setattr("rampart.agent._MAX_QUARANTINE_BYTES", 1000)
+    monkeypatch.setattr("rampart.agent.limits.MAX_QUARANTINE_BYTES", 1000)
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"entries": [], "pad": "x" * 2000}))
     with pytest.raises(InvalidArgumentError, match="at most 1000"):

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import rampart._http as _http
-from rampart.agent import _TOOL_SEARCH_TOOL, TOOL_SEARCH, search_tools
+from rampart.agent.builtin import TOOL_SEARCH, TOOL_SEARCH_TOOL
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
+from rampart.tool_search import search_tools
 
 if TYPE_CHECKING:
     from agents import Agent, RunContextWrapper
@@ -240,7 +241,7 @@ class RampartInstructions:
         :meth:`gate` (exact name first, then the registry's relevance ranking) and
         enables what it finds for the rest of the calling run."""
         agents = _require_agents()
-        spec = _TOOL_SEARCH_TOOL["function"]
+        spec = TOOL_SEARCH_TOOL["function"]
 
         async def invoke(ctx: Any, raw: str) -> str:
             try:

@@ -1,0 +1,364 @@
+"""``rampart compile`` and ``rampart inspect``: a registry from seed files or a
+shared store, compiled with a report per block, or listed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rampart.block import BlockReport, CompileResult
+from rampart.cli.common import MAX_COUNT, CliError, Parser, check_paths, finite_float, int_in
+from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+
+
+def _registry(args: argparse.Namespace, *, embed: bool = False) -> tuple[BlockRegistry, float]:
+    """The registry a command reads: seed files (PATHS) or a shared registry
+    (--store URL --name NAME), never both."""
+    if args.store is None and args.name is None:
+        if not args.paths:
+            raise CliError("give seed PATHS, or --store URL --name NAME for a shared registry")
+        return _load(args.paths, args.tokeniser, embed=embed)
+    if args.paths:
+        raise CliError("give seed PATHS or --store/--name, not both")
+    if args.store is None or args.name is None:
+        raise CliError("--store URL and --name NAME go together")
+    t0 = time.perf_counter()
+    reg = BlockRegistry.open(
+        args.store,
+        args.name,
+        "default" if embed else None,
+        tokeniser=args.tokeniser,
+        default_max_tokens=None,
+        create=False,  # a read command: a misspelt name or file creates nothing
+    )
+    # The command reads a replica; it counts no accesses into the shared journal.
+    reg.close()
+    return reg, time.perf_counter() - t0
+
+
+def _load(
+    paths: Sequence[str], tokeniser: str | None, *, embed: bool = False
+) -> tuple[BlockRegistry, float]:
+    """Cold start; with ``embed`` every block is embedded by the default model
+    (ONNX MiniLM, prepared by ``rampart model prepare``) for the relevance gate."""
+    check_paths(paths)
+    if tokeniser is not None:
+        check_paths([tokeniser])
+    t0 = time.perf_counter()
+    reg = BlockRegistry.from_files(
+        list(paths),
+        "default" if embed else None,
+        tokeniser=tokeniser,
+        default_max_tokens=None,
+    )
+    return reg, time.perf_counter() - t0
+
+
+def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": r.index,
+            "name": r.name,
+            "runtime_id": r.runtime_id,
+            "included": r.included,
+            "cost": r.cost,
+            "reason": r.reason,
+            "score": r.score,
+            "detail": r.detail,
+            "gated": r.gated,
+        }
+        for r in result.report
+    ]
+
+
+def _gate_ranks(report: Sequence[BlockReport]) -> dict[int, int]:
+    """Rank of each scored block as the core's gate sees it: higher score first,
+    ties by registry position (rust/src/embeddings.rs, ``admit_scores``)."""
+    scored = sorted(
+        (r for r in report if r.score is not None), key=lambda r: (-(r.score or 0.0), r.index)
+    )
+    return {r.index: rank for rank, r in enumerate(scored, start=1)}
+
+
+def _gate_rule(r: BlockReport, rank: int | None, top_k: int | None, threshold: float | None) -> str:
+    """Why the gate let a block in or kept it out, as the rule that decided it
+    ("rank 13 > top-k 12", "score 0.2785 < threshold 0.3"); the core's own detail
+    when the rule computed here does not account for the decision."""
+    if r.score is None or rank is None:
+        return r.detail
+    below = threshold is not None and r.score < threshold
+    outranked = top_k is not None and rank > top_k
+    if r.reason == "gate":
+        if below:
+            return f"score {r.score:.4f} < threshold {threshold:g}"
+        if outranked:
+            return f"rank {rank} > top-k {top_k}"
+        return r.detail
+    if not r.included:
+        return r.detail
+    rules = []
+    if top_k is not None:
+        rules.append(f"rank {rank} <= top-k {top_k}")
+    if threshold is not None:
+        rules.append(f"score >= {threshold:g}")
+    return ", ".join(rules)
+
+
+def _boundary_marks() -> tuple[str, str]:
+    # Box-drawing characters never occur in Markdown syntax, so a block boundary
+    # cannot be mistaken for a `---` rule inside a skill body; plain ASCII where
+    # the terminal cannot show them.
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    return ("━━━━┫", "┣━━━━") if enc.startswith("utf") else ("#### <<", ">> ####")
+
+
+def _separator_words(separator: str, tokens: int) -> str:
+    """How the report names the separator: its text (escaped) and token count."""
+    what = ": a '---' line between blank lines" if separator == DEFAULT_SEPARATOR else ""
+    # repr() escapes line ends and tabs; the quotes show where the text starts and ends.
+    return f"{separator!r} ({tokens} token{'' if tokens == 1 else 's'}{what})"
+
+
+def _print_blocks(result: CompileResult, separator: str, sep_tokens: int) -> None:
+    """The prompt block by block, each under an unmistakable header line; the
+    exact prompt text is what ``--prompt-only`` / ``--json`` print. A block's
+    header gives its own tokens and, after the first, the separator's."""
+    blocks = result.included_blocks
+    if not blocks:
+        sys.stdout.write("(the prompt is empty: no block was included)\n\n")
+        return
+    pieces = [b.wrap_prefix + b.content + b.wrap_suffix for b in blocks]
+    left, right = _boundary_marks()
+    if separator.join(pieces) != result.prompt:
+        # Not expected; never show a block view that is not the real prompt.
+        sys.stdout.write(f"{left} prompt ({result.total_tokens} tokens) {right}\n")
+        sys.stdout.write(result.prompt + "\n")
+    else:
+        # Where the part no task changes ends (SPEC §8): shown when a gate ran and
+        # something task-dependent follows it.
+        stable = result.stable_prefix_blocks if result.stable_prefix_blocks < len(blocks) else -1
+        for k, (b, piece, cost) in enumerate(zip(blocks, pieces, result.costs), start=1):
+            if k - 1 == stable:
+                sys.stdout.write(
+                    f"{left} stable prefix ends here: the {result.stable_prefix_tokens} tokens "
+                    f"above are the same for every task (a provider can cache them); what "
+                    f"follows depends on the task {right}\n"
+                )
+            own = cost - sep_tokens if k > 1 else cost
+            tokens = f"{own} + {sep_tokens} separator tokens" if k > 1 else f"{cost} tokens"
+            sys.stdout.write(
+                f"{left} block {k}/{len(blocks)}: {b.semantic_name} ({tokens}) {right}\n"
+            )
+            sys.stdout.write(piece + "\n")
+        sys.stdout.write(
+            f"{left} end of prompt: blocks joined by {_separator_words(separator, sep_tokens)}; "
+            f"exact text: --prompt-only {right}\n\n"
+        )
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    cut = args.top_k is not None or args.threshold is not None
+    if cut and args.task is None:
+        flag = "--top-k" if args.top_k is not None else "--threshold"
+        raise CliError(f"{flag} needs --task TEXT: the gate ranks blocks against a task")
+    if args.task is not None and not cut:
+        print(
+            "rampart: warning: --task is ignored without --top-k or --threshold (nothing is gated)",
+            file=sys.stderr,
+        )
+    if args.json and args.prompt_only:
+        raise CliError("--json and --prompt-only are alternatives: pass one")
+    gated = args.task is not None and cut
+    reg, load_s = _registry(args, embed=gated)
+    separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
+    t0 = time.perf_counter()
+    result = reg.compile(
+        max_tokens=args.max_tokens,
+        task_text=args.task if gated else None,
+        relevance_threshold=args.threshold,
+        top_k=args.top_k,
+        separator=separator,
+    )
+    compile_s = time.perf_counter() - t0
+    sep_tokens = reg.count_tokens(separator)
+    if args.prompt_only:
+        sys.stdout.write(result.prompt)
+        if result.prompt and not result.prompt.endswith("\n"):
+            sys.stdout.write("\n")
+        return 0
+    rows = _report_rows(result)
+    if args.json:
+        out = {
+            "prompt": result.prompt,
+            "total_tokens": result.total_tokens,
+            "max_tokens": result.max_tokens,
+            # Each cost after the first block's includes this (the separator before it).
+            "separator_tokens": sep_tokens,
+            "task": args.task,
+            "top_k": args.top_k,
+            "threshold": args.threshold,
+            "included": [r for r in rows if r["included"]],
+            "excluded": [r for r in rows if not r["included"]],
+            # SPEC §8: the front no task changes, and where it is interrupted.
+            "stable_prefix_tokens": result.stable_prefix_tokens,
+            "stable_prefix_blocks": result.stable_prefix_blocks,
+            "cache_notes": result.cache_notes,
+            "timing_s": {"load": load_s, "compile": compile_s},
+        }
+        json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    if not args.no_prompt:
+        _print_blocks(result, separator, sep_tokens)
+    budget = "unlimited" if result.max_tokens is None else f"{result.max_tokens} tokens"
+    print(
+        f"included {len(result)} of {len(reg)} blocks, {result.total_tokens} tokens "
+        f"(budget {budget})"
+    )
+    if gated:
+        rule = " and ".join(
+            part
+            for part in (
+                f"the top {args.top_k}" if args.top_k is not None else "",
+                f"score >= {args.threshold:g}" if args.threshold is not None else "",
+            )
+            if part
+        )
+        print(f"task: {args.task}\ngate: {rule} by cosine similarity to the task")
+        print(
+            f"stable prefix: {result.stable_prefix_tokens} of {result.total_tokens} tokens, "
+            f"{result.stable_prefix_blocks} blocks (the same for every task: cacheable)"
+        )
+        for note in result.cache_notes:
+            print(f"note: {note}")
+    report = result.report
+    ranks = _gate_ranks(report)
+    width = max((len(r.name) for r in report), default=4)
+    for r in report:
+        mark = "+" if r.included else "-"
+        score = "" if r.score is None else f"  score {r.score:.3f}"
+        rule = _gate_rule(r, ranks.get(r.index), args.top_k, args.threshold)
+        why = f"  {rule}" if r.included else f"  [{r.reason}] {rule}"
+        if not r.gated:
+            why += "  (ungated)"
+        print(f" {mark} {r.index:>4}  {r.name:<{width}}  {r.cost:>6} tok{score}{why}".rstrip())
+    if sep_tokens and len(report) > 1:
+        # inspect lists blocks alone; here a block's cost is what it adds to the prompt.
+        print(
+            "tok: the block's own tokens plus, for every block after the first, the "
+            f"separator before it, {_separator_words(separator, sep_tokens)}; "
+            "`rampart inspect` counts blocks alone"
+        )
+    model = reg.embedding_model
+    embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
+    query = " (incl. embedding the task)" if gated else ""
+    print(
+        f"loaded {len(reg)} blocks in {load_s * 1e3:.2f} ms{embedded}; "
+        f"compiled in {compile_s * 1e3:.3f} ms{query}"
+    )
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    reg, load_s = _registry(args)
+    blocks = reg.list_blocks()
+    if args.json:
+        json.dump(
+            [
+                {
+                    "index": i,
+                    "name": b.semantic_name,
+                    "runtime_id": b.runtime_id,
+                    "priority": b.priority,
+                    "tokens": b.token_count,
+                    "cost": b.cost,
+                    "tags": list(b.tags),
+                    "source": b.source,
+                    "metadata": b.metadata,
+                }
+                for i, b in enumerate(blocks)
+            ],
+            sys.stdout,
+            indent=2,
+            ensure_ascii=False,
+        )
+        sys.stdout.write("\n")
+        return 0
+    width = max((len(b.semantic_name) for b in blocks), default=4)
+    print(f"{'#':>4}  {'name':<{width}}  prio  tokens  tags")
+    for i, b in enumerate(blocks):
+        # cost: content plus wrap text, what the block costs in a prompt (no separator).
+        print(
+            f"{i:>4}  {b.semantic_name:<{width}}  {b.priority:4.2f}  {b.cost:>6}  "
+            f"{', '.join(b.tags)}"
+        )
+    total = sum(b.cost for b in blocks)
+    sep = reg.count_tokens(DEFAULT_SEPARATOR)
+    together = ""
+    if len(blocks) > 1:
+        # What `rampart compile` reports for all of them: one separator between blocks.
+        together = (
+            f" ({total + sep * (len(blocks) - 1)} compiled together: `rampart compile` adds "
+            f"the separator, {sep} tokens, before every block after the first)"
+        )
+    print(f"{len(blocks)} blocks, {total} tokens{together}, loaded in {load_s * 1e3:.2f} ms")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``compile`` and ``inspect`` (and the options they share) to the
+    ``rampart`` subcommands ``sub``."""
+    common = Parser(add_help=False)
+    common.add_argument("paths", nargs="*", help="seed files or directories of them")
+    common.add_argument(
+        "--store", default=None, help="a shared registry's store URL (with --name, no PATHS)"
+    )
+    common.add_argument("--name", default=None, help="the shared registry's name in --store")
+    common.add_argument(
+        "--tokeniser", default=None, help="tokenizer.json path (default: cl100k_base)"
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    c = sub.add_parser(
+        "compile",
+        parents=[common],
+        help="compile seed files into a prompt, with a report per block",
+        description="Compile seed files into a prompt. The human view shows each block "
+        "under a header line and a report row per block (+ included, - left out, with "
+        "the rule that decided); --prompt-only prints the exact prompt text.",
+    )
+    c.add_argument("--task", default=None, help="task text for the relevance gate")
+    c.add_argument(
+        "--max-tokens",
+        type=int_in(0, MAX_COUNT),
+        default=None,
+        help="token budget (default: none)",
+    )
+    c.add_argument(
+        "--top-k",
+        type=int_in(1, MAX_COUNT),
+        default=None,
+        help="gate: keep the k blocks most relevant to --task",
+    )
+    c.add_argument(
+        "--threshold",
+        type=finite_float,
+        default=None,
+        help="gate: keep blocks whose cosine score with --task is at least this",
+    )
+    c.add_argument(
+        "--separator",
+        default=None,
+        help="text between blocks (default: '\\n\\n---\\n\\n', a '---' line between blank lines)",
+    )
+    out = c.add_mutually_exclusive_group()
+    out.add_argument("--no-prompt", action="store_true", help="print only the report")
+    out.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")
+    c.set_defaults(func=_cmd_compile)
+
+    i = sub.add_parser("inspect", parents=[common], help="list the blocks of seed files")
+    i.set_defaults(func=_cmd_inspect)
