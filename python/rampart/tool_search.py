@@ -55,7 +55,9 @@ if TYPE_CHECKING:
 __all__ = [
     "PROVIDERS",
     "SEARCH_TOOL",
+    "TOOL_SEARCH",
     "TOOL_SEARCH_K",
+    "TOOL_SEARCH_TOOL",
     "aanswer_tool_search",
     "answer_tool_search",
     "answered_tools",
@@ -602,3 +604,28 @@ def answered_tools(answer: Mapping[str, Any]) -> list[str]:
     except (ValueError, KeyError, TypeError):
         return []
     return [r["name"] for r in rows if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
+
+
+#: The name of the agent's fallback tool for tools the gate left out
+#: (``Agent(tool_search=True)``, the OpenAI Agents SDK integration).
+TOOL_SEARCH = "find_tools"
+TOOL_SEARCH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_SEARCH,
+        "description": (
+            "Find a tool that is not in your tool list: give its exact name or say what "
+            "it should do. The tools found are offered to you from the next step on."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "A tool name, or what the tool should do.",
+                }
+            },
+            "required": ["query"],
+        },
+    },
+}

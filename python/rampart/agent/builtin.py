@@ -17,7 +17,9 @@ from rampart.agent.records import Run
 from rampart.agent.text import clean_rule, clip
 from rampart.errors import RampartError
 from rampart.llm import ToolCall
-from rampart.tool_search import answer_tool_search, answered_tools
+
+# The gate's fallback tool is defined with the gate's tool search (integrations use it too).
+from rampart.tool_search import TOOL_SEARCH, TOOL_SEARCH_TOOL, answer_tool_search, answered_tools
 
 if TYPE_CHECKING:
     from rampart.registry import BlockRegistry
@@ -55,30 +57,8 @@ MEMORY_TOOLS: list[dict[str, Any]] = [
 ]
 MEMORY_NAMES = frozenset(t["function"]["name"] for t in MEMORY_TOOLS)
 
+
 #: The name of the gate's fallback tool (offered when the agent gates its tools).
-TOOL_SEARCH = "find_tools"
-TOOL_SEARCH_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": TOOL_SEARCH,
-        "description": (
-            "Find a tool that is not in your tool list: give its exact name or say what "
-            "it should do. The tools found are offered to you from the next step on."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {
-                    "type": "string",
-                    "description": "A tool name, or what the tool should do.",
-                }
-            },
-            "required": ["query"],
-        },
-    },
-}
-
-
 def memory(host: lessons.LessonHost, call: ToolCall, run: Run, tainted: bool) -> tuple[str, bool]:
     """``remember`` and ``forget``: plain registry writes and evictions, so the
     registry's own rules decide (a pinned or foreign block stays). After the model

@@ -42,11 +42,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import rampart._http as _http
-from rampart.agent.builtin import TOOL_SEARCH, TOOL_SEARCH_TOOL
 from rampart.block import CompileResult
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
-from rampart.tool_search import search_tools
+from rampart.tool_search import TOOL_SEARCH, TOOL_SEARCH_TOOL, search_tools
 
 if TYPE_CHECKING:
     from agents import Agent, RunContextWrapper
