@@ -5,6 +5,7 @@ wire form is :meth:`rampart.tools.ToolSchema.to_anthropic`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -17,6 +18,9 @@ __all__ = [
     "MIN_CACHE_TOKENS",
     "PRICES",
     "SOURCE",
+    "is_tool",
+    "read_tool",
+    "tool",
 ]
 
 SOURCE = (
@@ -64,3 +68,29 @@ PRICES: dict[str, dict[str, Any]] = {
         "source": SOURCE,
     },
 }
+
+
+# ---- the tool wire form -----------------------------------------------------------------
+
+
+def tool(name: str, description: str, input_schema: Any, strict: bool | None) -> dict[str, Any]:
+    """A Messages API tool: ``{"name", "description", "input_schema"}``, plus
+    ``strict`` when the source set it (``ToolParam`` has it too)."""
+    out: dict[str, Any] = {"name": name}
+    if description:
+        out["description"] = description
+    out["input_schema"] = input_schema
+    if strict is not None:
+        out["strict"] = strict
+    return out
+
+
+def is_tool(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` is an Anthropic custom tool (``input_schema``, and a
+    ``type`` absent or ``"custom"``)."""
+    return "input_schema" in entry and entry.get("type") in (None, "custom")
+
+
+def read_tool(entry: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(name, description, input_schema, strict)`` of an Anthropic tool."""
+    return entry.get("name"), entry.get("description"), entry["input_schema"], entry.get("strict")

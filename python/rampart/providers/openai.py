@@ -6,7 +6,10 @@ forms are :meth:`rampart.tools.ToolSchema.to_openai` / ``to_openai_responses``."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from rampart.errors import InvalidArgumentError
 
 __all__ = [
     "GOLDEN_BODY",
@@ -15,6 +18,10 @@ __all__ = [
     "PRICES",
     "SOURCE",
     "SYSTEM_ROLES",
+    "chat_function",
+    "is_function",
+    "read_function",
+    "responses_function",
 ]
 
 SOURCE = (
@@ -66,3 +73,52 @@ MESSAGE_KEYS = frozenset(
 )
 #: The adapter whose body the pytest plugin's golden files snapshot by default.
 GOLDEN_BODY = "openai_chat"
+
+
+# ---- the tool wire form -----------------------------------------------------------------
+
+
+def chat_function(
+    name: str, description: str, parameters: Any, strict: bool | None
+) -> dict[str, Any]:
+    """A Chat Completions tool: ``{"type": "function", "function": {...}}``."""
+    fn: dict[str, Any] = {"name": name}
+    if description:
+        fn["description"] = description
+    fn["parameters"] = parameters
+    if strict is not None:
+        fn["strict"] = strict
+    return {"type": "function", "function": fn}
+
+
+def responses_function(
+    name: str, description: str, parameters: Any, strict: bool | None
+) -> dict[str, Any]:
+    """A Responses API tool: ``{"type": "function", "name", ..., "parameters",
+    "strict"}``; ``strict`` is always present (the API requires it), ``False``
+    unless the source set it."""
+    out = {"type": "function", **chat_function(name, description, parameters, strict)["function"]}
+    out["strict"] = bool(strict)
+    return out
+
+
+def is_function(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` is an OpenAI function tool (either API's shape)."""
+    return entry.get("type") == "function"
+
+
+def read_function(entry: Mapping[str, Any]) -> tuple[str, Any, Any, Any, str]:
+    """``(name, description, parameters, strict, format)`` of a function tool in
+    either API's shape; InvalidArgumentError when it is malformed."""
+    fn = entry.get("function")
+    if fn is not None:
+        if not isinstance(fn, Mapping):
+            raise InvalidArgumentError(f'"function" must be an object, got {type(fn).__name__}')
+        fmt = "openai"
+    else:
+        fn, fmt = entry, "openai-responses"
+    if "name" not in fn:
+        raise InvalidArgumentError("OpenAI function definition without a name")
+    # "parameters" may be omitted for a function without arguments (OpenAI documents it).
+    params = fn.get("parameters", {"type": "object", "properties": {}})
+    return fn["name"], fn.get("description"), params, fn.get("strict"), fmt

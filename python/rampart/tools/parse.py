@@ -11,7 +11,7 @@ from typing import Any, Union
 
 from rampart._files import FileProblem, read_regular_file
 from rampart.errors import InvalidArgumentError, UnsupportedFormatError
-from rampart.providers import gemini
+from rampart.providers import anthropic, gemini, openai
 from rampart.tools import limits
 from rampart.tools.schema import (
     ToolSchema,
@@ -55,20 +55,15 @@ def _parse_entry(entry: Any) -> ToolSchema:
     if not isinstance(entry, Mapping):
         raise _Invalid(f"{_EXPECTED}; got a JSON {_json_kind(entry)}")
     kind = entry.get("type")
-    if kind == "function":
+    if openai.is_function(entry):
         fn = entry.get("function")
-        if fn is not None:
-            if not isinstance(fn, Mapping):
-                raise _Invalid(f'"function" must be an object, got {_json_kind(fn)}')
-            fmt = "openai"
-        else:
-            fn, fmt = entry, "openai-responses"
-        if "name" not in fn:
-            raise _Invalid("OpenAI function definition without a name")
-        # "parameters" may be omitted for a function without arguments (OpenAI documents it).
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        fields: tuple[Any, ...] = (fn["name"], fn.get("description"), params, None, None, None)
-        strict = fn.get("strict")
+        if fn is not None and not isinstance(fn, Mapping):
+            raise _Invalid(f'"function" must be an object, got {_json_kind(fn)}')
+        try:
+            fname, fdesc, params, strict, fmt = openai.read_function(entry)
+        except InvalidArgumentError as exc:
+            raise _Invalid(str(exc)) from None
+        fields: tuple[Any, ...] = (fname, fdesc, params, None, None, None)
     elif "inputSchema" in entry and "input_schema" in entry:
         raise _Invalid('has both "inputSchema" (MCP) and "input_schema" (Anthropic); pick one')
     elif "inputSchema" in entry:
@@ -81,10 +76,9 @@ def _parse_entry(entry: Any) -> ToolSchema:
             entry.get("annotations"),
             entry.get("outputSchema"),
         )
-    elif "input_schema" in entry and kind in (None, "custom"):
-        fmt, strict = "anthropic", entry.get("strict")  # Anthropic's ToolParam has strict
-        fields = (entry.get("name"), entry.get("description"), entry["input_schema"])
-        fields += (None, None, None)
+    elif anthropic.is_tool(entry):
+        aname, adesc, aschema, strict = anthropic.read_tool(entry)
+        fmt, fields = "anthropic", (aname, adesc, aschema, None, None, None)
     elif isinstance(kind, str):
         raise _Invalid(
             f"tool type {kind!r} is not supported: only function tools that carry a JSON "

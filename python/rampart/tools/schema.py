@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rampart.errors import InvalidArgumentError
-from rampart.providers import gemini
+from rampart.providers import anthropic, gemini, openai
 from rampart.tools import limits
 
 #: Output formats of :meth:`ToolSchema.to_format` and ``CompileResult.tools``.
@@ -217,33 +217,20 @@ class ToolSchema:
         return _json_copy(self.input_schema, "input schema")  # type: ignore[no-any-return]
 
     def to_openai(self) -> dict[str, Any]:
-        """Chat Completions shape: ``{"type": "function", "function": {...}}``."""
-        fn: dict[str, Any] = {"name": self.name}
-        if self.description:
-            fn["description"] = self.description
-        fn["parameters"] = self._params()
-        if self.strict is not None:
-            fn["strict"] = self.strict
-        return {"type": "function", "function": fn}
+        """Chat Completions shape: ``{"type": "function", "function": {...}}``
+        (:mod:`rampart.providers.openai`)."""
+        return openai.chat_function(self.name, self.description, self._params(), self.strict)
 
     def to_openai_responses(self) -> dict[str, Any]:
         """Responses API shape: ``{"type": "function", "name", ..., "parameters",
         "strict"}``; ``strict`` is always present (the API requires it), ``False``
         unless the source set it."""
-        out = {"type": "function", **self.to_openai()["function"]}
-        out["strict"] = bool(self.strict)
-        return out
+        return openai.responses_function(self.name, self.description, self._params(), self.strict)
 
     def to_anthropic(self) -> dict[str, Any]:
         """Anthropic Messages shape: ``{"name", "description", "input_schema"}``, plus
-        ``strict`` when the source set it (Anthropic's ``ToolParam`` has it too)."""
-        out: dict[str, Any] = {"name": self.name}
-        if self.description:
-            out["description"] = self.description
-        out["input_schema"] = self._params()
-        if self.strict is not None:
-            out["strict"] = self.strict
-        return out
+        ``strict`` when the source set it (:mod:`rampart.providers.anthropic`)."""
+        return anthropic.tool(self.name, self.description, self._params(), self.strict)
 
     def to_gemini(self) -> dict[str, Any]:
         """A Gemini ``FunctionDeclaration``: ``{"name", "description",
