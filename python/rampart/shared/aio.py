@@ -46,10 +46,21 @@ class AsyncStore(Protocol):
     caller's event loop (Redis: redis.asyncio; SQLite: its writer thread).
     PostgreSQL's store has none: :class:`OffLoopStore` serves it."""
 
-    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]: ...
-    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries: ...
-    async def alast_seq(self, name: str) -> int: ...
-    async def aclose(self) -> None: ...
+    async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        """``Store.append``, awaited."""
+        ...
+
+    async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        """``Store.read``, awaited."""
+        ...
+
+    async def alast_seq(self, name: str) -> int:
+        """``Store.last_seq``, awaited."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close this loop's async client."""
+        ...
 
 
 class OffLoopStore:
@@ -62,18 +73,22 @@ class OffLoopStore:
         self.store = store
 
     async def aappend(self, name: str, entry: bytes, after: int) -> tuple[int, Entries]:
+        """``store.append`` on the executor."""
         out: tuple[int, Entries] = await off_loop(lambda: self.store.append(name, entry, after))
         return out
 
     async def aread(self, name: str, after: int, limit: int = 10_000) -> Entries:
+        """``store.read`` on the executor."""
         out: Entries = await off_loop(lambda: self.store.read(name, after, limit))
         return out
 
     async def alast_seq(self, name: str) -> int:
+        """``store.last_seq`` on the executor."""
         out: int = await off_loop(lambda: self.store.last_seq(name))
         return out
 
     async def aclose(self) -> None:
+        """Nothing to close (see below)."""
         # The store's connections belong to the follower thread, which closes
         # them itself when the replica closes: nothing of this loop's to close.
         return None

@@ -39,10 +39,13 @@ class Followed(Protocol):
 
     def _apply(self, entries: Any) -> Any: ...
     def _try_checkpoint(self) -> int | None: ...
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Publish queued entries and access counts."""
+        ...
 
 
 def follow(rep: Followed) -> None:
+    """The follower thread's body: until the replica stops or its registry is gone."""
     # Bounded in CPU whatever the store holds: a store that is down, damaged or
     # hands back nothing new puts the follower to sleep (50 ms doubling to 2 s);
     # it never stops for good (the store may be repaired).

@@ -659,6 +659,7 @@ class Replica:
     # ---- the follower -----------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the follower thread (rampart.shared.follower.follow)."""
         self._thread = threading.Thread(
             target=follower.follow, args=(self,), name=f"rampart-follower-{self.name}", daemon=True
         )
