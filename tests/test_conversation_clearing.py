@@ -71,7 +71,9 @@ def smollm2() -> Iterator[cc.Model]:
     assert not MISSING, f"RAMPART_REQUIRE_LLAMA=1 but not installed: {MISSING}"
     from rampart.llm import LlamaCppBackend
 
-    backend = LlamaCppBackend("smollm2", n_ctx=2048, n_threads=2, native_tools=False)
+    # One thread: make test runs two pytest workers on two cores, and llama.cpp's
+    # threads spin-wait at every barrier on a contended core (experiments/_common.py).
+    backend = LlamaCppBackend("smollm2", n_ctx=2048, n_threads=1, native_tools=False)
     yield cc.Model(backend)
     backend.close()
 
