@@ -10,18 +10,22 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import rampart._core as _core
 import rampart._files as _files
+from rampart._embedding import EmbeddingModel
 from rampart._export import export_text
 from rampart._files import atomic_write
 from rampart.errors import InvalidArgumentError, RegistryFileError
+from rampart.seeds import PathLike
 from rampart.tokens import resolve_tokeniser
 from rampart.tools import check_block_metadata
 
 if TYPE_CHECKING:
     from rampart.tokens import Tokeniser
+
+_P = TypeVar("_P", bound="Persistence")
 
 __all__ = ["SOURCES", "Persistence", "export_markdown", "from_bytes", "read_file"]
 
@@ -138,21 +142,22 @@ class Persistence:
 
     @classmethod
     def load(
-        cls,
-        path: Any,
-        embedding_model: Any = None,
+        cls: type[_P],
+        path: PathLike,
+        embedding_model: EmbeddingModel | str | None = None,
         tokeniser: Any = None,
         *,
         label: str | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> _P:
         """A registry from a file ``save`` wrote, every block under a **new**
         runtime id. Vectors come back with it (no re-embedding). Blocks the saved
         registry wrote belong to the new one; other authors keep their identity
         (so nothing here can force-evict their pinned blocks). A truncated,
         damaged or newer file raises ``RegistryFileError`` and creates nothing."""
         data, where = read_file(path)
-        return cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
+        reg: _P = cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
+        return reg
 
     @classmethod
     def _from_bytes(

@@ -17,14 +17,18 @@ Importing this package costs nothing: each module loads when a registry opens.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from rampart._embedding import EmbeddingModel
 from rampart._ops import offloaded
 from rampart.errors import InvalidArgumentError
+from rampart.seeds import BlockSource, PathLike
 
 if TYPE_CHECKING:
     import rampart._core as _core
     from rampart.shared.replica import Replica
+
+_R = TypeVar("_R", bound="SharedRegistry")
 
 __all__ = ["SharedRegistry"]
 
@@ -53,17 +57,17 @@ class SharedRegistry:
 
     @classmethod
     def open(
-        cls,
+        cls: type[_R],
         store: Any,
         name: str,
-        embedding_model: Any = None,
+        embedding_model: EmbeddingModel | str | None = None,
         tokeniser: Any = None,
         *,
         label: str | None = None,
-        seeds: Iterable[Any] | None = None,
+        seeds: Iterable[PathLike | BlockSource] | None = None,
         create: bool = True,
         **kwargs: Any,
-    ) -> Any:
+    ) -> _R:
         """Open (or create) the shared registry ``name`` in ``store``.
 
         ``store``: ``"sqlite:///abs/path.db"`` / ``"sqlite:rel/path.db"`` (processes
@@ -86,9 +90,10 @@ class SharedRegistry:
         """
         from rampart.shared.open import open_shared
 
-        return open_shared(
+        reg: _R = open_shared(
             cls, store, name, embedding_model, tokeniser, label, seeds, kwargs, create
         )
+        return reg
 
     @property
     def shared(self) -> bool:
