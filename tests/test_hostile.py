@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import rampart
 import rampart.cli
-import rampart.seed_checks
 from rampart import seeds
 from rampart.errors import ParseError
 from rampart.seeds import parse_file, parse_skill_file
@@ -78,11 +77,7 @@ def test_self_referencing_alias_is_refused(tmp_path: Path, yaml_text: str) -> No
 
 
 def test_front_matter_size_and_depth_are_bounded(tmp_path: Path) -> None:
-    big = (
-        "---\nname: x\nd: "
-        + "y" * (rampart.seed_checks.MAX_FRONT_MATTER_BYTES + 1)
-        + "\n---\nbody\n"
-    )
+    big = "---\nname: x\nd: " + "y" * (seeds.MAX_FRONT_MATTER_BYTES + 1) + "\n---\nbody\n"
     p = write(tmp_path, "big.md", big)
     with pytest.raises(ParseError, match="front matter is larger than") as exc:
         parse_file(p)
@@ -215,7 +210,7 @@ def test_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
 
 
 def test_file_size_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rampart.seed_checks, "MAX_SEED_BYTES", 1000)
+    monkeypatch.setattr(seeds, "MAX_SEED_BYTES", 1000)
     p = write(tmp_path, "big.md", "x" * 1001)
     with pytest.raises(ParseError, match="1001 bytes; at most 1000"):
         parse_file(p)

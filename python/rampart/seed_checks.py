@@ -3,8 +3,9 @@ resource limits (docs/limits.md), front matter's YAML loaded with a bounded
 node graph, and the checks of each field (priority, tags, name, metadata, the
 ``exact`` key), each raising a ParseError that names the file and line.
 
-The limits are read where they are used, from this module: raise one here
-(``rampart.seed_checks.MAX_SEED_BYTES = 64 << 20``) and every later parse obeys it."""
+The limits are read where they are used, from this module; one raised on
+:mod:`rampart.seeds` (``rampart.seeds.MAX_SEED_BYTES = 64 << 20``, the place
+docs/limits.md names) is forwarded here, and every later parse obeys it."""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ only when a YAML mapping with ``name:`` follows it; otherwise it is a Markdown r
 and stays body text. Nothing inside a fenced code block is ever a boundary. A file
 without front matter is one block named after the file stem, which is how a
 SKILL.md or CLAUDE.md imports unchanged.
+
+(Just over 800 lines: the section parser, skill files and the seed library share
+one section model and one set of checks; split apart they would import each other.)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, Union
 
 import rampart.seed_checks as checks
 from rampart._files import FileProblem, read_regular_file
+from rampart._limits import forward_limits
 from rampart.errors import (
     BlockNotFoundError,
     InvalidArgumentError,
@@ -51,6 +55,14 @@ __all__ = [
     "parse_file",
     "register_parser",
 ]
+# The limits docs/limits.md names here; setting one sets it in rampart.seed_checks,
+# where the parser reads it.
+MAX_SEED_BYTES = checks.MAX_SEED_BYTES
+MAX_FRONT_MATTER_BYTES = checks.MAX_FRONT_MATTER_BYTES
+MAX_YAML_NODES = checks.MAX_YAML_NODES
+MAX_NAME_BYTES = checks.MAX_NAME_BYTES
+MAX_METADATA_DEPTH = checks.MAX_METADATA_DEPTH
+forward_limits(__name__, checks)
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

@@ -42,10 +42,7 @@ gate's text), :mod:`~rampart.tools.examples` (example requests),
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
+from rampart._limits import forward_limits
 from rampart.tools import limits
 from rampart.tools.blocks import (
     block_metadata_json,
@@ -93,15 +90,6 @@ __all__ = [
 ]
 
 
-class _Tools(types.ModuleType):
-    """``rampart.tools`` itself: a limit set here (``rampart.tools.MAX_TOOLS_FILE_BYTES
-    = ...``, as docs/limits.md says a program may) is set in
-    :mod:`rampart.tools.limits`, where the parsers read it at call time."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("MAX_") and hasattr(limits, name):
-            setattr(limits, name, value)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Tools
+# A limit set here (``rampart.tools.MAX_TOOLS_FILE_BYTES = ...``, as docs/limits.md
+# says a program may) is set in rampart.tools.limits, where the parsers read it.
+forward_limits(__name__, limits)
