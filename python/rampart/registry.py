@@ -54,20 +54,10 @@ EvictionPolicy = Callable[[InstructionBlock], float]
 # ---- argument checks (rampart._args) ----------------------------------------------------
 
 _int = _args.int_arg
-_clamped = _args.clamped
-_number = _args.number
 _check_budget = _args.check_budget
-_priority = _args.priority
-_flag = _args.flag
 _tags = _args.tags
 _text = _args.text
-_vector = _args.vector
-_FAR = _args.FAR
 _MAX_INT = _args.MAX_INT
-
-
-# ---- after-steps of write operations (rampart._ops): the method's return value
-# from the core's outcome, run by the sync and the async driver alike ------------------
 
 
 class BlockRegistry(Primitives, SharedRegistry, Persistence):
@@ -664,17 +654,6 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         if _TRACE in _MODULES and _telemetry.tracing() is not None:
             return await _telemetry.atraced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None:
-            if conversation is None and context_window is None and policy is None:
-                return self.compile(
-                    max_tokens,
-                    task_text,
-                    relevance_threshold,
-                    top_k,
-                    separator,
-                    task_embedding=task_embedding,
-                    gate=gate,
-                    tools_in_prompt=tools_in_prompt,
-                )
             res = self.compile(
                 max_tokens,
                 task_text,
@@ -685,6 +664,8 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
                 gate=gate,
                 tools_in_prompt=tools_in_prompt,
             )
+            if conversation is None and context_window is None and policy is None:
+                return res
             return await _aconversation_step(
                 res, conversation, context_window, reply_tokens, policy
             )
