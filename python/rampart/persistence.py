@@ -159,17 +159,8 @@ class Persistence:
         reg: _P = cls._from_bytes(data, where, embedding_model, tokeniser, label, kwargs)
         return reg
 
-    @classmethod
-    def _from_bytes(
-        cls,
-        data: bytes,
-        where: str,
-        embedding_model: Any,
-        tokeniser: Any,
-        label: str | None,
-        kwargs: dict[str, Any],
-    ) -> Any:
-        return from_bytes(cls, data, where, embedding_model, tokeniser, label, kwargs)
+    # The checked construction from saved bytes, as a classmethod (load, unpickle).
+    _from_bytes = classmethod(from_bytes)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickling goes through the same state as save(); the copy gets a fresh
