@@ -189,20 +189,28 @@ class BlockReport:
 
 
 def _reports(sel: _core.Selection, notes: Mapping[str, str] | None = None) -> list[BlockReport]:
-    if not notes:
-        return [
-            BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
-            for (i, b, inc, cost, reason, score, detail) in sel.report()
-        ]
-    out = []
-    for i, b, inc, cost, reason, score, detail in sel.report():
-        note = notes.get(b.runtime_id)  # what the gate matched, beside the core's detail
-        if note is not None:
-            detail = f"{detail}; {note}" if detail else note
-        out.append(
-            BlockReport(i, b.semantic_name, b.runtime_id, inc, cost, reason, score, detail, b.gated)
+    notes = notes or {}
+    return [
+        BlockReport(
+            i,
+            b.semantic_name,
+            b.runtime_id,
+            inc,
+            cost,
+            reason,
+            score,
+            _noted(detail, notes.get(b.runtime_id)),
+            b.gated,
         )
-    return out
+        for (i, b, inc, cost, reason, score, detail) in sel.report()
+    ]
+
+
+def _noted(detail: str, note: str | None) -> str:
+    """A report row's detail with the gate's note for its block (what matched)."""
+    if note is None:
+        return detail
+    return f"{detail}; {note}" if detail else note
 
 
 def _cache_notes(sel: _core.Selection) -> list[str]:
