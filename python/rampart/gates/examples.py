@@ -561,10 +561,7 @@ def default_gate(registry: RegistryView) -> ExampleGate | None:
     examples arrive through it (``load_tools``, ``add_tool_example``,
     ``enrich_tools``): a registry without examples pays one attribute read."""
     policy = registry._gate
-    state = policy.examples
-    if state is None:
-        state = policy.examples = has_examples(registry)
-    if not state:
+    if not policy.has_examples(registry):
         return None
     gate: ExampleGate | None = policy.example_gate
     if gate is None:

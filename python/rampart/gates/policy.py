@@ -148,11 +148,16 @@ class GatePolicy:
         loop. One attribute read for registries without examples."""
         if task_text is None or task_embedding is not None:
             return False
-        if self.examples is None:  # looked up once per registry object
+        return self.has_examples(reg)
+
+    def has_examples(self, reg: RegistryView) -> bool:
+        """Whether some tool block of the registry has example requests: looked up
+        once per registry object, then kept up to date by the events above."""
+        if self.examples is None:
             import rampart.gates.examples as examples
 
             self.examples = examples.has_examples(reg)
-        return bool(self.examples)
+        return self.examples
 
     def example_gate_for(
         self, reg: RegistryView, task_text: str | None, task_embedding: Any
