@@ -71,12 +71,6 @@ __all__ = [
 #: What ``tools=`` may be: see the module docstring.
 TOOL_CHOICES = ("gated", "all", "allowed")
 ANTHROPIC_MIN_CACHE_TOKENS = anthropic.MIN_CACHE_TOKENS
-_MAX_BREAKPOINTS = anthropic.MAX_BREAKPOINTS
-_CACHE_TTLS = anthropic.CACHE_TTLS
-_CACHEABLE = anthropic.CACHEABLE
-_OPENAI_SYSTEM_ROLES = openai.SYSTEM_ROLES
-_OPENAI_MESSAGE_KEYS = openai.MESSAGE_KEYS
-_ANTHROPIC_MESSAGE_KEYS = anthropic.MESSAGE_KEYS
 
 
 Result = CompileResult | SessionResult
@@ -305,12 +299,12 @@ def openai_chat(
     """
     res = _result(result)
     choice = _tool_choice(tools, True)
-    if system_role not in _OPENAI_SYSTEM_ROLES:
+    if system_role not in openai.SYSTEM_ROLES:
         raise InvalidArgumentError(
-            f"system_role must be one of {_OPENAI_SYSTEM_ROLES}, got {system_role!r}"
+            f"system_role must be one of {openai.SYSTEM_ROLES}, got {system_role!r}"
         )
     key = _cache_key(prompt_cache_key)
-    msgs = _messages(_conversation_messages(res, messages, "openai_chat"), _OPENAI_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "openai_chat"), openai.MESSAGE_KEYS)
     system = [{"role": system_role, "content": res.prompt}] if res.prompt else []
     body: dict[str, Any] = {"messages": [*system, *msgs]}
     sent, gated = _tools(res, "openai", choice, drop_schema_uri)
@@ -472,7 +466,7 @@ def _mark_last_message(msgs: list[Any], control: dict[str, Any]) -> bool:
         last["content"] = [{"type": "text", "text": content, "cache_control": control}]
     elif isinstance(content, list) and content:
         block = content[-1]
-        if not isinstance(block, Mapping) or block.get("type") not in _CACHEABLE:
+        if not isinstance(block, Mapping) or block.get("type") not in anthropic.CACHEABLE:
             return False
         last["content"] = [*content[:-1], {**block, "cache_control": control}]
     else:
@@ -557,11 +551,13 @@ def anthropic_messages(
     choice = "all" if deferred else _tool_choice(tools, False)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    if cache_ttl not in _CACHE_TTLS:
-        raise InvalidArgumentError(f"cache_ttl must be one of {_CACHE_TTLS}, got {cache_ttl!r}")
+    if cache_ttl not in anthropic.CACHE_TTLS:
+        raise InvalidArgumentError(
+            f"cache_ttl must be one of {anthropic.CACHE_TTLS}, got {cache_ttl!r}"
+        )
     if isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int):
         raise InvalidArgumentError(f"min_cache_tokens must be an int, got {min_cache_tokens!r}")
-    msgs = _messages(_conversation_messages(res, messages, "anthropic"), _ANTHROPIC_MESSAGE_KEYS)
+    msgs = _messages(_conversation_messages(res, messages, "anthropic"), anthropic.MESSAGE_KEYS)
     for i, m in enumerate(msgs):
         if m["role"] == "system":
             raise InvalidArgumentError(
@@ -607,7 +603,8 @@ def anthropic_messages(
     candidates.extend(
         (("system", i), tool_tokens + t) for i, (_, t) in enumerate(points[1:], start=1)
     )
-    room = _MAX_BREAKPOINTS - _count_markers(msgs) - (1 if extra.get("cache_control") else 0)
+    marked = _count_markers(msgs) + (1 if extra.get("cache_control") else 0)
+    room = anthropic.MAX_BREAKPOINTS - marked
     chosen = [where for where, tokens in candidates if tokens >= min_cache_tokens][: max(room, 0)]
     for kind, i in chosen:
         if kind == "tools":
