@@ -39,7 +39,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import rampart._core as _core
 import rampart._files as _files
@@ -53,9 +53,6 @@ from rampart.shared.aio import AsyncStore, async_store
 from rampart.shared.follower import FLUSH_INTERVAL
 from rampart.stores import Damaged, Entries, Store
 from rampart.tools import check_block_metadata
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["CHECKPOINT_EVERY", "FLUSH_INTERVAL", "Replica", "ReplicaHost"]
 
