@@ -22,6 +22,7 @@ from rampart.block import InstructionBlock
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.gates.lexical import BM25, terms
 from rampart.tools import MAX_EXAMPLE_CHARS, MAX_EXAMPLES, ToolSchema, example_texts
+from rampart.tools.schema import TOOL_NAME
 
 __all__ = [
     "EXAMPLE_TAG",
@@ -78,7 +79,7 @@ MAX_LEARNED = 32
 #: tags=["server:github"])``. Gates that use servers (:class:`ServerGate`) read it.
 SERVER_TAG = "server:"
 _EXAMPLE_PREFIX = "Example request for tool `"
-_EXAMPLE_RE = re.compile(r"Example request for tool `([A-Za-z0-9_-]{1,64})`: (.+)", re.DOTALL)
+_EXAMPLE_RE = re.compile(rf"Example request for tool `({TOOL_NAME.pattern})`: (.+)", re.DOTALL)
 _TASK_CACHE = 256  # per-task scores kept for repeated requests
 
 
