@@ -435,11 +435,13 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
             if conversation is None and context_window is None and policy is None:
                 return CompileResult(prompt or "", sel, sep)
             return _conversation_step(
+                self,
                 CompileResult(prompt or "", sel, sep),
                 conversation,
                 context_window,
                 reply_tokens,
                 policy,
+                task_text,
             )
         steps = gates.select_steps(
             self,
@@ -456,7 +458,9 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         res = _result(drive(self, steps), separator)
         if conversation is None and context_window is None and policy is None:
             return res
-        return _conversation_step(res, conversation, context_window, reply_tokens, policy)
+        return _conversation_step(
+            self, res, conversation, context_window, reply_tokens, policy, task_text
+        )
 
     def compile_dry_run(
         self,
@@ -667,7 +671,7 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
             if conversation is None and context_window is None and policy is None:
                 return res
             return await _aconversation_step(
-                res, conversation, context_window, reply_tokens, policy
+                self, res, conversation, context_window, reply_tokens, policy, task_text
             )
         steps = gates.select_steps(
             self,
@@ -684,7 +688,9 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         res = _result(await adrive(self, steps), separator)
         if conversation is None and context_window is None and policy is None:
             return res
-        return await _aconversation_step(res, conversation, context_window, reply_tokens, policy)
+        return await _aconversation_step(
+            self, res, conversation, context_window, reply_tokens, policy, task_text
+        )
 
 
 def _result(
@@ -699,24 +705,29 @@ def _result(
 
 
 def _conversation_step(
+    reg: BlockRegistry,
     res: CompileResult,
     conversation: Conversation | None,
     context_window: int | None,
     reply_tokens: int | None,
     policy: ContextPolicy | None,
+    task_text: str | None,
 ) -> CompileResult:
-    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan."""
+    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan
+    (the registry's embedder scores tool results against the step)."""
     import rampart.conversation.plan as plan
 
-    return plan.attach(res, conversation, context_window, reply_tokens, policy)
+    return plan.attach(res, conversation, context_window, reply_tokens, policy, reg, task_text)
 
 
 async def _aconversation_step(
+    reg: BlockRegistry,
     res: CompileResult,
     conversation: Conversation | None,
     context_window: int | None,
     reply_tokens: int | None,
     policy: ContextPolicy | None,
+    task_text: str | None,
 ) -> CompileResult:
     """:func:`_conversation_step` for acompile: on the loop's default executor when
     it may wait (a compact backend calls a model; a shared conversation records
@@ -727,10 +738,12 @@ async def _aconversation_step(
         import rampart.shared.aio as _aio
 
         out: CompileResult = await _aio.off_loop(
-            lambda: plan.attach(res, conversation, context_window, reply_tokens, policy)
+            lambda: plan.attach(
+                res, conversation, context_window, reply_tokens, policy, reg, task_text
+            )
         )
         return out
-    return plan.attach(res, conversation, context_window, reply_tokens, policy)
+    return plan.attach(res, conversation, context_window, reply_tokens, policy, reg, task_text)
 
 
 def get_by_label(label: str) -> BlockRegistry | None:

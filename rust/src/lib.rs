@@ -10,6 +10,7 @@ pub mod compile;
 pub mod embeddings;
 pub mod error;
 pub mod journal;
+pub mod lexical;
 pub mod persist;
 pub mod registry;
 pub mod tokens;

@@ -6,6 +6,9 @@ under one budget, cache-aware (SPEC §9; docs/conversation.md).
 - shapes.py: the four providers' message shapes, in and out.
 - :class:`ContextPolicy` (policy.py): what a compile may do, and when it pays.
 - plan.py: the compile step ``BlockRegistry.compile(conversation=...)`` runs.
+- retention.py: which tool results the step needs (relevance, excerpts, recall
+  at the tail), over :mod:`rampart.relevance`; recall.py: the ``recall`` tool
+  every cleared stub names, answered from the log.
 - codec.py: the log as bytes; counting.py: the one place tokens are counted.
 """
 
@@ -13,10 +16,12 @@ from rampart.conversation.core import Conversation, Transformation
 from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
 from rampart.conversation.plan import ContextResult
 from rampart.conversation.policy import ContextPolicy
+from rampart.conversation.recall import RECALL_TOOL, answer_recall, recall_tool
 from rampart.conversation.shapes import FORMATS
 
 __all__ = [
     "FORMATS",
+    "RECALL_TOOL",
     "ContextPolicy",
     "ContextResult",
     "Conversation",
@@ -24,4 +29,6 @@ __all__ = [
     "MessageReport",
     "RewriteNote",
     "Transformation",
+    "answer_recall",
+    "recall_tool",
 ]

@@ -67,7 +67,7 @@ def piece_from_dict(d: Any) -> Piece:
     if not isinstance(d, dict):
         raise InvalidArgumentError(f"an item must be an object, got {type(d).__name__}")
     role, kind, content = d.get("role"), d.get("kind"), d.get("content")
-    if role not in ROLES or kind not in KINDS or not isinstance(content, str):
+    if role not in ROLES or kind not in KINDS or kind == "recall" or not isinstance(content, str):
         raise InvalidArgumentError(
             f"an item needs a role in {ROLES}, a kind in {KINDS} and string content"
         )
@@ -114,8 +114,9 @@ def check_entry(e: Any, conv: ConversationView) -> None:
             raise InvalidArgumentError("time must be a finite number")
         if e.get("trajectory_id") is not None and not isinstance(e["trajectory_id"], str):
             raise InvalidArgumentError("trajectory_id must be a string")
-    elif op in ("clear", "drop", "compact"):
+    elif op in ("clear", "drop", "compact", "recall"):
         ids = _ids(e.get("ids"), conv)
+        _check_scores(e.get("scores"), ids)
         if op == "compact":
             s = e.get("summary")
             if not isinstance(s, dict) or not isinstance(s.get("content"), str) or not ids:
@@ -124,9 +125,21 @@ def check_entry(e: Any, conv: ConversationView) -> None:
             if size > conv.max_item_bytes:
                 raise InvalidArgumentError(f"a summary of {size} bytes passes max_item_bytes")
         if op == "clear":
-            bad = [i for i in ids if conv._items[conv._index[i]].kind != "tool_result"]
+            bad = [
+                i for i in ids if conv._items[conv._index[i]].kind not in ("tool_result", "recall")
+            ]
             if bad:
                 raise InvalidArgumentError(f"clears items that are not tool results: {bad[:3]}")
+            ex = e.get("excerpts")
+            if ex is not None:
+                if not isinstance(ex, dict) or not set(ex) <= set(ids):
+                    raise InvalidArgumentError("excerpts must map cleared ids to spans")
+                for i, spans in ex.items():
+                    _spans(spans, conv._items[conv._index[i]].content)
+        if op == "recall":
+            if len(ids) != 1 or conv._items[conv._index[ids[0]]].kind != "tool_result":
+                raise InvalidArgumentError("a recall names the one tool result it brings back")
+            _spans(e.get("spans") or [], conv._items[conv._index[ids[0]]].content)
     elif op == "undo":
         target = e.get("of")
         if not isinstance(target, str) or not any(
@@ -142,8 +155,30 @@ def check_entry(e: Any, conv: ConversationView) -> None:
             or not 0.25 <= v <= 4.0
         ):
             raise InvalidArgumentError("a scale entry needs a provider and a value in [0.25, 4]")
+        c = e.get("constant", 0.0)
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1e6:
+            raise InvalidArgumentError("a scale entry's constant must be a number in [0, 1e6]")
     else:
         raise InvalidArgumentError(f"unknown log entry {op!r}")
+
+
+def _spans(v: Any, content: str) -> None:
+    from rampart.conversation.retention import check_spans
+
+    try:
+        check_spans(v, content)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+def _check_scores(v: Any, ids: list[str]) -> None:
+    if v is None:
+        return
+    if not isinstance(v, dict) or not set(v) <= set(ids):
+        raise InvalidArgumentError("scores must map the entry's ids to numbers")
+    for x in v.values():
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise InvalidArgumentError("a score must be a finite number")
 
 
 def encode_entry(e: dict[str, Any]) -> bytes:

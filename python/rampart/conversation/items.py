@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 ROLES = ("user", "assistant", "tool", "system", "summary")
-KINDS = ("text", "tool_call", "tool_result", "summary")
+KINDS = ("text", "tool_call", "tool_result", "summary", "recall")
 
 #: Default bounds of one conversation (hostile input: a run that never trims).
 #: 100 000 items hold any real session; past it an append is refused, typed.
@@ -94,10 +94,15 @@ class MessageReport:
     """What one compile did with one conversation item.
 
     ``action``: ``"kept"``, ``"cleared"`` (a tool result or call input replaced by
-    a stub), ``"compacted"`` (covered by a summary item) or ``"dropped"``.
+    a stub), ``"excerpted"`` (a long result cut to its relevant lines),
+    ``"compacted"`` (covered by a summary item), ``"dropped"`` or ``"recalled"``
+    (a recall item: an earlier cleared result appended at the tail).
     ``tokens``: what the item costs in this request (the stub's for a cleared
     one, 0 when compacted or dropped); ``original_tokens``: what it cost as
-    appended. ``reason``: why (None for a plain kept item).
+    appended. ``reason``: why (None for a plain kept item). ``score`` and
+    ``rank``: a tool result's relevance to the current step and its rank among
+    the results (1 = most relevant; None when not scored: relevance off, or not
+    a tool result).
     """
 
     id: str
@@ -108,6 +113,8 @@ class MessageReport:
     index: int = 0
     role: str = ""
     kind: str = ""
+    score: float | None = None
+    rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +135,12 @@ class RewriteNote:
 
 def cleared_stub(tool_name: str | None, call_id: str | None, removed: int) -> str:
     """The text a cleared tool result becomes: it names the tool, the call and
-    what was removed, so the model knows the result existed and can call again."""
+    what was removed and the ``recall`` tool that brings it back (answered from
+    the conversation's log), so the model knows the result existed."""
     return (
         f"[tool result cleared to save context: tool {tool_name or 'unknown'}, "
-        f"call {call_id or 'unknown'}, {removed} tokens removed; call the tool again "
-        "if you need it]"
+        f"call {call_id or 'unknown'}, {removed} tokens removed; "
+        f'recall(call_id="{call_id or ""}") brings it back]'
     )
 
 

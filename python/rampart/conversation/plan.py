@@ -17,10 +17,14 @@ import time as _time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rampart.conversation import retention
+from rampart.conversation.core import RECALL_TOOL_NAME
+from rampart.conversation.counting import ITEM_OVERHEAD
 from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
 from rampart.conversation.policy import ContextPolicy
 from rampart.conversation.shapes import Shown, render
 from rampart.errors import ContextOverflowError, InvalidArgumentError
+from rampart.relevance import ItemScore
 
 if TYPE_CHECKING:
     from rampart.block import CompileResult
@@ -52,14 +56,17 @@ class ContextResult:
         "_n",
         "_n_items",
         "_report",
+        "_scoring",
         "_shown",
         "_state",
         "budget",
+        "constant",
         "context_window",
         "conversation",
         "fixed_tokens",
         "message_tokens",
         "policy",
+        "recalled",
         "reply_tokens",
         "rewrites",
         "scale",
@@ -77,6 +84,9 @@ class ContextResult:
         budget: int | None,
         scale: float,
         rewrites: list[RewriteNote],
+        scoring: _Scoring | None = None,
+        recalled: list[str] | None = None,
+        constant: float = 0.0,
     ) -> None:
         self.conversation = conversation
         self._state = state
@@ -93,6 +103,11 @@ class ContextResult:
         self.budget = budget
         self.scale = scale
         self.rewrites = rewrites
+        self._scoring = scoring
+        #: ids of the recall items this compile appended at the tail
+        self.recalled = recalled or []
+        #: the fixed tokens per request learned by observe_usage (in the budget)
+        self.constant = constant
         self._report: list[MessageReport] | None = None
 
     @property
@@ -107,7 +122,7 @@ class ContextResult:
     @property
     def total_tokens(self) -> int:
         """Instructions + tools + messages, in the provider's units (scaled)."""
-        return math.ceil((self.fixed_tokens + self.message_tokens) * self.scale)
+        return math.ceil((self.fixed_tokens + self.message_tokens) * self.scale + self.constant)
 
     @property
     def transformed(self) -> bool:
@@ -121,8 +136,20 @@ class ContextResult:
     @property
     def message_report(self) -> list[MessageReport]:
         if self._report is None:
-            self._report = _report(self.shown, self._state._items[: self._n_items], self._state)
+            scores: dict[str, ItemScore] = {}
+            if self._scoring is not None:
+                with self.conversation._lock:
+                    scores = self._scoring.scores()
+            self._report = _report(
+                self.shown, self._state._items[: self._n_items], self._state, scores
+            )
         return self._report
+
+    @property
+    def query(self) -> str | None:
+        """The current step's query the results were scored against (None when
+        relevance is off)."""
+        return None if self._scoring is None else self._scoring.query
 
     def __repr__(self) -> str:
         return (
@@ -132,17 +159,45 @@ class ContextResult:
 
 
 def _report(
-    shown: Sequence[Shown], items: Sequence[ConversationItem], state: Conversation
+    shown: Sequence[Shown],
+    items: Sequence[ConversationItem],
+    state: Conversation,
+    scores: dict[str, ItemScore],
 ) -> list[MessageReport]:
     by_id = {s.item.id: s for s in shown}
     why: dict[str, tuple[str, str]] = {}
+    excerpted: set[str] = set()
+    recall_of: dict[str, tuple[str, float | None]] = {}
     for t in state.transformations:
         if not t.active:
             continue
+        if t.kind == "recall":
+            if t.summary_id is not None:
+                sc = dict(t.scores).get(t.ids[0]) if t.ids else None
+                recall_of[t.summary_id] = (t.ids[0] if t.ids else "?", sc)
+            continue
         action = {"clear": "cleared", "compact": "compacted", "drop": "dropped"}[t.kind]
-        detail = f"{t.reason}; summary {t.summary_id}" if t.summary_id else t.reason
+        recorded = dict(t.scores)
+        ex = {i for i, _ in t.excerpts}
         for i in t.ids:
+            detail = f"{t.reason}; summary {t.summary_id}" if t.summary_id else t.reason
+            if t.kind == "clear":
+                sc = recorded.get(i)
+                if i in ex:
+                    detail += (
+                        f"; relevant lines kept (relevance {sc:.2f})" if sc is not None else ""
+                    )
+                elif sc is not None:
+                    detail += f"; least relevant (relevance {sc:.2f})"
+                else:
+                    detail += "; age"
             why[i] = (action, detail)
+            if i in ex:
+                excerpted.add(i)
+            else:
+                excerpted.discard(i)
+    ranked = sorted(scores.values(), key=lambda x: -x.score)
+    rank = {x.key: r for r, x in enumerate(ranked, 1)}
     out = []
     for idx, it in enumerate(items):
         act = why.get(it.id)
@@ -150,17 +205,37 @@ def _report(
         reason: str | None
         if s is not None and s.content is not it.content:  # shown as a stub
             reason = act[1] if act is not None else "input cleared with its result"
-            action, tokens = "cleared", state._stub_tokens(it)
+            action = "excerpted" if it.id in excerpted else "cleared"
+            tokens = state._count(s.content) + ITEM_OVERHEAD
         elif s is not None:
             reason = "pinned" if it.pinned else None
             if it.kind == "summary":
                 reason = f"summary of {len(it.covers)} items"
             action, tokens = "kept", it.tokens
+            if it.id in recall_of:
+                src, at = recall_of[it.id]
+                action = "recalled"
+                rel = f" (relevance {at:.2f})" if at is not None else ""
+                reason = f"{src} brought back at the tail: relevant to the step{rel}"
         elif act is not None:
             action, reason, tokens = act[0], act[1], 0
         else:  # a summary a later summary covers
             action, reason, tokens = "compacted", "covered by a later summary", 0
-        out.append(MessageReport(it.id, action, reason, tokens, it.tokens, idx, it.role, it.kind))
+        scored = scores.get(it.id)
+        out.append(
+            MessageReport(
+                it.id,
+                action,
+                reason,
+                tokens,
+                it.tokens,
+                idx,
+                it.role,
+                it.kind,
+                None if scored is None else round(scored.score, 4),
+                rank.get(it.id),
+            )
+        )
     return out
 
 
@@ -190,12 +265,34 @@ def _fixed_tokens(conv: Conversation, result: CompileResult) -> int:
     return n
 
 
+class _Scoring:
+    """The relevance of one compile: the step's query, scored lazily (once per
+    compile, only when a step needs it) against every tool result."""
+
+    __slots__ = ("_scores", "conv", "embedder", "query")
+
+    def __init__(self, conv: Conversation, query: str, embedder: Any) -> None:
+        self.conv = conv
+        self.query = query
+        self.embedder = embedder
+        self._scores: dict[str, ItemScore] | None = None
+
+    def scores(self) -> dict[str, ItemScore]:
+        if self._scores is None:
+            conv = self.conv
+            ids = [it.id for it in conv._items if it.kind == "tool_result" and it.native is None]
+            self._scores = retention.relevance_of(conv).scores(conv, self.query, ids, self.embedder)
+        return self._scores
+
+
 def compile_conversation(
     result: CompileResult,
     conversation: Any,
     context_window: int | None,
     reply_tokens: int | None,
     policy: ContextPolicy | None,
+    embedder: Any = None,
+    task_text: str | None = None,
 ) -> ContextResult:
     """The hook of ``BlockRegistry.compile(..., conversation=...)``: fit the
     conversation in ``context_window - reply_tokens`` beside ``result``'s
@@ -215,6 +312,7 @@ def compile_conversation(
     with conv._lock:
         fixed = _fixed_tokens(conv, result)
         scale = conv._scale.get(pol.provider, pol.default_scale)
+        constant = conv._constant.get(pol.provider, 0.0)
         now = _time.monotonic()
         last = conv._last_compile
         ttl = pol.prices.ttl_s
@@ -223,25 +321,52 @@ def compile_conversation(
         view = conv._view
         notes: list[RewriteNote] = []
         budget = None
+        scoring = None
+        if pol.relevance:
+            scoring = _Scoring(conv, retention.step_query(view, task_text), embedder)
+        # The steps are planned on a copy of the state (made only when a step
+        # runs) and recorded in the conversation once they all succeeded: a
+        # compile that overflows after a clear leaves the conversation as it was.
+        plan = _Plan(conv)
         if window is not None:
-            budget = math.floor((window - reply) / scale) - fixed
+            budget = math.floor((window - reply - constant) / scale) - fixed
             if budget < 0 or _pinned_tokens(view) > budget:
                 _overflow(conv, view, fixed, budget, window, reply, scale, result)
-            # The steps are planned on a copy of the state (made only when a step
-            # runs) and recorded in the conversation once they all succeeded: a
-            # compile that overflows after a clear leaves the conversation as it was.
-            plan = _Plan(conv)
-            view = _fit(plan, view, budget, pol, cold, notes)
-            if plan.twin is not None:
-                if pol.dry_run:
-                    target = plan.twin
-                else:
-                    for entry in plan.entries:
-                        conv._commit(entry)
-                    view = conv._view
+        recalled: list[str] = []
+        if scoring is not None and pol.recall and pol.native != "anthropic":
+            view = _recall(plan, view, pol, scoring, budget, recalled)
+        if budget is not None:
+            view = _fit(plan, view, budget, pol, cold, notes, scoring)
+        if plan.twin is not None:
+            if pol.dry_run:
+                target = plan.twin
+            else:
+                for entry in plan.entries:
+                    conv._commit(entry)
+                view = conv._view
+                if recalled:  # the ids the recall entries got in the conversation itself
+                    recalled = [
+                        t.summary_id
+                        for t in conv._transforms[-len(plan.entries) :]
+                        if t.kind == "recall" and t.summary_id is not None
+                    ]
         if not pol.dry_run:
             conv._last_compile = (pol.provider, float(fixed + view.total), now)
-        return ContextResult(conv, target, view, pol, window, reply, fixed, budget, scale, notes)
+        return ContextResult(
+            conv,
+            target,
+            view,
+            pol,
+            window,
+            reply,
+            fixed,
+            budget,
+            scale,
+            notes,
+            scoring,
+            recalled,
+            constant,
+        )
 
 
 def _pinned_tokens(view: _View) -> int:
@@ -314,13 +439,25 @@ def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
 
 
 def _clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]:
-    """Results the policy may clear, in the order it clears them: oldest first,
-    the last ``keep_tool_results`` only when the window forces it (newest last)."""
+    """Results the policy may clear, in the order it clears them by age: oldest
+    first; the last ``keep_tool_results`` and error results (``keep_errors``)
+    only when the window forces it (newest last); recall output never while
+    its question stands."""
     keep = pol.keep_tool_results
     names = set(pol.exclude_tools)
-    res = [k for k in view.results if view.shown[k].item.tool_name not in names]
-    old = view.results[: len(view.results) - keep] if keep else list(view.results)
-    older = [k for k in old if view.shown[k].item.tool_name not in names]
+    res = [
+        k
+        for k in view.results
+        if view.shown[k].item.tool_name not in names and not view.protected(k)
+    ]
+    old = set(view.results[: len(view.results) - keep] if keep else view.results)
+    older = [
+        k
+        for k in res
+        if k in old
+        and not (pol.keep_errors and view.shown[k].item.is_error)
+        and not (k > view.last_user and view.shown[k].item.tool_name == RECALL_TOOL_NAME)
+    ]
     if not forced:
         return older
     seen = set(older)
@@ -357,6 +494,7 @@ def _fit(
     pol: ContextPolicy,
     cold: bool,
     notes: list[RewriteNote],
+    scoring: _Scoring | None = None,
 ) -> _View:
     """The view after the policy's steps, each recorded in ``conv`` (the twin of
     a dry run). Fast path: fits, and clearing cannot pay → O(keep)."""
@@ -364,17 +502,20 @@ def _fit(
     # 1. clear tool results (Anthropic clears them itself when native)
     if pol.clear_tool_results and pol.native != "anthropic" and view.results:
         chosen: list[int] = []
+        excerpts: dict[str, list[list[int]]] = {}
         reason = ""
         if need > 0:
-            # The older results go first, in a step of at least clear_at_least; the
-            # last keep_tool_results only as far as the window needs.
+            # The older results go first (least relevant first), in a step of at
+            # least clear_at_least; the last keep_tool_results only as far as the
+            # window needs.
             got = 0
             older = set(_clear_candidates(view, pol, False))
+            order, keep = _clear_order(view, pol, scoring, True)
             goal = max(need, pol.clear_at_least)
-            for k in _clear_candidates(view, pol, True):
-                if got >= (goal if k in older else need):
+            for k in order:
+                if got >= (goal if k in older and k not in keep else need):
                     break
-                r = view.cost(k) - _STUB_ESTIMATE
+                r = _removal(conv.conv, view, k, pol, scoring, excerpts, k in keep)
                 if r > 0:
                     chosen.append(k)
                     got += r
@@ -384,19 +525,28 @@ def _fit(
             if removable >= max(pol.clear_at_least, 1) and first >= 0:
                 after = view.total - (view.tokens[first - 1] if first else 0)
                 if pol.pays(removable, after, cold):
-                    chosen = [
-                        k
-                        for k in _clear_candidates(view, pol, False)
-                        if view.cost(k) > _STUB_ESTIMATE
-                    ]
+                    order, keep = _clear_order(view, pol, scoring, False)
+                    for k in order:
+                        if k in keep:
+                            continue
+                        if _removal(conv.conv, view, k, pol, scoring, excerpts) > 0:
+                            chosen.append(k)
                     reason = "cold" if cold else "price"
         if chosen:
-            entry = {
+            chosen.sort()
+            ids = [view.shown[k].item.id for k in chosen]
+            entry: dict[str, Any] = {
                 "op": "clear",
-                "ids": [view.shown[k].item.id for k in chosen],
+                "ids": ids,
                 "inputs": pol.clear_tool_inputs,
                 "reason": reason,
             }
+            ex = {i: excerpts[i] for i in ids if i in excerpts}
+            if ex:
+                entry["excerpts"] = ex
+            if scoring is not None:
+                sc = scoring.scores()
+                entry["scores"] = {i: round(sc[i].score, 4) for i in ids if i in sc}
             view = _record(conv, view, entry, chosen[0], notes)
             need = view.total - budget
     # 2. compact the oldest span (OpenAI compacts itself when native)
@@ -414,7 +564,10 @@ def _fit(
             need = view.total - budget
     # 3. drop the oldest unprotected steps
     if need > 0 and pol.drop_oldest:
-        ids, first = _drop_steps(view, need)
+        # At least clear_at_least, as clearing: dropping only what this turn
+        # needs would force the next call to drop again, and every forced drop
+        # rewrites the cached prefix from the first dropped item on.
+        ids, first = _drop_steps(view, max(need, pol.clear_at_least))
         if ids:
             view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
             need = view.total - budget
@@ -426,6 +579,154 @@ def _fit(
             f"message ({', '.join(left[:8]) or 'none'}) or the policy may not remove it "
             "(drop_oldest=False, no compact); nothing was recorded"
         )
+    return view
+
+
+def _clear_order(
+    view: _View, pol: ContextPolicy, scoring: _Scoring | None, forced: bool
+) -> tuple[list[int], set[int]]:
+    """The results in the order the clear step takes them, and those it keeps
+    unless the window forces it (the most relevant). By age when relevance is
+    off; else the older results least relevant first (ties: oldest first), then
+    the kept relevant ones, then (forced) the recency floor and errors."""
+    base = _clear_candidates(view, pol, forced)
+    if scoring is None:
+        return base, set()
+    older = _clear_candidates(view, pol, False)
+    sc = scoring.scores()
+    zero = ItemScore("", 0.0, 0.0, None, ())
+
+    def score(k: int) -> float:
+        return sc.get(view.shown[k].item.id, zero).score
+
+    ranked = sorted(older, key=lambda k: (-score(k), k))
+    keep = {
+        k
+        for k in ranked[: pol.keep_relevant]
+        if retention.is_relevant(sc.get(view.shown[k].item.id))
+    }
+    first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
+    rest = [k for k in base if k not in set(older)]
+    return first + sorted(keep, key=lambda k: (score(k), k)) + rest, keep
+
+
+def _removal(
+    conv: Conversation,
+    view: _View,
+    k: int,
+    pol: ContextPolicy,
+    scoring: _Scoring | None,
+    excerpts: dict[str, list[list[int]]],
+    relevant: bool = False,
+) -> int:
+    """Tokens clearing result ``k`` removes (0: not worth it). One of the most
+    relevant results (``relevant``: the window forces it out), when long, keeps
+    its best passages as an excerpt (recorded in ``excerpts``)."""
+    it = view.shown[k].item
+    cost = view.cost(k)
+    if relevant and scoring is not None and pol.excerpts and it.kind == "tool_result":
+        s = scoring.scores().get(it.id)
+        if retention.is_relevant(s) and cost > 2 * pol.excerpt_tokens and s is not None:
+            rel = retention.relevance_of(conv)
+            spans = retention.best_spans(rel, it, s, pol.excerpt_tokens * 3)
+            text = retention.excerpt_text(conv, it, spans)
+            r = cost - (conv._count(text) + ITEM_OVERHEAD)
+            if r > 0:
+                excerpts[it.id] = spans
+                return r
+    return max(cost - _STUB_ESTIMATE, 0)
+
+
+#: A recalled result shares the tail with the others recalled for the same step.
+_RECALL_TOP = 2
+#: ... and is recalled only when it scores this close to the best result.
+_RECALL_RATIO = 0.8
+
+
+def _recall(
+    conv: _Plan,
+    view: _View,
+    pol: ContextPolicy,
+    scoring: _Scoring,
+    budget: int | None,
+    recalled: list[str],
+) -> _View:
+    """Append at the tail the cleared results the step needs (SPEC §9): the
+    best-scoring results that are not shown in full, when they are relevant,
+    not already recalled for this question, and the tail is not inside a call."""
+    c = conv.conv
+    # A question recalls: only a compile whose latest item is the user's text
+    # (an agent's later steps call the recall tool themselves). O(transformations)
+    # while nothing was ever removed: the hot path.
+    n = len(view.shown)
+    if n == 0 or view.last_user != n - 1:
+        return view
+    if not any(t.active and t.kind != "recall" for t in c._transforms):
+        return view
+    key = (scoring.query, view.version, len(view.shown))
+    if c._recall_checked == key:  # nothing changed since the last compile looked
+        return view
+    if not _boundaries(view)[len(view.shown)]:
+        return view
+    partial = {s.item.id: s.content for s in view.shown if s.content is not s.item.content}
+    full = {s.item.id for s in view.shown if s.content is s.item.content}
+    hidden = [
+        it.id
+        for it in c._items
+        if it.kind == "tool_result" and it.native is None and it.id not in full
+    ]
+    already = {
+        view.shown[k].item.covers[0]
+        for k in range(view.last_user + 1, len(view.shown))
+        if view.shown[k].item.kind == "recall" and view.shown[k].item.covers
+    }
+    sc = scoring.scores()
+    ranked = sorted(sc.values(), key=lambda x: -x.score)
+    if not ranked:
+        return view
+    top = ranked[0].score
+    hidden_set = set(hidden)
+    rel = retention.relevance_of(c)
+
+    def shown_in_part(x: ItemScore) -> bool:
+        # an excerpt that already holds the best passage needs no recall
+        text = partial.get(x.key)
+        return bool(text and x.best and rel.index.passages(x.key)[x.best[0]].text in text)
+
+    picks = [
+        x
+        for x in ranked[:_RECALL_TOP]
+        if x.key in hidden_set
+        and x.key not in already
+        and retention.is_relevant(x)
+        and x.score >= _RECALL_RATIO * top
+        and not shown_in_part(x)
+    ]
+    cap = pol.recall_max_tokens // max(len(picks), 1)
+    if budget is not None:
+        cap = min(cap, max(budget // 4, 0) // max(len(picks), 1))
+    for x in picks:
+        it = c._items[c._index[x.key]]
+        spans: list[list[int]] = []
+        if it.tokens > cap:
+            spans = retention.best_spans(rel, it, x, max(cap * 3, 200))
+        text = retention.recall_text(c, it, spans)
+        if c._count(text) > max(cap, 1) and spans and len(spans) > 1:
+            spans = spans[:1]
+        if cap <= 0:
+            break
+        entry = {
+            "op": "recall",
+            "ids": [it.id],
+            "spans": spans,
+            "reason": "relevance",
+            "scores": {it.id: round(x.score, 4)},
+            "time": round(_time.time(), 3),
+        }
+        view = conv.record(entry)
+        recalled.append(view.shown[-1].item.id)
+    if not picks:
+        c._recall_checked = key
     return view
 
 
@@ -449,16 +750,25 @@ def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
 
 
 def _summarise(pol: ContextPolicy, span: list[Shown]) -> str:
-    # The summariser's input is bounded: a span of huge tool results would
-    # otherwise need a window as large as the one it relieves (letta#3279).
+    # The summariser's input is bounded, for a backend and a callable alike: a
+    # span of huge tool results would otherwise need a window as large as the
+    # one it relieves (letta#3279). A callable gets the items with their content
+    # cut the same way (at most _SUMMARY_ITEM_CHARS each, _SUMMARY_INPUT_CHARS
+    # in all; the items past that are left out).
+    from dataclasses import replace
+
     lines: list[str] = []
+    seen: list[ConversationItem] = []
     room = _SUMMARY_INPUT_CHARS
     for s in span:
         it = s.item
-        text = s.content if len(s.content) <= 4000 else s.content[:4000] + " [...]"
+        cut = _SUMMARY_ITEM_CHARS - len(_CUT)
+        text = s.content if len(s.content) <= _SUMMARY_ITEM_CHARS else s.content[:cut] + _CUT
+        text = text[: max(room, 0)]
         who = it.tool_name if it.kind in ("tool_call", "tool_result") else it.role
         lines.append(f"{it.kind} ({who}): {text}")
-        room -= len(lines[-1])
+        seen.append(it if text is it.content else replace(it, content=text))
+        room -= len(text)
         if room <= 0:
             lines.append("[...]")
             break
@@ -477,18 +787,27 @@ def _summarise(pol: ContextPolicy, span: list[Shown]) -> str:
         )
         out = reply.text
     else:
-        out = c([s.item for s in span])  # type: ignore[misc]
+        out = c(seen)  # type: ignore[misc]
     if not isinstance(out, str) or not out.strip():
         raise InvalidArgumentError(
             f"the compact backend or callable returned {type(out).__name__} {out!r:.40}; "
             "expected the summary text"
         )
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            "the compact backend or callable returned a summary with a lone surrogate "
+            f"({out!r:.60}); nothing was recorded"
+        ) from None
     return out
 
 
-#: What a summariser is given at most (characters): items past 4 000 characters
-#: are cut, and the span's text past this.
+#: What a summariser is given at most (characters): each item's content cut to
+#: _SUMMARY_ITEM_CHARS (the cut marked), and the span's text to _SUMMARY_INPUT_CHARS.
 _SUMMARY_INPUT_CHARS = 200_000
+_SUMMARY_ITEM_CHARS = 4_000
+_CUT = " [...]"
 
 
 def _drop_steps(view: _View, need: int) -> tuple[list[str], int]:
@@ -569,6 +888,8 @@ def attach(
     context_window: int | None,
     reply_tokens: int | None,
     policy: ContextPolicy | None,
+    registry: Any = None,
+    task_text: str | None = None,
 ) -> CompileResult:
     """``BlockRegistry.compile``'s hook: the compile step's outcome, on the result."""
     if conversation is None:
@@ -576,8 +897,9 @@ def attach(
             "context_window, reply_tokens and policy apply to a conversation: pass "
             "conversation=rampart.Conversation(...)"
         )
+    embedder = getattr(registry, "_embedder", None)
     result._context = compile_conversation(
-        result, conversation, context_window, reply_tokens, policy
+        result, conversation, context_window, reply_tokens, policy, embedder, task_text
     )
     return result
 

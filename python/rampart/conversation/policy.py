@@ -4,7 +4,7 @@ window, and when (SPEC §9; docs/conversation.md explains the defaults)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +39,22 @@ class ContextPolicy:
     splitting a tool call from its result, never reordering):
 
     1. ``clear_tool_results`` (default True): replace old tool results by a stub
-       naming the tool, the call id and the tokens removed; the last
-       ``keep_tool_results`` (default 3) results and those of ``exclude_tools``
-       stay; ``clear_tool_inputs`` also stubs the call's arguments.
+       naming the tool, the call id, the tokens removed and the ``recall`` tool;
+       the last ``keep_tool_results`` (default 3) results, error results
+       (``keep_errors``) and those of ``exclude_tools`` stay;
+       ``clear_tool_inputs`` also stubs the call's arguments.
+       ``relevance`` (default True): the least relevant results to the current
+       step go first (the latest user message and the step's tool calls, or the
+       compile's ``task_text``, scored against each result's passages: BM25, fused
+       with the registry's embedder when it has one), and the ``keep_relevant``
+       (default 2) most relevant stay while they pass the relevance floor; a
+       relevant result longer than twice ``excerpt_tokens`` (default 600) that
+       must go keeps its best passages as an excerpt (``excerpts``). False: by
+       age alone, oldest first (the behaviour before relevance).
+       ``recall`` (default True): a result the step needs that an earlier compile
+       cleared is appended at the tail (after the latest user message; at most
+       ``recall_max_tokens``, default 2 000), not restored in place, so the cached
+       prefix stays; it is kept while its question stands.
     2. ``compact`` (default None): a callable ``(items) -> str`` or a rampart LLM
        backend (``.chat``) that summarises the oldest span into one summary item
        (the last ``compact_keep_recent`` items, default 8, stay as they are).
@@ -75,23 +88,54 @@ class ContextPolicy:
     native: str | bool = False
     prices: Any = None
     compact_max_tokens: int = 1024
+    relevance: bool = True
+    keep_relevant: int = 2
+    recall: bool = True
+    recall_max_tokens: int = 2000
+    excerpts: bool = True
+    excerpt_tokens: int = 600
+    keep_errors: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("keep_tool_results", "clear_at_least", "compact_keep_recent"):
+        for name in (
+            "keep_tool_results",
+            "clear_at_least",
+            "compact_keep_recent",
+            "keep_relevant",
+            "recall_max_tokens",
+            "excerpt_tokens",
+        ):
             _nonneg_int(getattr(self, name), name)
+        for name in (
+            "clear_tool_results",
+            "clear_tool_inputs",
+            "drop_oldest",
+            "dry_run",
+            "relevance",
+            "recall",
+            "excerpts",
+            "keep_errors",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(
+                    f"ContextPolicy.{name} must be True or False, got {getattr(self, name)!r}"
+                )
         if _nonneg_int(self.horizon_calls, "horizon_calls") < 1:
             raise InvalidArgumentError("ContextPolicy.horizon_calls must be >= 1")
         if _nonneg_int(self.compact_max_tokens, "compact_max_tokens") < 1:
             raise InvalidArgumentError("ContextPolicy.compact_max_tokens must be >= 1")
-        if isinstance(self.exclude_tools, str) or not all(
-            isinstance(t, str) for t in self.exclude_tools
+        ex = self.exclude_tools
+        if (
+            isinstance(ex, (str, bytes, Mapping))
+            or not isinstance(ex, Iterable)
+            or not all(isinstance(t, str) for t in ex)
         ):
             raise InvalidArgumentError(
                 f"ContextPolicy.exclude_tools must be a sequence of tool names, "
                 f"got {self.exclude_tools!r}"
             )
         object.__setattr__(self, "exclude_tools", tuple(self.exclude_tools))
-        if self.provider not in PROVIDERS:
+        if not isinstance(self.provider, str) or self.provider not in PROVIDERS:
             raise InvalidArgumentError(
                 f"ContextPolicy.provider must be one of {sorted(PROVIDERS)}, got {self.provider!r}"
             )

@@ -12,6 +12,7 @@
 //! | `selection.rs` | `OrderView`, `Selection`, prompt rendering and the prompt memo |
 //! | `snapshot.rs` | `Snapshot`, `SavedRegistry` |
 //! | `registry.rs` | `Registry`: reads, one method per write operation, the one compile entry |
+//! | `lexical.rs` | `Bm25Index`, `terms` (the lexical relevance scorer) |
 //! | `journal.rs` | `run`, the one write path (local apply, or the encoded entry as a `PendingEntry`), and what replicas need |
 
 use std::sync::{Arc, OnceLock};
@@ -28,6 +29,7 @@ use crate::tokens::Encoding;
 
 mod block;
 mod journal;
+mod lexical;
 mod registry;
 mod selection;
 mod snapshot;
@@ -256,6 +258,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySnapshot>()?;
     m.add_class::<PySaved>()?;
     m.add_class::<journal::PyPendingEntry>()?;
+    m.add_class::<lexical::PyBm25Index>()?;
+    m.add_function(wrap_pyfunction!(lexical::terms, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::decode_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(label_of, m)?)?;

@@ -1,0 +1,211 @@
+"""Which tool results the current step needs: the relevance half of the
+context policy (SPEC §9; docs/conversation.md, "Keep what the step needs").
+
+The step's query is the latest user message plus the tool calls made since
+(their names and arguments), or the compile's ``task_text``. Each tool result
+is indexed once, when a compile first needs scores (its passages added to the
+conversation's :class:`~rampart.relevance.PassageIndex`), and scored against
+the query: BM25 over its passages, fused with the registry's embedder when it
+has one (passages embedded once, lazily, kept on the conversation). The policy
+clears the least relevant results first, keeps the most relevant (or an
+excerpt of their best passages), and recalls at the tail a cleared result the
+step needs.
+
+Everything here reads the conversation's view; nothing here records: the plan
+(:mod:`rampart.conversation.plan`) decides and records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rampart.relevance import ItemScore, Passage, PassageIndex
+
+if TYPE_CHECKING:
+    from rampart.conversation.core import Conversation, _View
+    from rampart.conversation.items import ConversationItem
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "RELEVANT_BM25",
+    "RELEVANT_COSINE",
+    "Relevance",
+    "excerpt_text",
+    "is_relevant",
+    "recall_text",
+    "step_query",
+]
+
+#: The query is cut to this many characters (a 1 MB question costs no more).
+MAX_QUERY_CHARS = 4000
+#: A result is relevant to the step when its best passage's cosine reaches
+#: this (with an embedder) ...
+RELEVANT_COSINE = 0.42
+#: ... or its best BM25 score reaches this (shared rare words).
+RELEVANT_BM25 = 6.0
+#: Arguments quoted in a recall or excerpt header at most (characters).
+_ARGS_CHARS = 300
+
+
+def is_relevant(s: ItemScore | None) -> bool:
+    """Whether a scored result is relevant to the step at all (absolute floors:
+    the tune split of benches/needle_bench.py chose them)."""
+    if s is None:
+        return False
+    if s.dense is not None and s.dense >= RELEVANT_COSINE:
+        return True
+    return s.lexical >= RELEVANT_BM25
+
+
+def step_query(view: _View, task_text: str | None = None) -> str:
+    """The current step's query: ``task_text`` when given, else the latest user
+    text and the tool calls after it (bounded)."""
+    if task_text:
+        return task_text[:MAX_QUERY_CHARS]
+    k = view.last_user
+    if k < 0:
+        return ""
+    parts = [view.shown[k].item.content[:MAX_QUERY_CHARS]]
+    size = len(parts[0])
+    for s in view.shown[k + 1 :]:
+        it = s.item
+        if it.kind == "tool_call" and size < MAX_QUERY_CHARS:
+            parts.append(f"{it.tool_name or ''} {it.content[:_ARGS_CHARS]}")
+            size += len(parts[-1])
+    return "\n".join(parts)[:MAX_QUERY_CHARS]
+
+
+class Relevance:
+    """A conversation's relevance state: its tool results' passages (indexed
+    once) and their vectors (embedded once). Derived from the items alone, which
+    never change, so a dry run's twin shares it."""
+
+    __slots__ = ("index", "indexed")
+
+    def __init__(self) -> None:
+        self.index = PassageIndex()
+        self.indexed = 0  # items[:indexed] were looked at
+
+    def catch_up(self, items: Sequence[ConversationItem]) -> None:
+        for it in items[self.indexed :]:
+            if it.kind == "tool_result" and it.native is None:
+                self.index.add(it.id, it.content)
+        self.indexed = len(items)
+
+    def scores(
+        self,
+        conv: Conversation,
+        query: str,
+        ids: Iterable[str],
+        embedder: Any = None,
+    ) -> dict[str, ItemScore]:
+        self.catch_up(conv._items)
+        if not query.strip():
+            return {}
+        return self.index.score(query, ids, embedder)
+
+
+def relevance_of(conv: Conversation) -> Relevance:
+    r: Relevance | None = conv._relevance
+    if r is None:
+        r = conv._relevance = Relevance()
+    return r
+
+
+def _call_args(conv: Conversation, it: ConversationItem) -> str:
+    ci = conv._calls.get(it.call_id or "")
+    if ci is None:
+        return ""
+    args = conv._items[ci].content
+    return args if len(args) <= _ARGS_CHARS else args[:_ARGS_CHARS] + "..."
+
+
+def _lines(it: ConversationItem) -> int:
+    return it.content.count("\n", 0, 50_000_000) + 1
+
+
+def spans_text(it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
+    """The text of ``spans`` ([first line, last line, offset, length] each) of
+    ``it``'s content, in order, a ``[...]`` line between gaps."""
+    out = []
+    for s in spans:
+        out.append(it.content[s[2] : s[2] + s[3]])
+    return "\n[...]\n".join(out)
+
+
+def _ranges(spans: Sequence[Sequence[int]]) -> str:
+    return ", ".join(f"{s[0]}-{s[1]}" if s[0] != s[1] else f"{s[0]}" for s in spans)
+
+
+def excerpt_text(conv: Conversation, it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
+    """What an excerpted result is shown as: a header naming the tool, the call,
+    the lines kept and what was cut, then the kept lines."""
+    kept = sum(s[3] for s in spans)
+    return (
+        f"[excerpt of a tool result, cut to save context: tool {it.tool_name or 'unknown'}, "
+        f"call {it.call_id or 'unknown'}; lines {_ranges(spans)} of {_lines(it)} kept as "
+        f"relevant, {len(it.content) - kept} of {len(it.content)} characters cut; "
+        f'recall(call_id="{it.call_id or ""}") brings back the whole result]\n'
+        + spans_text(it, spans)
+    )
+
+
+def recall_text(conv: Conversation, it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
+    """What a recall appends at the tail: the tool, call id and arguments of a
+    result an earlier compile cleared, and the result (or its relevant lines)."""
+    args = _call_args(conv, it)
+    where = f"lines {_ranges(spans)} of {_lines(it)}" if spans else "the whole result"
+    body = spans_text(it, spans) if spans else it.content
+    return (
+        f"[recalled for the current step: {where} of the result of tool "
+        f"{it.tool_name or 'unknown'} (call {it.call_id or 'unknown'}"
+        f"{', arguments ' + args if args else ''}), which was cleared earlier to save "
+        "context]\n" + body
+    )
+
+
+#: Passages an excerpt or a recall keeps at most.
+MAX_SPANS = 6
+
+
+def best_spans(
+    rel: Relevance, it: ConversationItem, score: ItemScore, budget_chars: int
+) -> list[list[int]]:
+    """The best passages of ``it`` for the scored query within ``budget_chars``
+    (at most :data:`MAX_SPANS`), as [first line, last line, offset, length] in
+    text order (at least one)."""
+    ps: list[Passage] = rel.index.passages(it.id)
+    chosen: list[Passage] = []
+    used = 0
+    for j in score.best[:MAX_SPANS]:
+        p = ps[j]
+        if chosen and used + len(p.text) > budget_chars:
+            break
+        chosen.append(p)
+        used += len(p.text)
+    chosen.sort(key=lambda p: p.offset)
+    return [[p.start, p.end, p.offset, len(p.text)] for p in chosen]
+
+
+def check_spans(v: Any, content: str) -> list[list[int]]:
+    """``v`` as spans of ``content`` (a log entry's), or ValueError."""
+    if not isinstance(v, list) or len(v) > 4096:
+        raise ValueError("spans must be a list")
+    out = []
+    for s in v:
+        if (
+            not isinstance(s, list)
+            or len(s) != 4
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s)
+            or s[2] + s[3] > len(content)
+        ):
+            raise ValueError(f"a span must be [first line, last line, offset, length]: {s!r:.60}")
+        out.append(list(s))
+    return out
+
+
+def dumps_scores(scores: dict[str, ItemScore]) -> dict[str, float]:
+    """Scores as plain numbers for a log entry (rounded: the log is compared
+    byte for byte across processes)."""
+    return {k: round(v.score, 4) for k, v in scores.items()}

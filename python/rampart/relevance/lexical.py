@@ -1,0 +1,145 @@
+"""The lexical signal: BM25 over rare words (file names, API names, flags).
+
+:class:`LexicalIndex` is the Rust core's incremental index (``_core.Bm25Index``):
+documents are added once and every query walks only its terms' postings, so a
+conversation that grows by a few tool results per step never re-indexes its
+history. :class:`BM25` and :func:`py_terms` are the pure-Python model of the
+same rule (k1 = 1.2, b = 0.75; the term rule of ``rust/src/lexical.rs``): the
+property tests compare the two, and the example gate uses the model where it
+keeps its own memo of terms.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import rampart._core as _core
+
+__all__ = ["BM25", "LexicalIndex", "py_terms", "terms"]
+
+# Words that say nothing about which text is meant (requests are full of them).
+# The same list is in rust/src/lexical.rs.
+STOP = frozenset(
+    "a an the to of in on for and or with is are be this that it its my me i we you your "
+    "our from by as at into all any what which who how do does can please so just not "
+    "than then there their them those these was were will would should could have has "
+    "had get give show make let".split()
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _stem(word: str) -> str:
+    # Plural and tense endings only: enough for "files"/"file", "branches"/"branch",
+    # "staged"/"stag(e)" (both sides of a match are stemmed alike).
+    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes", "zes")):
+        return word[:-2]
+    for suffix in ("ing", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix) and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def py_terms(text: str) -> list[str]:
+    """:func:`terms` in pure Python (the model of the Rust rule)."""
+    text = _CAMEL.sub(" ", text).replace("_", " ")
+    return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in STOP]
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, stemmed word terms; ``snake_case`` and ``camelCase`` split."""
+    return _core.terms(text)
+
+
+class LexicalIndex:
+    """BM25 over documents added one at a time, in the Rust core. Scores are
+    those of the documents added so far (document frequencies and the average
+    length included), in document order."""
+
+    __slots__ = ("_ix",)
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self._ix = _core.Bm25Index(k1, b)
+
+    def __len__(self) -> int:
+        return len(self._ix)
+
+    def add(self, documents: Sequence[str]) -> int:
+        """Add ``documents`` in order; returns the index of the first."""
+        return self._ix.add(list(documents))
+
+    def scores(self, query: str) -> list[float]:
+        """Every document's BM25 score for ``query``."""
+        return self._ix.scores(query)
+
+
+class BM25:
+    """Okapi BM25 over a fixed list of documents (k1 = 1.2, b = 0.75), in pure
+    Python: the model :class:`LexicalIndex` is checked against."""
+
+    def __init__(
+        self,
+        documents: Sequence[str],
+        k1: float = 1.2,
+        b: float = 0.75,
+        *,
+        tokenised: Sequence[list[str]] | None = None,
+    ) -> None:
+        """``tokenised``: the documents' :func:`terms`, when the caller has them."""
+        self.k1, self.b = k1, b
+        docs = list(tokenised) if tokenised is not None else [py_terms(d) for d in documents]
+        self._lengths = [len(d) for d in docs]
+        self._avg = (sum(self._lengths) / len(docs)) if docs else 0.0
+        df: dict[str, int] = {}
+        for d in docs:
+            for w in set(d):
+                df[w] = df.get(w, 0) + 1
+        n = len(docs)
+        self._idf = {w: math.log(1 + (n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
+        self._tf = [dict(Counter(d)) for d in docs]
+
+    def scores(self, query: str) -> list[float]:
+        """The BM25 score of every document for ``query``, in document order."""
+        q = py_terms(query)
+        out = []
+        for tf, length in zip(self._tf, self._lengths):
+            s = 0.0
+            norm = self.k1 * (1 - self.b + self.b * length / self._avg) if self._avg else self.k1
+            for w in q:
+                f = tf.get(w)
+                if f:
+                    s += self._idf[w] * f * (self.k1 + 1) / (f + norm)
+            out.append(s)
+        return out
+
+    def score_array(self, query: str) -> Any:
+        """:meth:`scores` as a numpy array, from an inverted index built on first
+        use (what a gate scoring every request wants: a few array adds per query
+        term instead of a loop over every document)."""
+        import numpy as np
+
+        index = getattr(self, "_inverted", None)
+        if index is None:
+            postings: dict[str, tuple[list[int], list[float]]] = {}
+            for i, (tf, length) in enumerate(zip(self._tf, self._lengths)):
+                norm = (
+                    self.k1 * (1 - self.b + self.b * length / self._avg) if self._avg else self.k1
+                )
+                for w, f in tf.items():
+                    ids, vals = postings.setdefault(w, ([], []))
+                    ids.append(i)
+                    vals.append(self._idf[w] * f * (self.k1 + 1) / (f + norm))
+            index = self._inverted = {
+                w: (np.array(ids, dtype=np.intp), np.array(vals))
+                for w, (ids, vals) in postings.items()
+            }
+        out = np.zeros(len(self._tf))
+        for w in terms(query):
+            hit = index.get(w)
+            if hit is not None:
+                out[hit[0]] += hit[1]
+        return out
