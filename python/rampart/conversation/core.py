@@ -39,15 +39,21 @@ from rampart.errors import InvalidArgumentError, RampartError, UnsupportedFormat
 
 __all__ = ["Conversation", "Transformation"]
 
-_TRANSFORMS = ("clear", "compact", "drop")
+_TRANSFORMS = ("clear", "compact", "drop", "recall")
+#: Kinds a clear may stub (a recall item too, once its question has passed).
+_RESULTS = ("tool_result", "recall")
+#: The tool whose results are recall output (kept while their question stands).
+RECALL_TOOL_NAME = "recall"
 
 
 @dataclass(frozen=True, slots=True)
 class Transformation:
     """One recorded transformation: ``kind`` (``"clear"``, ``"compact"``,
-    ``"drop"``), the item ids it acts on, and for ``"compact"`` the summary
-    item's id. ``active`` turns False when it is undone (``rollback``); the
-    log keeps it either way."""
+    ``"drop"``, ``"recall"``), the item ids it acts on, and for ``"compact"``
+    the summary item's id (for ``"recall"``: the recall item's). ``active``
+    turns False when it is undone (``rollback``); the log keeps it either way.
+    ``excerpts``: for ``"clear"``, the ids kept as an excerpt and their spans
+    ([first line, last line, offset, length] each)."""
 
     id: str
     kind: str
@@ -58,6 +64,9 @@ class Transformation:
     active: bool = True
     # clear: the stub tokens of each id (counted once, when recorded)
     stub_tokens: tuple[int, ...] = ()
+    excerpts: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = ()
+    # the relevance score of each id when it was recorded (clear, recall)
+    scores: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(slots=True)
@@ -82,7 +91,15 @@ class _View:
         return self.tokens[k] - (self.tokens[k - 1] if k else 0)
 
     def protected(self, k: int) -> bool:
-        return k == self.last_user or self.shown[k].item.pinned
+        it = self.shown[k].item
+        return k == self.last_user or it.pinned or (k > self.last_user and _recall_output(it))
+
+
+def _recall_output(it: ConversationItem) -> bool:
+    """A recall item: never cleared while the question it answers stands (no
+    user text after it). (A ``recall`` tool result is kept by the clear step
+    while its question stands unless the window forces it.)"""
+    return it.kind == "recall"
 
 
 class Conversation:
@@ -142,6 +159,13 @@ class Conversation:
         self._by_name: dict[str, deque[str]] = {}
         self._transforms: list[Transformation] = []
         self._scale: dict[str, float] = {}
+        # provider -> the fixed tokens a request costs beyond the items (a chat
+        # template's preamble), learned with the scale by observe_usage
+        self._constant: dict[str, float] = {}
+        self._usage_obs: dict[str, deque[tuple[float, float]]] = {}
+        self._relevance: Any = None  # rampart.conversation.retention.Relevance, lazily
+        # (query, view version, view length) the last recall check found nothing for
+        self._recall_checked: Any = None
         self._view = _View()
         # set by the compile step: (provider, predicted tokens, time) of the last compile
         self._last_compile: tuple[str, float, float] | None = None
@@ -304,6 +328,7 @@ class Conversation:
             self._apply_undo(entry)
         elif op == "scale":
             self._scale[entry["provider"]] = float(entry["value"])
+            self._constant[entry["provider"]] = float(entry.get("constant", 0.0))
         else:  # pragma: no cover - check_entry refuses unknown ops
             raise RampartError(f"unknown conversation log entry {op!r}")
         self._log.append(entry)
@@ -432,10 +457,16 @@ class Conversation:
             self._groups += 1
             self._index[summary_id] = idx
             self._items.append(it)
+        elif op == "recall":
+            summary_id = self._add_recall(entry)
         ids = tuple(i for i in entry["ids"] if i in self._index)
         stubs: tuple[int, ...] = ()
+        raw_ex = entry.get("excerpts") or {}
+        excerpts = tuple((i, tuple(tuple(sp) for sp in raw_ex[i])) for i in ids if i in raw_ex)
         if op == "clear":
-            stubs = tuple(self._stub_tokens(self._items[self._index[i]]) for i in ids)
+            ex = dict(excerpts)
+            stubs = tuple(self._stub_tokens(self._items[self._index[i]], ex.get(i)) for i in ids)
+        raw_scores = entry.get("scores") or {}
         self._transforms.append(
             Transformation(
                 id=f"t{len(self._log)}",
@@ -445,16 +476,47 @@ class Conversation:
                 summary_id=summary_id,
                 inputs=bool(entry.get("inputs")),
                 stub_tokens=stubs,
+                excerpts=excerpts,
+                scores=tuple((i, float(raw_scores[i])) for i in ids if i in raw_scores),
             )
         )
         self._rebuild()
 
-    def _stub_tokens(self, it: ConversationItem) -> int:
-        return self._counter.count(self._stub(it)) + ITEM_OVERHEAD
+    def _add_recall(self, entry: dict[str, Any]) -> str:
+        """The recall item of a ``recall`` entry, appended after every item so
+        far: the tail, so nothing before it is rewritten."""
+        from rampart.conversation.retention import recall_text
 
-    def _stub(self, it: ConversationItem) -> str:
+        src = self._items[self._index[entry["ids"][0]]]
+        text = recall_text(self, src, entry.get("spans") or [])
+        idx = len(self._items)
+        it = ConversationItem(
+            id=f"i{idx}",
+            role="user",
+            kind="recall",
+            content=text,
+            tokens=self._counter.count(text) + ITEM_OVERHEAD,
+            time=float(entry.get("time", 0.0)),
+            tool_name=src.tool_name,
+            call_id=src.call_id,
+            covers=(src.id,),
+            group=self._groups,
+        )
+        self._groups += 1
+        self._index[it.id] = idx
+        self._items.append(it)
+        return it.id
+
+    def _stub_tokens(self, it: ConversationItem, spans: Any = None) -> int:
+        return self._counter.count(self._stub(it, spans)) + ITEM_OVERHEAD
+
+    def _stub(self, it: ConversationItem, spans: Any = None) -> str:
         if it.kind == "tool_call":
             return json.dumps({"cleared": f"{it.tokens} tokens of input removed"})
+        if spans:
+            from rampart.conversation.retention import excerpt_text
+
+            return excerpt_text(self, it, spans)
         return cleared_stub(it.tool_name, it.call_id, it.tokens)
 
     def _apply_undo(self, entry: dict[str, Any]) -> None:
@@ -468,15 +530,24 @@ class Conversation:
     def _rebuild(self) -> None:
         """The view from the items and the active transformations (O(items))."""
         cleared: dict[str, int] = {}
+        excerpts: dict[str, Any] = {}
         covered: dict[str, str] = {}
         dropped: set[str] = set()
         summaries: dict[str, ConversationItem] = {}
+        recalls: set[str] = set()
         for t in self._transforms:
             if not t.active:
                 continue
-            if t.kind == "clear":
+            if t.kind == "recall" and t.summary_id is not None:
+                recalls.add(t.summary_id)
+            elif t.kind == "clear":
+                ex = dict(t.excerpts)
                 for i, st in zip(t.ids, t.stub_tokens):
                     cleared[i] = st
+                    if i in ex:
+                        excerpts[i] = ex[i]
+                    else:
+                        excerpts.pop(i, None)
                 if t.inputs:
                     for i in t.ids:
                         call = self._calls.get(self._items[self._index[i]].call_id or "")
@@ -499,7 +570,9 @@ class Conversation:
                 at[self._first_leaf(s)] = s
         self._view = _View(version=self._view.version + 1)
         for it in self._items:
-            if it.kind == "summary" and it.native is None:
+            if (it.kind == "summary" and it.native is None) or (
+                it.kind == "recall" and it.id not in recalls
+            ):
                 continue
             summary = at.get(it.id)
             if summary is not None:
@@ -507,9 +580,9 @@ class Conversation:
             if it.id in covered or it.id in dropped:
                 continue
             if it.id in cleared:
-                self._show(Shown(it, self._stub(it)), cleared[it.id], False)
+                self._show(Shown(it, self._stub(it, excerpts.get(it.id))), cleared[it.id], False)
             else:
-                self._show(Shown(it, it.content), it.tokens, it.kind == "tool_result")
+                self._show(Shown(it, it.content), it.tokens, it.kind in _RESULTS)
 
     def _first_leaf(self, s: ConversationItem) -> str:
         """The first appended (non-summary) item a summary stands for."""
@@ -551,10 +624,18 @@ class Conversation:
 
     def observe_usage(self, usage: Any, *, provider: str | None = None) -> float | None:
         """Learn how the provider counts from the ``usage`` of the call made with
-        the last compiled body: input + cache-creation + cache-read tokens over
+        the last compiled body: input + cache-creation + cache-read tokens against
         what the compile predicted. Takes OpenAI (Chat and Responses), Anthropic
         and Gemini usage objects or dicts. Returns the new scale (None when no
-        compile of this conversation predicted a count yet)."""
+        compile of this conversation predicted a count yet).
+
+        Two parameters are learned: ``observed = scale * predicted + constant``.
+        The constant is what every request costs beyond its items (a local
+        model's chat template, a tool preamble): one short request alone would
+        otherwise read as a large scale and shrink every later budget. From one
+        observation, a ratio outside [0.7, 1.4] (no tokenizer differs that much)
+        puts the excess into the constant; from two or more of different sizes
+        (the last 16), a least-squares line. :meth:`constant` reads it."""
         observed = _input_tokens(usage)
         with self._lock:
             self.last_usage = usage  # read by rampart.telemetry (cache read/creation tokens)
@@ -562,13 +643,15 @@ class Conversation:
             if last is None or last[1] <= 0:
                 return None
             prov = provider or last[0]
-            ratio = min(max(observed / last[1], 0.25), 4.0)
-            old = self._scale.get(prov)
-            # Smoothed: one odd call (a tool's output counted differently) does not
-            # swing the next budget; two calls move most of the way.
-            value = round(ratio if old is None else 0.5 * old + 0.5 * ratio, 6)
-            self._commit({"op": "scale", "provider": prov, "value": value})
+            obs = self._usage_obs.setdefault(prov, deque(maxlen=16))
+            obs.append((float(last[1]), float(observed)))
+            value, constant = _fit_usage(obs)
+            self._commit({"op": "scale", "provider": prov, "value": value, "constant": constant})
             return value
+
+    def constant(self, provider: str) -> float:
+        """The fixed tokens per request learned for ``provider`` (0 when none)."""
+        return self._constant.get(provider, 0.0)
 
     # ---- persistence --------------------------------------------------------------------
 
@@ -674,6 +757,31 @@ class Conversation:
 
     def _count(self, text: str) -> int:
         return self._counter.count(text)
+
+
+def _fit_usage(obs: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """(scale, constant) of ``observed = scale * predicted + constant`` over the
+    observations (predicted, observed), bounded: scale in [0.25, 4], constant in
+    [0, 1e6]."""
+    pts = list(obs)
+    xs = [p for p, _ in pts]
+    n = len(pts)
+    mx = sum(xs) / n
+    my = sum(o for _, o in pts) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    if n >= 2 and var > (0.1 * mx) ** 2 * n:  # sizes differ enough to separate the two
+        cov = sum((x - mx) * (o - my) for x, o in pts)
+        scale = min(max(cov / var, 0.25), 4.0)
+        constant = my - scale * mx
+    else:
+        x, o = pts[-1]
+        ratio = o / x
+        scale = min(max(ratio, 0.7), 1.4)
+        constant = o - scale * x
+    if constant < 0:  # the provider counts fewer: all of it is scale
+        constant = 0.0
+        scale = min(max(my / mx, 0.25), 4.0)
+    return round(scale, 6), round(min(constant, 1e6), 3)
 
 
 def _inactive(t: Transformation) -> Transformation:
