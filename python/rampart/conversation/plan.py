@@ -333,10 +333,20 @@ def compile_conversation(
             if budget < 0 or _pinned_tokens(view) > budget:
                 _overflow(conv, view, fixed, budget, window, reply, scale, result)
         recalled: list[str] = []
-        if scoring is not None and pol.recall and pol.native != "anthropic":
-            view = _recall(plan, view, pol, scoring, budget, recalled)
+        recalls = scoring is not None and pol.recall and pol.native != "anthropic"
+        if recalls:
+            view = _recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
         if budget is not None:
+            n = len(plan.entries)
             view = _fit(plan, view, budget, pol, cold, notes, scoring)
+            if recalls and len(plan.entries) > n:
+                # What this compile removed may be what the question needs (a
+                # drop takes whole turns, whatever they hold): look again, and
+                # fit again (a recall is never removed while its question stands).
+                k = len(recalled)
+                view = _recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
+                if len(recalled) > k:
+                    view = _fit(plan, view, budget, pol, cold, notes, scoring)
         if plan.twin is not None:
             if pol.dry_run:
                 target = plan.twin
@@ -658,10 +668,10 @@ def _recall(
     # A question recalls: only a compile whose latest item is the user's text
     # (an agent's later steps call the recall tool themselves). O(transformations)
     # while nothing was ever removed: the hot path.
-    n = len(view.shown)
-    if n == 0 or view.last_user != n - 1:
+    if view.last_user < 0 or any(s.item.kind != "recall" for s in view.shown[view.last_user + 1 :]):
         return view
-    if not any(t.active and t.kind != "recall" for t in c._transforms):
+    state = conv.twin if conv.twin is not None else c  # this compile's steps so far
+    if not any(t.active and t.kind != "recall" for t in state._transforms):
         return view
     key = (scoring.query, view.version, len(view.shown))
     if c._recall_checked == key:  # nothing changed since the last compile looked

@@ -60,19 +60,28 @@ def is_relevant(s: ItemScore | None) -> bool:
 
 def step_query(view: _View, task_text: str | None = None) -> str:
     """The current step's query: ``task_text`` when given, else the latest user
-    text and the tool calls after it (bounded)."""
+    text and the tool calls of the latest assistant message after it (their
+    names and arguments; bounded)."""
     if task_text:
         return task_text[:MAX_QUERY_CHARS]
     k = view.last_user
     if k < 0:
         return ""
     parts = [view.shown[k].item.content[:MAX_QUERY_CHARS]]
-    size = len(parts[0])
-    for s in view.shown[k + 1 :]:
-        it = s.item
-        if it.kind == "tool_call" and size < MAX_QUERY_CHARS:
-            parts.append(f"{it.tool_name or ''} {it.content[:_ARGS_CHARS]}")
-            size += len(parts[-1])
+    # the step's calls: those of the latest assistant message after the question
+    group = None
+    for j in range(len(view.shown) - 1, k, -1):
+        it = view.shown[j].item
+        if it.kind == "tool_call":
+            group = it.group
+            break
+    if group is not None:
+        for j in range(len(view.shown) - 1, k, -1):
+            it = view.shown[j].item
+            if it.kind == "tool_call" and it.group == group:
+                parts.insert(1, f"{it.tool_name or ''} {it.content[:_ARGS_CHARS]}")
+            elif it.group < group:
+                break
     return "\n".join(parts)[:MAX_QUERY_CHARS]
 
 

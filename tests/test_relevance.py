@@ -1,0 +1,117 @@
+"""rampart.relevance: the Rust BM25 index and term rule against the pure-Python
+model (property tests), passages' bounds and offsets, and hybrid scoring with
+the real MiniLM model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rampart.relevance import BM25, LexicalIndex, PassageIndex, split_passages, terms
+from rampart.relevance.lexical import py_terms
+from rampart.relevance.passages import MAX_PASSAGES
+
+from tests.conftest import SKILLS, needs_model
+
+PROPS = settings(max_examples=300, deadline=None, database=None)
+
+# Text that exercises the rule: camelCase, snake_case, digits, stop words,
+# endings that stem, non-ASCII letters whose lower case is ASCII (KELVIN SIGN).
+ALPHABET = st.sampled_from(
+    list("aAbBzZ09_ -\n.") + ["ing", "ches", "ss", "ed", "the", "K", "İ", "é", "Σ", "字", "\ud7ff"]
+)
+TEXT = st.lists(ALPHABET, max_size=40).map("".join) | st.text(max_size=60)
+
+
+@PROPS
+@given(TEXT)
+def test_rust_terms_match_the_python_model(text: str) -> None:
+    assert terms(text) == py_terms(text)
+
+
+@PROPS
+@given(st.lists(TEXT, min_size=1, max_size=12), TEXT, st.integers(0, 11))
+def test_rust_bm25_matches_the_python_model_built_at_once_or_grown(
+    docs: list[str], query: str, split: int
+) -> None:
+    model = BM25(docs).scores(query)
+    at_once = LexicalIndex()
+    at_once.add(docs)
+    grown = LexicalIndex()
+    grown.add(docs[:split])
+    grown.scores(query)  # a query between additions changes nothing
+    grown.add(docs[split:])
+    for got in (at_once.scores(query), grown.scores(query)):
+        assert got == pytest.approx(model, rel=1e-12, abs=1e-12)
+
+
+def test_bm25_ranks_the_rare_term_first() -> None:
+    ix = LexicalIndex()
+    ix.add(["the cache keeps the prefix", "replica failover timeout", "window budget"])
+    s = ix.scores("what is the failover timeout?")
+    assert s.index(max(s)) == 1 and s[0] == 0.0
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.text(alphabet=st.sampled_from("ab \n\r\t"), max_size=3000), st.integers(5, 50))
+def test_passages_are_slices_with_their_line_numbers(text: str, width: int) -> None:
+    lines = text.split("\n")
+    for p in split_passages(text, max_chars=width, max_lines=4):
+        assert text[p.offset : p.offset + len(p.text)] == p.text
+        assert 1 <= p.start <= p.end <= len(lines)
+        assert text.count("\n", 0, p.offset) + 1 in (p.start, p.start - 1)
+        assert len(p.text) <= width * 4 + 3
+
+
+def test_passages_of_hostile_text_are_bounded() -> None:
+    for text in ("x" * 20_000_000, "\n" * 5_000_000, "a\n" * 2_000_000):
+        ps = split_passages(text)
+        assert len(ps) <= MAX_PASSAGES
+        assert sum(len(p.text) for p in ps) <= MAX_PASSAGES * 700
+    one = split_passages("x" * 50_000)
+    assert all(p.start == p.end == 1 for p in one) and one[1].offset == 700
+
+
+def test_passage_index_lexical_only() -> None:
+    ix = PassageIndex()
+    docs = {p.parent.name: p.read_text() for p in sorted(SKILLS.glob("*/SKILL.md"))}
+    for k, t in docs.items():
+        ix.add(k, t)
+    ix.add("slack-gif-creator", "not added twice")
+    scores = ix.score("what frame rate should an emoji GIF use?", list(docs))
+    best = max(scores.values(), key=lambda s: s.score)
+    assert best.key == "slack-gif-creator" and best.dense is None and best.lexical > 0
+    p = ix.passages(best.key)[best.best[0]]
+    assert "GIF" in p.text
+    assert all(s.score == 0.0 for s in ix.score("", list(docs)).values())
+
+
+@needs_model
+def test_passage_index_hybrid_finds_a_paraphrase() -> None:
+    import rampart
+
+    model = rampart.default_embedder()
+    ix = PassageIndex()
+    docs = {p.parent.name: p.read_text() for p in sorted(SKILLS.glob("*/SKILL.md"))}
+    for k, t in docs.items():
+        ix.add(k, t)
+    # no word of the answer's line ("FPS: 10-30") is in the question
+    scores = ix.score(
+        "how many pictures per second for a moving sticker in chat", list(docs), model
+    )
+    best = max(scores.values(), key=lambda s: s.score)
+    assert best.key == "slack-gif-creator" and best.dense is not None
+    # vectors are kept: a second query embeds only itself
+    calls = []
+    real = model.encode_batch_report
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(model, name)
+
+        def encode_batch_report(self, texts: list[str]) -> object:
+            calls.append(len(texts))
+            return real(texts)
+
+    ix.score("brand colours of the company", list(docs), Counting())
+    assert calls == [1]
