@@ -480,7 +480,11 @@ class Conversation:
                 scores=tuple((i, float(raw_scores[i])) for i in ids if i in raw_scores),
             )
         )
-        self._rebuild()
+        if op == "recall":  # at the tail: the view only grows (as an append does)
+            it = self._items[-1]
+            self._show(Shown(it, it.content), it.tokens, True)
+        else:
+            self._rebuild()
 
     def _add_recall(self, entry: dict[str, Any]) -> str:
         """The recall item of a ``recall`` entry, appended after every item so

@@ -880,6 +880,8 @@ def _record(
 def _twin(conv: Conversation) -> Conversation:
     """A dry run's copy of the conversation's state: transformations are
     recorded into it, the conversation itself is untouched."""
+    from dataclasses import replace
+
     from rampart.conversation.core import Conversation
 
     twin = Conversation.__new__(Conversation)
@@ -889,6 +891,15 @@ def _twin(conv: Conversation) -> Conversation:
     twin._transforms = list(conv._transforms)
     twin._log = list(conv._log)
     twin._shared = None
+    # its own view: a recall grows the view in place (it is at the tail)
+    v = conv._view
+    twin._view = replace(
+        v,
+        shown=list(v.shown),
+        tokens=list(v.tokens),
+        results=list(v.results),
+        results_by_tool=dict(v.results_by_tool),
+    )
     return twin
 
 

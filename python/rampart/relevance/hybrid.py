@@ -17,7 +17,6 @@ best_bm25``. An item's score is its best passage's.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from rampart.relevance.lexical import LexicalIndex
@@ -33,7 +32,6 @@ LEXICAL_WEIGHT = 0.3
 _HEAD = 4  # passages of a long text always embedded (its opening says what it is)
 
 
-@dataclass(frozen=True, slots=True)
 class ItemScore:
     """One text's relevance to a query.
 
@@ -41,19 +39,57 @@ class ItemScore:
     BM25; normalised BM25 alone without an embedder). ``lexical``: its best raw
     BM25 score. ``dense``: its best passage cosine (None without an embedder).
     ``best``: the indices of its passages that scored above 0, best first (its
-    first passage when none did)."""
+    first passage when none did); worked out on first use, since a compile needs
+    it for the few results it excerpts or recalls, not for every one it ranks."""
 
-    key: str
-    score: float
-    lexical: float
-    dense: float | None
-    best: tuple[int, ...]
+    __slots__ = ("_best", "_fused", "dense", "key", "lexical", "score")
+
+    def __init__(
+        self,
+        key: str,
+        score: float,
+        lexical: float,
+        dense: float | None,
+        best: tuple[int, ...] | None = None,
+        fused: Any = None,
+    ) -> None:
+        self.key = key
+        self.score = score
+        self.lexical = lexical
+        self.dense = dense
+        self._best = best
+        self._fused = fused  # the passages' fused scores (a list or an array)
+
+    @property
+    def best(self) -> tuple[int, ...]:
+        if self._best is None:
+            f = [float(x) for x in self._fused] if self._fused is not None else []
+            order = sorted(range(len(f)), key=lambda j: (-f[j], j))
+            self._best = tuple(j for j in order if f[j] > 0) or (0,)
+        return self._best
+
+    def __repr__(self) -> str:
+        dense = None if self.dense is None else round(self.dense, 4)
+        return (
+            f"ItemScore({self.key!r}, score={self.score:.4f}, lexical={self.lexical:.3f}, "
+            f"dense={dense})"
+        )
 
 
 class PassageIndex:
     """Passages of texts added under keys, scored against queries."""
 
-    __slots__ = ("_dim", "_keys", "_lex", "_mat", "_owner", "_passages", "_query", "lexical_weight")
+    __slots__ = (
+        "_dim",
+        "_has",
+        "_keys",
+        "_lex",
+        "_mat",
+        "_owner",
+        "_passages",
+        "_query",
+        "lexical_weight",
+    )
 
     def __init__(self, lexical_weight: float = LEXICAL_WEIGHT) -> None:
         self.lexical_weight = float(lexical_weight)
@@ -61,7 +97,8 @@ class PassageIndex:
         self._passages: list[Passage] = []
         self._keys: dict[str, tuple[int, int]] = {}  # key -> (first passage, count)
         self._owner: list[str] = []
-        self._mat: Any = None  # float32 (capacity, dim); rows of embedded passages
+        self._mat: Any = None  # float32 (capacity, dim): passages' unit vectors
+        self._has: Any = None  # bool (capacity,): which rows hold a vector
         self._dim = 0
         self._query: tuple[int, str, Any] | None = None  # (model id, text, vector)
 
@@ -91,65 +128,71 @@ class PassageIndex:
         """Each of ``keys`` (added before) scored against ``query``."""
         lex = self._lex.scores(query)
         spans = [(k, *self._keys[k]) for k in keys if k in self._keys]
-        best_lex = max((max(lex[f : f + n], default=0.0) for _, f, n in spans), default=0.0)
-        dense: dict[int, float] = {}
-        if embedder is not None and spans:
-            dense = self._dense(query, spans, lex, embedder)
-        w = self.lexical_weight if dense else 1.0
-        out: dict[str, ItemScore] = {}
-        for key, first, n in spans:
-            rows = []
-            for j in range(n):
-                x = lex[first + j]
-                d = dense.get(first + j)
-                fused = (w * x / best_lex if best_lex > 0 else 0.0) + (d or 0.0)
-                rows.append((fused, -j, x, d))
-            if not rows:
-                out[key] = ItemScore(key, 0.0, 0.0, None if not dense else 0.0, ())
+        best = [max(lex[f : f + n], default=0.0) for _, f, n in spans]
+        top = max(best, default=0.0)
+        if embedder is None or not spans:
+            # lexical only: no numpy (the embedding extra is optional)
+            out = {}
+            for (key, f, n), b in zip(spans, best):
+                fused = [x / top for x in lex[f : f + n]] if top > 0 else [0.0] * n
+                out[key] = ItemScore(key, b / top if top > 0 else 0.0, b, None, None, fused)
+            return out
+        import numpy as np
+
+        dense = self._dense(query, spans, lex, embedder)
+        w = self.lexical_weight
+        lx = np.asarray(lex, dtype=np.float64)
+        fused_all = (w / top) * lx if top > 0 else np.zeros_like(lx)
+        if dense is not None:
+            fused_all += np.where(np.isfinite(dense), dense, 0.0)
+        out = {}
+        for (key, f, n), b in zip(spans, best):
+            if n == 0:
+                out[key] = ItemScore(key, 0.0, 0.0, 0.0, (0,))
                 continue
-            rows.sort(reverse=True)
-            ds = [r[3] for r in rows if r[3] is not None]
-            out[key] = ItemScore(
-                key,
-                rows[0][0],
-                max(r[2] for r in rows),
-                max(ds) if ds else (None if not dense else 0.0),
-                tuple(-r[1] for r in rows if r[0] > 0) or (-rows[0][1],),
-            )
+            part = fused_all[f : f + n]
+            d = float(dense[f : f + n].max()) if dense is not None else 0.0
+            out[key] = ItemScore(key, float(part.max()), b, d if d > -2.0 else 0.0, None, part)
         return out
 
     # ---- the dense part -------------------------------------------------------------------
 
     def _dense(
         self, query: str, spans: list[tuple[str, int, int]], lex: list[float], embedder: Any
-    ) -> dict[int, float]:
+    ) -> Any:
+        """Every passage's cosine to ``query`` (-inf where not embedded; None when
+        the model's vectors do not match): the passages of ``spans`` wanted for
+        the query are embedded first when new."""
         import numpy as np
 
         from rampart._embedding import encode_texts
 
-        want: list[int] = []
+        parts = []
         for _, first, n in spans:
             if n <= DENSE_PASSAGES:
-                want.extend(range(first, first + n))
+                parts.append(np.arange(first, first + n))
                 continue
-            head = list(range(first, first + _HEAD))
-            rest = sorted(range(first + _HEAD, first + n), key=lambda i: -lex[i])
-            want.extend(head + rest[: DENSE_PASSAGES - _HEAD])
-        missing = [i for i in want if not self._has(i)]
-        if missing:
-            raw, dim, _ = encode_texts(embedder, [self._passages[i].text for i in missing])
-            vecs = np.frombuffer(raw, dtype=np.float32).reshape(len(missing), dim)
-            self._store(missing, vecs, dim)
+            rest = np.asarray(lex[first + _HEAD : first + n])
+            top = np.argsort(-rest, kind="stable")[: DENSE_PASSAGES - _HEAD] + first + _HEAD
+            parts.append(np.concatenate([np.arange(first, first + _HEAD), top]))
+        want = np.concatenate(parts)
+        has = self._has
+        if has is None:
+            missing = want
+        else:
+            inside = want < len(has)
+            missing = want[~inside | ~has[np.where(inside, want, 0)]]
+        if len(missing):
+            rows = missing.tolist()
+            raw, dim, _ = encode_texts(embedder, [self._passages[i].text for i in rows])
+            vecs = np.frombuffer(raw, dtype=np.float32).reshape(len(rows), dim)
+            self._store(rows, vecs, dim)
         qv = self._query_vector(query, embedder)
         if qv is None or self._mat is None:
-            return {}
-        idx = np.asarray(want, dtype=np.intp)
-        sims = self._mat[idx] @ qv
-        return dict(zip(want, sims.astype(float).tolist()))
-
-    def _has(self, i: int) -> bool:
-        m = self._mat
-        return m is not None and i < m.shape[0] and bool(m[i, 0] == m[i, 0])  # NaN: not yet
+            return None
+        out = np.full(len(self._passages), -np.inf)
+        out[want] = self._mat[want] @ qv
+        return out
 
     def _store(self, rows: list[int], vecs: Any, dim: int) -> None:
         import numpy as np
@@ -159,13 +202,20 @@ class PassageIndex:
         need = max(rows) + 1
         m = self._mat
         if m is None or m.shape[1] != dim:
-            m = np.full((max(need, 64), dim), np.nan, dtype=np.float32)
+            m = np.zeros((max(need, 64), dim), dtype=np.float32)
+            self._has = np.zeros(m.shape[0], dtype=bool)
             self._dim = dim
         elif m.shape[0] < need:
-            grown = np.full((max(need, 2 * m.shape[0]), dim), np.nan, dtype=np.float32)
+            size = max(need, 2 * m.shape[0])
+            grown = np.zeros((size, dim), dtype=np.float32)
             grown[: m.shape[0]] = m
             m = grown
-        m[np.asarray(rows, dtype=np.intp)] = vecs
+            has = np.zeros(size, dtype=bool)
+            has[: len(self._has)] = self._has
+            self._has = has
+        idx = np.asarray(rows, dtype=np.intp)
+        m[idx] = vecs
+        self._has[idx] = True
         self._mat = m
 
     def _query_vector(self, query: str, embedder: Any) -> Any:
