@@ -284,3 +284,14 @@ def test_agent_find_tools_is_answered_by_answer_tool_search(treg: Any) -> None:
     msg = answer_tool_search(treg, call, provider="openai")
     assert msg["role"] == "tool" and msg["tool_call_id"] == "call_1"
     assert answered_tools(msg) == [s.name for s, _, _ in search_tools(treg, "current time zone")]
+
+
+def test_a_registry_without_a_model_searches_its_tools_lexically() -> None:
+    # Before the shared scorer (rampart.relevance) a model-less search found nothing.
+    reg = rampart.BlockRegistry(tokeniser=words)
+    for server in SERVERS:
+        reg.load_tools(DATA / f"mcp_{server}_tools.json")
+    found = search_tools(reg, "show me the commit log of the repository", k=3)
+    assert found and found[0][0].name == "git_log" and found[0][1] == "relevance"
+    assert all(score is not None and score > 0 for _, _, score in found)
+    assert search_tools(reg, "zzqx unrelated", k=3) == []

@@ -395,13 +395,34 @@ def search_tools(
     "name" | "relevance", score)``: the tools named in the query (the whole query, or
     a word of it, case-insensitive) when there are any, since the model then knew
     what it wanted; else the ``k`` the registry's gate ranks highest for the query
-    (without an embedding model: nothing). ``allowed`` limits the search to these
-    tool names (the tools a caller can run)."""
+    (without an embedding model: BM25 over the tools' texts, the lexical scorer of
+    :mod:`rampart.relevance`). ``allowed`` limits the search to these tool names
+    (the tools a caller can run)."""
     k = _check_k(k)
     query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
+    if found or not query:
         return found
+    if registry.embedding_model is None:
+        return _tools_ranked(_lexical_ranking(registry, query, schemas), schemas, found, k)
     return _tools_ranked(registry.find_relevant(query), schemas, found, k)
+
+
+def _lexical_ranking(
+    registry: BlockRegistry, query: str, schemas: dict[str, ToolSchema]
+) -> list[tuple[InstructionBlock, float]]:
+    """The tool blocks of ``schemas`` ranked by BM25 for ``query`` (those that
+    share no term with it left out): the search of a registry with no model."""
+    from rampart.relevance import LexicalIndex
+
+    blocks = [
+        b
+        for b in registry.list_blocks()
+        if b.tool_schema is not None and b.tool_schema.name in schemas
+    ]
+    index = LexicalIndex()
+    index.add([b.gate_text for b in blocks])
+    scored = [(b, s) for b, s in zip(blocks, index.scores(query)) if s > 0]
+    return sorted(scored, key=lambda x: -x[1])
 
 
 async def asearch_tools(
@@ -414,8 +435,10 @@ async def asearch_tools(
     """:func:`search_tools` for coroutines (the query is embedded off the loop)."""
     k = _check_k(k)
     query, schemas, found = _tools_named(registry, query, allowed)
-    if found or not query or registry.embedding_model is None:
+    if found or not query:
         return found
+    if registry.embedding_model is None:
+        return _tools_ranked(_lexical_ranking(registry, query, schemas), schemas, found, k)
     return _tools_ranked(await registry.afind_relevant(query), schemas, found, k)
 
 
