@@ -14,28 +14,29 @@ from __future__ import annotations
 
 import math
 import time as _time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rampart.conversation import retention
-from rampart.conversation.core import RECALL_TOOL_NAME
-from rampart.conversation.counting import ITEM_OVERHEAD
-from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
+from rampart.conversation.items import ConversationItem, RewriteNote
 from rampart.conversation.policy import ContextPolicy
-from rampart.conversation.shapes import Shown, render
+from rampart.conversation.result import ContextResult
+from rampart.conversation.shapes import Shown
+from rampart.conversation.steps import (
+    STUB_ESTIMATE,
+    Scoring,
+    boundaries,
+    clear_candidates,
+    clear_order,
+    recall,
+    removal,
+)
 from rampart.errors import ContextOverflowError, InvalidArgumentError
-from rampart.relevance import ItemScore
 
 if TYPE_CHECKING:
     from rampart.block import CompileResult
     from rampart.conversation.core import Conversation, _View
 
 __all__ = ["ContextOverflowError", "ContextResult", "compile_conversation"]
-
-#: The stub of a cleared result, for planning (the exact count is taken when
-#: the clear is recorded).
-_STUB_ESTIMATE = 40
-
 
 _DEFAULT_POLICY: ContextPolicy | None = None
 
@@ -45,198 +46,6 @@ def _default_policy() -> ContextPolicy:
     if _DEFAULT_POLICY is None:
         _DEFAULT_POLICY = ContextPolicy()
     return _DEFAULT_POLICY
-
-
-class ContextResult:
-    """What the compile step did to the conversation: the view it compiled (as
-    the messages of any format), the per-item report (built on first access),
-    the budget it worked to and where it rewrote the body's prefix."""
-
-    __slots__ = (
-        "_n",
-        "_n_items",
-        "_report",
-        "_scoring",
-        "_shown",
-        "_state",
-        "budget",
-        "constant",
-        "context_window",
-        "conversation",
-        "fixed_tokens",
-        "message_tokens",
-        "policy",
-        "recalled",
-        "reply_tokens",
-        "rewrites",
-        "scale",
-    )
-
-    def __init__(
-        self,
-        conversation: Conversation,
-        state: Conversation,
-        view: _View,
-        policy: ContextPolicy,
-        context_window: int | None,
-        reply_tokens: int,
-        fixed_tokens: int,
-        budget: int | None,
-        scale: float,
-        rewrites: list[RewriteNote],
-        scoring: _Scoring | None = None,
-        recalled: list[str] | None = None,
-        constant: float = 0.0,
-    ) -> None:
-        self.conversation = conversation
-        self._state = state
-        # The view's lists only grow (a rebuild makes a new view): its length now
-        # is this result's snapshot, with no copy on the compile path.
-        self._shown = view.shown
-        self._n = len(view.shown)
-        self._n_items = len(state._items)
-        self.policy = policy
-        self.context_window = context_window
-        self.reply_tokens = reply_tokens
-        self.fixed_tokens = fixed_tokens
-        self.message_tokens = view.total
-        self.budget = budget
-        self.scale = scale
-        self.rewrites = rewrites
-        self._scoring = scoring
-        #: ids of the recall items this compile appended at the tail
-        self.recalled = recalled or []
-        #: the fixed tokens per request learned by observe_usage (in the budget)
-        self.constant = constant
-        self._report: list[MessageReport] | None = None
-
-    @property
-    def native(self) -> str | bool:
-        """The policy's provider-native setting (the adapters emit its edits)."""
-        return self.policy.native
-
-    @property
-    def shown(self) -> list[Shown]:
-        return self._shown[: self._n]
-
-    @property
-    def total_tokens(self) -> int:
-        """Instructions + tools + messages, in the provider's units (scaled)."""
-        return math.ceil((self.fixed_tokens + self.message_tokens) * self.scale + self.constant)
-
-    @property
-    def transformed(self) -> bool:
-        """Whether this compile rewrote the body (a new transformation)."""
-        return bool(self.rewrites)
-
-    def messages(self, format: str = "openai_chat") -> list[dict[str, Any]]:
-        """The compiled messages in ``format`` (a new list of new dicts each call)."""
-        return render(self._shown[: self._n], format)
-
-    @property
-    def message_report(self) -> list[MessageReport]:
-        if self._report is None:
-            scores: dict[str, ItemScore] = {}
-            if self._scoring is not None:
-                with self.conversation._lock:
-                    scores = self._scoring.scores()
-            self._report = _report(
-                self.shown, self._state._items[: self._n_items], self._state, scores
-            )
-        return self._report
-
-    @property
-    def query(self) -> str | None:
-        """The current step's query the results were scored against (None when
-        relevance is off)."""
-        return None if self._scoring is None else self._scoring.query
-
-    def __repr__(self) -> str:
-        return (
-            f"<ContextResult {self._n} items shown, {self.message_tokens} message tokens, "
-            f"budget {self.budget}, {len(self.rewrites)} rewrites>"
-        )
-
-
-def _report(
-    shown: Sequence[Shown],
-    items: Sequence[ConversationItem],
-    state: Conversation,
-    scores: dict[str, ItemScore],
-) -> list[MessageReport]:
-    by_id = {s.item.id: s for s in shown}
-    why: dict[str, tuple[str, str]] = {}
-    excerpted: set[str] = set()
-    recall_of: dict[str, tuple[str, float | None]] = {}
-    for t in state.transformations:
-        if not t.active:
-            continue
-        if t.kind == "recall":
-            if t.summary_id is not None:
-                sc = dict(t.scores).get(t.ids[0]) if t.ids else None
-                recall_of[t.summary_id] = (t.ids[0] if t.ids else "?", sc)
-            continue
-        action = {"clear": "cleared", "compact": "compacted", "drop": "dropped"}[t.kind]
-        recorded = dict(t.scores)
-        ex = {i for i, _ in t.excerpts}
-        for i in t.ids:
-            detail = f"{t.reason}; summary {t.summary_id}" if t.summary_id else t.reason
-            if t.kind == "clear":
-                sc = recorded.get(i)
-                if i in ex:
-                    detail += (
-                        f"; relevant lines kept (relevance {sc:.2f})" if sc is not None else ""
-                    )
-                elif sc is not None:
-                    detail += f"; least relevant (relevance {sc:.2f})"
-                else:
-                    detail += "; age"
-            why[i] = (action, detail)
-            if i in ex:
-                excerpted.add(i)
-            else:
-                excerpted.discard(i)
-    ranked = sorted(scores.values(), key=lambda x: -x.score)
-    rank = {x.key: r for r, x in enumerate(ranked, 1)}
-    out = []
-    for idx, it in enumerate(items):
-        act = why.get(it.id)
-        s = by_id.get(it.id)
-        reason: str | None
-        if s is not None and s.content is not it.content:  # shown as a stub
-            reason = act[1] if act is not None else "input cleared with its result"
-            action = "excerpted" if it.id in excerpted else "cleared"
-            tokens = state._count(s.content) + ITEM_OVERHEAD
-        elif s is not None:
-            reason = "pinned" if it.pinned else None
-            if it.kind == "summary":
-                reason = f"summary of {len(it.covers)} items"
-            action, tokens = "kept", it.tokens
-            if it.id in recall_of:
-                src, at = recall_of[it.id]
-                action = "recalled"
-                rel = f" (relevance {at:.2f})" if at is not None else ""
-                reason = f"{src} brought back at the tail: relevant to the step{rel}"
-        elif act is not None:
-            action, reason, tokens = act[0], act[1], 0
-        else:  # a summary a later summary covers
-            action, reason, tokens = "compacted", "covered by a later summary", 0
-        scored = scores.get(it.id)
-        out.append(
-            MessageReport(
-                it.id,
-                action,
-                reason,
-                tokens,
-                it.tokens,
-                idx,
-                it.role,
-                it.kind,
-                None if scored is None else round(scored.score, 4),
-                rank.get(it.id),
-            )
-        )
-    return out
 
 
 def _check_int(v: Any, name: str, minimum: int = 0) -> int:
@@ -263,26 +72,6 @@ def _fixed_tokens(conv: Conversation, result: CompileResult) -> int:
             n += b.token_count
     conv._fixed_cache = (prompt, n)
     return n
-
-
-class _Scoring:
-    """The relevance of one compile: the step's query, scored lazily (once per
-    compile, only when a step needs it) against every tool result."""
-
-    __slots__ = ("_scores", "conv", "embedder", "query")
-
-    def __init__(self, conv: Conversation, query: str, embedder: Any) -> None:
-        self.conv = conv
-        self.query = query
-        self.embedder = embedder
-        self._scores: dict[str, ItemScore] | None = None
-
-    def scores(self) -> dict[str, ItemScore]:
-        if self._scores is None:
-            conv = self.conv
-            ids = [it.id for it in conv._items if it.kind == "tool_result" and it.native is None]
-            self._scores = retention.relevance_of(conv).scores(conv, self.query, ids, self.embedder)
-        return self._scores
 
 
 def compile_conversation(
@@ -323,7 +112,7 @@ def compile_conversation(
         budget = None
         scoring = None
         if pol.relevance:
-            scoring = _Scoring(conv, retention.step_query(view, task_text), embedder)
+            scoring = Scoring(conv, retention.step_query(view, task_text), embedder)
         # The steps are planned on a copy of the state (made only when a step
         # runs) and recorded in the conversation once they all succeeded: a
         # compile that overflows after a clear leaves the conversation as it was.
@@ -335,7 +124,7 @@ def compile_conversation(
         recalled: list[str] = []
         recalls = scoring is not None and pol.recall and pol.native != "anthropic"
         if recalls:
-            view = _recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
+            view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
         if budget is not None:
             n = len(plan.entries)
             view = _fit(plan, view, budget, pol, cold, notes, scoring)
@@ -344,7 +133,7 @@ def compile_conversation(
                 # drop takes whole turns, whatever they hold): look again, and
                 # fit again (a recall is never removed while its question stands).
                 k = len(recalled)
-                view = _recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
+                view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
                 if len(recalled) > k:
                     view = _fit(plan, view, budget, pol, cold, notes, scoring)
         if plan.twin is not None:
@@ -410,24 +199,6 @@ def _overflow(
     )
 
 
-def _boundaries(view: _View) -> list[bool]:
-    """``closed[e]``: no tool call in ``shown[:e]`` has its result at ``e`` or
-    later (a cut at ``e`` splits no call from its result). One pass; a call
-    with no result anywhere does not hold a cut open (the renderer stubs it)."""
-    answered = {s.item.call_id for s in view.shown if s.item.kind == "tool_result"}
-    closed = [True] * (len(view.shown) + 1)
-    open_calls: set[str] = set()
-    for e, s in enumerate(view.shown):
-        closed[e] = not open_calls
-        it = s.item
-        if it.kind == "tool_call" and it.call_id in answered:
-            open_calls.add(it.call_id or "")
-        elif it.kind == "tool_result":
-            open_calls.discard(it.call_id or "")
-    closed[len(view.shown)] = not open_calls
-    return closed
-
-
 def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
     """(tokens clearing could remove, index of the first result it would clear)
     in O(keep + excluded tools): what the price check needs on every compile."""
@@ -437,7 +208,7 @@ def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
         return 0, -1
     tail = sum(view.cost(k) for k in res[len(res) - keep :]) if keep else 0
     excluded = sum(view.results_by_tool.get(t, 0) for t in pol.exclude_tools)
-    removable = view.results_tokens - tail - excluded - _STUB_ESTIMATE * (len(res) - keep)
+    removable = view.results_tokens - tail - excluded - STUB_ESTIMATE * (len(res) - keep)
     first = -1
     names = pol.exclude_tools
     for j in range(len(res) - keep):  # no slice: this runs on every compile
@@ -446,32 +217,6 @@ def _eligible_fast(view: _View, pol: ContextPolicy) -> tuple[int, int]:
             first = k
             break
     return removable, first
-
-
-def _clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]:
-    """Results the policy may clear, in the order it clears them by age: oldest
-    first; the last ``keep_tool_results`` and error results (``keep_errors``)
-    only when the window forces it (newest last); recall output never while
-    its question stands."""
-    keep = pol.keep_tool_results
-    names = set(pol.exclude_tools)
-    res = [
-        k
-        for k in view.results
-        if view.shown[k].item.tool_name not in names and not view.protected(k)
-    ]
-    old = set(view.results[: len(view.results) - keep] if keep else view.results)
-    older = [
-        k
-        for k in res
-        if k in old
-        and not (pol.keep_errors and view.shown[k].item.is_error)
-        and not (k > view.last_user and view.shown[k].item.tool_name == RECALL_TOOL_NAME)
-    ]
-    if not forced:
-        return older
-    seen = set(older)
-    return older + [k for k in res if k not in seen]
 
 
 class _Plan:
@@ -504,7 +249,7 @@ def _fit(
     pol: ContextPolicy,
     cold: bool,
     notes: list[RewriteNote],
-    scoring: _Scoring | None = None,
+    scoring: Scoring | None = None,
 ) -> _View:
     """The view after the policy's steps, each recorded in ``conv`` (the twin of
     a dry run). Fast path: fits, and clearing cannot pay → O(keep)."""
@@ -519,13 +264,13 @@ def _fit(
             # least clear_at_least; the last keep_tool_results only as far as the
             # window needs.
             got = 0
-            older = set(_clear_candidates(view, pol, False))
-            order, keep = _clear_order(view, pol, scoring, True)
+            older = set(clear_candidates(view, pol, False))
+            order, keep = clear_order(view, pol, scoring, True)
             goal = max(need, pol.clear_at_least)
             for k in order:
                 if got >= (goal if k in older and k not in keep else need):
                     break
-                r = _removal(conv.conv, view, k, pol, scoring, excerpts, k in keep)
+                r = removal(conv.conv, view, k, pol, scoring, excerpts, k in keep)
                 if r > 0:
                     chosen.append(k)
                     got += r
@@ -535,11 +280,11 @@ def _fit(
             if removable >= max(pol.clear_at_least, 1) and first >= 0:
                 after = view.total - (view.tokens[first - 1] if first else 0)
                 if pol.pays(removable, after, cold):
-                    order, keep = _clear_order(view, pol, scoring, False)
+                    order, keep = clear_order(view, pol, scoring, False)
                     for k in order:
                         if k in keep:
                             continue
-                        if _removal(conv.conv, view, k, pol, scoring, excerpts) > 0:
+                        if removal(conv.conv, view, k, pol, scoring, excerpts) > 0:
                             chosen.append(k)
                     reason = "cold" if cold else "price"
         if chosen:
@@ -592,159 +337,11 @@ def _fit(
     return view
 
 
-def _clear_order(
-    view: _View, pol: ContextPolicy, scoring: _Scoring | None, forced: bool
-) -> tuple[list[int], set[int]]:
-    """The results in the order the clear step takes them, and those it keeps
-    unless the window forces it (the most relevant). By age when relevance is
-    off; else the older results least relevant first (ties: oldest first), then
-    the kept relevant ones, then (forced) the recency floor and errors."""
-    base = _clear_candidates(view, pol, forced)
-    if scoring is None:
-        return base, set()
-    older = _clear_candidates(view, pol, False)
-    sc = scoring.scores()
-    zero = ItemScore("", 0.0, 0.0, None, ())
-
-    def score(k: int) -> float:
-        return sc.get(view.shown[k].item.id, zero).score
-
-    ranked = sorted(older, key=lambda k: (-score(k), k))
-    keep = {
-        k
-        for k in ranked[: pol.keep_relevant]
-        if retention.is_relevant(sc.get(view.shown[k].item.id))
-    }
-    first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
-    rest = [k for k in base if k not in set(older)]
-    return first + sorted(keep, key=lambda k: (score(k), k)) + rest, keep
-
-
-def _removal(
-    conv: Conversation,
-    view: _View,
-    k: int,
-    pol: ContextPolicy,
-    scoring: _Scoring | None,
-    excerpts: dict[str, list[list[int]]],
-    relevant: bool = False,
-) -> int:
-    """Tokens clearing result ``k`` removes (0: not worth it). One of the most
-    relevant results (``relevant``: the window forces it out), when long, keeps
-    its best passages as an excerpt (recorded in ``excerpts``)."""
-    it = view.shown[k].item
-    cost = view.cost(k)
-    if relevant and scoring is not None and pol.excerpts and it.kind == "tool_result":
-        s = scoring.scores().get(it.id)
-        if retention.is_relevant(s) and cost > 2 * pol.excerpt_tokens and s is not None:
-            rel = retention.relevance_of(conv)
-            spans = retention.best_spans(rel, it, s, pol.excerpt_tokens * 3)
-            text = retention.excerpt_text(conv, it, spans)
-            r = cost - (conv._count(text) + ITEM_OVERHEAD)
-            if r > 0:
-                excerpts[it.id] = spans
-                return r
-    return max(cost - _STUB_ESTIMATE, 0)
-
-
-#: A recalled result shares the tail with the others recalled for the same step.
-_RECALL_TOP = 2
-#: ... and is recalled only when it scores this close to the best result.
-_RECALL_RATIO = 0.8
-
-
-def _recall(
-    conv: _Plan,
-    view: _View,
-    pol: ContextPolicy,
-    scoring: _Scoring,
-    budget: int | None,
-    recalled: list[str],
-) -> _View:
-    """Append at the tail the cleared results the step needs (SPEC §9): the
-    best-scoring results that are not shown in full, when they are relevant,
-    not already recalled for this question, and the tail is not inside a call."""
-    c = conv.conv
-    # A question recalls: only a compile whose latest item is the user's text
-    # (an agent's later steps call the recall tool themselves). O(transformations)
-    # while nothing was ever removed: the hot path.
-    if view.last_user < 0 or any(s.item.kind != "recall" for s in view.shown[view.last_user + 1 :]):
-        return view
-    state = conv.twin if conv.twin is not None else c  # this compile's steps so far
-    if not any(t.active and t.kind != "recall" for t in state._transforms):
-        return view
-    key = (scoring.query, view.version, len(view.shown))
-    if c._recall_checked == key:  # nothing changed since the last compile looked
-        return view
-    if not _boundaries(view)[len(view.shown)]:
-        return view
-    partial = {s.item.id: s.content for s in view.shown if s.content is not s.item.content}
-    full = {s.item.id for s in view.shown if s.content is s.item.content}
-    hidden = [
-        it.id
-        for it in c._items
-        if it.kind == "tool_result" and it.native is None and it.id not in full
-    ]
-    already = {
-        view.shown[k].item.covers[0]
-        for k in range(view.last_user + 1, len(view.shown))
-        if view.shown[k].item.kind == "recall" and view.shown[k].item.covers
-    }
-    sc = scoring.scores()
-    ranked = sorted(sc.values(), key=lambda x: -x.score)
-    if not ranked:
-        return view
-    top = ranked[0].score
-    hidden_set = set(hidden)
-    rel = retention.relevance_of(c)
-
-    def shown_in_part(x: ItemScore) -> bool:
-        # an excerpt that already holds the best passage needs no recall
-        text = partial.get(x.key)
-        return bool(text and x.best and rel.index.passages(x.key)[x.best[0]].text in text)
-
-    picks = [
-        x
-        for x in ranked[:_RECALL_TOP]
-        if x.key in hidden_set
-        and x.key not in already
-        and retention.is_relevant(x)
-        and x.score >= _RECALL_RATIO * top
-        and not shown_in_part(x)
-    ]
-    cap = pol.recall_max_tokens // max(len(picks), 1)
-    if budget is not None:
-        cap = min(cap, max(budget // 4, 0) // max(len(picks), 1))
-    for x in picks:
-        it = c._items[c._index[x.key]]
-        spans: list[list[int]] = []
-        if it.tokens > cap:
-            spans = retention.best_spans(rel, it, x, max(cap * 3, 200))
-        text = retention.recall_text(c, it, spans)
-        if c._count(text) > max(cap, 1) and spans and len(spans) > 1:
-            spans = spans[:1]
-        if cap <= 0:
-            break
-        entry = {
-            "op": "recall",
-            "ids": [it.id],
-            "spans": spans,
-            "reason": "relevance",
-            "scores": {it.id: round(x.score, 4)},
-            "time": round(_time.time(), 3),
-        }
-        view = conv.record(entry)
-        recalled.append(view.shown[-1].item.id)
-    if not picks:
-        c._recall_checked = key
-    return view
-
-
 def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
     """The oldest run of unprotected items, ending before the last
     ``compact_keep_recent`` and cut where no call is split from its result."""
     n = len(view.shown)
-    closed = _boundaries(view)
+    closed = boundaries(view)
     end = n - pol.compact_keep_recent
     a = 0
     while a < end and (view.protected(a) or not closed[a]):
@@ -825,7 +422,7 @@ def _drop_steps(view: _View, need: int) -> tuple[list[str], int]:
     step runs from a cut to the next cut (a user text, or an assistant item
     after a non-assistant one) where no call is split from its result; one
     holding a protected item stays."""
-    closed = _boundaries(view)
+    closed = boundaries(view)
     n = len(view.shown)
     ids: list[str] = []
     got = 0

@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING, Any
 from rampart.relevance import ItemScore, Passage, PassageIndex
 
 if TYPE_CHECKING:
-    from rampart.conversation.core import Conversation, _View
     from rampart.conversation.items import ConversationItem
+
+# The conversation and its view are read, never imported (conversation.core
+# imports this module to build the texts of excerpts and recalls).
+Conversation = Any
+_View = Any
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -126,7 +130,7 @@ def _call_args(conv: Conversation, it: ConversationItem) -> str:
     ci = conv._calls.get(it.call_id or "")
     if ci is None:
         return ""
-    args = conv._items[ci].content
+    args: str = conv._items[ci].content
     return args if len(args) <= _ARGS_CHARS else args[:_ARGS_CHARS] + "..."
 
 

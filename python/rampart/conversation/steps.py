@@ -1,0 +1,255 @@
+"""The relevance-aware steps of a compile (SPEC §9; docs/conversation.md, "Keep
+what the step needs"): the step's scores, the order the clear step takes tool
+results in, excerpts, and recall at the tail. :mod:`rampart.conversation.plan`
+runs them; they record only through the plan they are handed.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rampart.conversation import retention
+from rampart.conversation.core import RECALL_TOOL_NAME
+from rampart.conversation.counting import ITEM_OVERHEAD
+from rampart.conversation.policy import ContextPolicy
+from rampart.relevance import ItemScore
+
+if TYPE_CHECKING:
+    from rampart.conversation.core import Conversation, _View
+
+__all__ = [
+    "STUB_ESTIMATE",
+    "Scoring",
+    "boundaries",
+    "clear_candidates",
+    "clear_order",
+    "recall",
+    "removal",
+]
+
+#: The stub of a cleared result, for planning (the exact count is taken when
+#: the clear is recorded).
+STUB_ESTIMATE = 40
+
+
+class PlanView(Protocol):
+    """What the steps use of the plan (rampart.conversation.plan._Plan)."""
+
+    conv: Conversation
+    twin: Conversation | None
+    entries: list[dict[str, Any]]
+
+    def record(self, entry: dict[str, Any]) -> _View: ...
+
+
+class Scoring:
+    """The relevance of one compile: the step's query, scored lazily (once per
+    compile, only when a step needs it) against every tool result."""
+
+    __slots__ = ("_scores", "conv", "embedder", "query")
+
+    def __init__(self, conv: Conversation, query: str, embedder: Any) -> None:
+        self.conv = conv
+        self.query = query
+        self.embedder = embedder
+        self._scores: dict[str, ItemScore] | None = None
+
+    def scores(self) -> dict[str, ItemScore]:
+        if self._scores is None:
+            conv = self.conv
+            ids = [it.id for it in conv._items if it.kind == "tool_result" and it.native is None]
+            self._scores = retention.relevance_of(conv).scores(conv, self.query, ids, self.embedder)
+        return self._scores
+
+
+def boundaries(view: _View) -> list[bool]:
+    """``closed[e]``: no tool call in ``shown[:e]`` has its result at ``e`` or
+    later (a cut at ``e`` splits no call from its result). One pass; a call
+    with no result anywhere does not hold a cut open (the renderer stubs it)."""
+    answered = {s.item.call_id for s in view.shown if s.item.kind == "tool_result"}
+    closed = [True] * (len(view.shown) + 1)
+    open_calls: set[str] = set()
+    for e, s in enumerate(view.shown):
+        closed[e] = not open_calls
+        it = s.item
+        if it.kind == "tool_call" and it.call_id in answered:
+            open_calls.add(it.call_id or "")
+        elif it.kind == "tool_result":
+            open_calls.discard(it.call_id or "")
+    closed[len(view.shown)] = not open_calls
+    return closed
+
+
+def clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]:
+    """Results the policy may clear, in the order it clears them by age: oldest
+    first; the last ``keep_tool_results`` and error results (``keep_errors``)
+    only when the window forces it (newest last); recall output never while
+    its question stands."""
+    keep = pol.keep_tool_results
+    names = set(pol.exclude_tools)
+    res = [
+        k
+        for k in view.results
+        if view.shown[k].item.tool_name not in names and not view.protected(k)
+    ]
+    old = set(view.results[: len(view.results) - keep] if keep else view.results)
+    older = [
+        k
+        for k in res
+        if k in old
+        and not (pol.keep_errors and view.shown[k].item.is_error)
+        and not (k > view.last_user and view.shown[k].item.tool_name == RECALL_TOOL_NAME)
+    ]
+    if not forced:
+        return older
+    seen = set(older)
+    return older + [k for k in res if k not in seen]
+
+
+def clear_order(
+    view: _View, pol: ContextPolicy, scoring: Scoring | None, forced: bool
+) -> tuple[list[int], set[int]]:
+    """The results in the order the clear step takes them, and those it keeps
+    unless the window forces it (the most relevant). By age when relevance is
+    off; else the older results least relevant first (ties: oldest first), then
+    the kept relevant ones, then (forced) the recency floor and errors."""
+    base = clear_candidates(view, pol, forced)
+    if scoring is None:
+        return base, set()
+    older = clear_candidates(view, pol, False)
+    sc = scoring.scores()
+    zero = ItemScore("", 0.0, 0.0, None, ())
+
+    def score(k: int) -> float:
+        return sc.get(view.shown[k].item.id, zero).score
+
+    ranked = sorted(older, key=lambda k: (-score(k), k))
+    keep = {
+        k
+        for k in ranked[: pol.keep_relevant]
+        if retention.is_relevant(sc.get(view.shown[k].item.id))
+    }
+    first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
+    rest = [k for k in base if k not in set(older)]
+    return first + sorted(keep, key=lambda k: (score(k), k)) + rest, keep
+
+
+def removal(
+    conv: Conversation,
+    view: _View,
+    k: int,
+    pol: ContextPolicy,
+    scoring: Scoring | None,
+    excerpts: dict[str, list[list[int]]],
+    relevant: bool = False,
+) -> int:
+    """Tokens clearing result ``k`` removes (0: not worth it). One of the most
+    relevant results (``relevant``: the window forces it out), when long, keeps
+    its best passages as an excerpt (recorded in ``excerpts``)."""
+    it = view.shown[k].item
+    cost = view.cost(k)
+    if relevant and scoring is not None and pol.excerpts and it.kind == "tool_result":
+        s = scoring.scores().get(it.id)
+        if retention.is_relevant(s) and cost > 2 * pol.excerpt_tokens and s is not None:
+            rel = retention.relevance_of(conv)
+            spans = retention.best_spans(rel, it, s, pol.excerpt_tokens * 3)
+            text = retention.excerpt_text(conv, it, spans)
+            r = cost - (conv._count(text) + ITEM_OVERHEAD)
+            if r > 0:
+                excerpts[it.id] = spans
+                return r
+    return max(cost - STUB_ESTIMATE, 0)
+
+
+#: A recalled result shares the tail with the others recalled for the same step.
+_RECALL_TOP = 2
+#: ... and is recalled only when it scores this close to the best result.
+_RECALL_RATIO = 0.8
+
+
+def recall(
+    conv: PlanView,
+    view: _View,
+    pol: ContextPolicy,
+    scoring: Scoring,
+    budget: int | None,
+    recalled: list[str],
+) -> _View:
+    """Append at the tail the cleared results the step needs (SPEC §9): the
+    best-scoring results that are not shown in full, when they are relevant,
+    not already recalled for this question, and the tail is not inside a call."""
+    c = conv.conv
+    # A question recalls: only a compile whose latest item is the user's text
+    # (an agent's later steps call the recall tool themselves). O(transformations)
+    # while nothing was ever removed: the hot path.
+    if view.last_user < 0 or any(s.item.kind != "recall" for s in view.shown[view.last_user + 1 :]):
+        return view
+    state = conv.twin if conv.twin is not None else c  # this compile's steps so far
+    if not any(t.active and t.kind != "recall" for t in state._transforms):
+        return view
+    key = (scoring.query, view.version, len(view.shown))
+    if c._recall_checked == key:  # nothing changed since the last compile looked
+        return view
+    if not boundaries(view)[len(view.shown)]:
+        return view
+    partial = {s.item.id: s.content for s in view.shown if s.content is not s.item.content}
+    full = {s.item.id for s in view.shown if s.content is s.item.content}
+    hidden = [
+        it.id
+        for it in c._items
+        if it.kind == "tool_result" and it.native is None and it.id not in full
+    ]
+    already = {
+        view.shown[k].item.covers[0]
+        for k in range(view.last_user + 1, len(view.shown))
+        if view.shown[k].item.kind == "recall" and view.shown[k].item.covers
+    }
+    sc = scoring.scores()
+    ranked = sorted(sc.values(), key=lambda x: -x.score)
+    if not ranked:
+        return view
+    top = ranked[0].score
+    hidden_set = set(hidden)
+    rel = retention.relevance_of(c)
+
+    def shown_in_part(x: ItemScore) -> bool:
+        # an excerpt that already holds the best passage needs no recall
+        text = partial.get(x.key)
+        return bool(text and x.best and rel.index.passages(x.key)[x.best[0]].text in text)
+
+    picks = [
+        x
+        for x in ranked[:_RECALL_TOP]
+        if x.key in hidden_set
+        and x.key not in already
+        and retention.is_relevant(x)
+        and x.score >= _RECALL_RATIO * top
+        and not shown_in_part(x)
+    ]
+    cap = pol.recall_max_tokens // max(len(picks), 1)
+    if budget is not None:
+        cap = min(cap, max(budget // 4, 0) // max(len(picks), 1))
+    for x in picks:
+        it = c._items[c._index[x.key]]
+        spans: list[list[int]] = []
+        if it.tokens > cap:
+            spans = retention.best_spans(rel, it, x, max(cap * 3, 200))
+        text = retention.recall_text(c, it, spans)
+        if c._count(text) > max(cap, 1) and spans and len(spans) > 1:
+            spans = spans[:1]
+        if cap <= 0:
+            break
+        entry = {
+            "op": "recall",
+            "ids": [it.id],
+            "spans": spans,
+            "reason": "relevance",
+            "scores": {it.id: round(x.score, 4)},
+            "time": round(_time.time(), 3),
+        }
+        view = conv.record(entry)
+        recalled.append(view.shown[-1].item.id)
+    if not picks:
+        c._recall_checked = key
+    return view
