@@ -21,7 +21,9 @@ Four ways to build each request from the same history:
     does;
 (d) ``rampart``: a :class:`rampart.Conversation` compiled with
     ``reg.compile(conversation=conv, context_window=N, reply_tokens=M,
-    policy=ContextPolicy(provider=...))`` (its documented defaults).
+    policy=ContextPolicy(provider=...))`` (its documented defaults: relevance-aware),
+    and again with ``ContextPolicy(relevance=False)`` (the age-only policy before
+    issue 30), both in the same run.
 
 Every request is counted with the same counter (``o200k_base`` plus each message's
 framing) and billed by replaying its chunks (tools, system, then one chunk per
@@ -304,13 +306,14 @@ def run(
 
 
 def rampart_builder(
-    reg: rampart.BlockRegistry, table: str, window: int, calls: int
+    reg: rampart.BlockRegistry, table: str, window: int, calls: int, **policy_args: Any
 ) -> tuple[Callable[[int], list[dict[str, Any]]], list[dict[str, Any]]]:
-    """(d): the conversation grows by the same messages; each call is one compile."""
+    """(d): the conversation grows by the same messages; each call is one compile
+    (``policy_args``: ``relevance=False`` is the age-only policy of before)."""
     full = history(calls)
     conv = rampart.Conversation()
     provider = "anthropic" if table.startswith("anthropic") else "openai"
-    policy = rampart.ContextPolicy(provider=provider, prices=table)
+    policy = rampart.ContextPolicy(provider=provider, prices=table, **policy_args)
     appended = 0
     reports: list[dict[str, Any]] = []
 
@@ -363,11 +366,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(run(name, make(window, head_tokens), table, window, args.calls, head=head))
             print(json.dumps(rows[-1]), flush=True)
         if not args.skip_rampart:
-            build, reports = rampart_builder(reg, table, window, args.calls)
-            row = run("rampart", None, table, window, args.calls, rampart_run=build, head=head)
-            row["transformations"] = reports
-            rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "transformations"}), flush=True)
+            # the default (relevance-aware), then the age-only policy of before
+            for name, kw in (("rampart", {}), ("rampart (age only)", {"relevance": False})):
+                build, reports = rampart_builder(reg, table, window, args.calls, **kw)
+                row = run(name, None, table, window, args.calls, rampart_run=build, head=head)
+                row["transformations"] = reports
+                rows.append(row)
+                shown = {k: v for k, v in row.items() if k != "transformations"}
+                print(json.dumps(shown), flush=True)
     total = sum(message_tokens(m) for m in history(args.calls))
     out = {
         "calls": args.calls,

@@ -14,9 +14,9 @@ under one budget, cache-aware (SPEC §9; docs/conversation.md).
 
 from rampart.conversation.core import Conversation, Transformation
 from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
-from rampart.conversation.result import ContextResult
 from rampart.conversation.policy import ContextPolicy
 from rampart.conversation.recall import RECALL_TOOL, answer_recall, recall_tool
+from rampart.conversation.result import ContextResult
 from rampart.conversation.shapes import FORMATS
 
 __all__ = [

@@ -112,7 +112,12 @@ def compile_conversation(
         budget = None
         scoring = None
         if pol.relevance:
-            scoring = Scoring(conv, retention.step_query(view, task_text), embedder)
+            scoring = Scoring(
+                conv,
+                retention.step_query(view, task_text),
+                embedder,
+                retention.step_query(view, task_text, calls=False),
+            )
         # The steps are planned on a copy of the state (made only when a step
         # runs) and recorded in the conversation once they all succeeded: a
         # compile that overflows after a clear leaves the conversation as it was.
@@ -280,12 +285,26 @@ def _fit(
             if removable >= max(pol.clear_at_least, 1) and first >= 0:
                 after = view.total - (view.tokens[first - 1] if first else 0)
                 if pol.pays(removable, after, cold):
-                    order, keep = clear_order(view, pol, scoring, False)
-                    for k in order:
-                        if k in keep:
-                            continue
-                        if removal(conv.conv, view, k, pol, scoring, excerpts) > 0:
+                    # By age: a clear the window does not force takes every older
+                    # result (relevance decides only what the window forces out,
+                    # and what a question recalls). Keeping the most relevant here
+                    # would clear them at a later step instead, when another
+                    # result outranks them, and each such clear rewrites the
+                    # cached body from far back: 1.6x the cost of the 200-call
+                    # run (benches/conversation_run.py).
+                    got = 0
+                    for k in clear_candidates(view, pol, False):
+                        r = view.cost(k) - STUB_ESTIMATE
+                        if r > 0:
                             chosen.append(k)
+                            got += r
+                    # what is really removed (error results stay) must still pay
+                    if chosen:
+                        at = view.tokens[chosen[0] - 1] if chosen[0] else 0
+                        if got < max(pol.clear_at_least, 1) or not pol.pays(
+                            got, view.total - at, cold
+                        ):
+                            chosen = []
                     reason = "cold" if cold else "price"
         if chosen:
             chosen.sort()

@@ -62,16 +62,19 @@ def is_relevant(s: ItemScore | None) -> bool:
     return s.lexical >= RELEVANT_BM25
 
 
-def step_query(view: _View, task_text: str | None = None) -> str:
+def step_query(view: _View, task_text: str | None = None, *, calls: bool = True) -> str:
     """The current step's query: ``task_text`` when given, else the latest user
-    text and the tool calls of the latest assistant message after it (their
-    names and arguments; bounded)."""
+    text and (``calls``) the tool calls of the latest assistant message after
+    it (their names and arguments; bounded)."""
     if task_text:
         return task_text[:MAX_QUERY_CHARS]
     k = view.last_user
     if k < 0:
         return ""
-    parts = [view.shown[k].item.content[:MAX_QUERY_CHARS]]
+    question: str = view.shown[k].item.content[:MAX_QUERY_CHARS]
+    if not calls:
+        return question
+    parts = [question]
     # the step's calls: those of the latest assistant message after the question
     group = None
     for j in range(len(view.shown) - 1, k, -1):

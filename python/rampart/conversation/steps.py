@@ -44,23 +44,41 @@ class PlanView(Protocol):
 
 
 class Scoring:
-    """The relevance of one compile: the step's query, scored lazily (once per
-    compile, only when a step needs it) against every tool result."""
+    """The relevance of one compile, scored lazily (once per compile, only when a
+    step needs it) against every tool result: for the step's ``query`` (the
+    question and the latest calls: which results go first when the window
+    forces), and for the question alone, ``task_query`` (which results stay:
+    stable across the steps of one question, so what is kept at one step is not
+    cleared at the next — that would rewrite the cached body from far back)."""
 
-    __slots__ = ("_scores", "conv", "embedder", "query")
+    __slots__ = ("_scores", "_task_scores", "conv", "embedder", "query", "task_query")
 
-    def __init__(self, conv: Conversation, query: str, embedder: Any) -> None:
+    def __init__(self, conv: Conversation, query: str, embedder: Any, task_query: str) -> None:
         self.conv = conv
         self.query = query
+        self.task_query = task_query
         self.embedder = embedder
         self._scores: dict[str, ItemScore] | None = None
+        self._task_scores: dict[str, ItemScore] | None = None
+
+    def _score(self, query: str) -> dict[str, ItemScore]:
+        conv = self.conv
+        ids = [it.id for it in conv._items if it.kind == "tool_result" and it.native is None]
+        return retention.relevance_of(conv).scores(conv, query, ids, self.embedder)
 
     def scores(self) -> dict[str, ItemScore]:
         if self._scores is None:
-            conv = self.conv
-            ids = [it.id for it in conv._items if it.kind == "tool_result" and it.native is None]
-            self._scores = retention.relevance_of(conv).scores(conv, self.query, ids, self.embedder)
+            self._scores = self._score(self.query)
+            if self.task_query == self.query:
+                self._task_scores = self._scores
         return self._scores
+
+    def task_scores(self) -> dict[str, ItemScore]:
+        if self._task_scores is None:
+            if self.task_query == self.query:
+                return self.scores()
+            self._task_scores = self._score(self.task_query)
+        return self._task_scores
 
 
 def boundaries(view: _View) -> list[bool]:
@@ -118,21 +136,29 @@ def clear_order(
     if scoring is None:
         return base, set()
     older = clear_candidates(view, pol, False)
-    sc = scoring.scores()
     zero = ItemScore("", 0.0, 0.0, None, ())
+    kept_by = scoring.task_scores()
+
+    def task_score(k: int) -> float:
+        return kept_by.get(view.shown[k].item.id, zero).score
+
+    ranked = sorted(older, key=lambda k: (-task_score(k), k))
+    keep = {
+        k
+        for k in ranked[: pol.keep_relevant]
+        if retention.is_relevant(kept_by.get(view.shown[k].item.id))
+    }
+    rest = [k for k in base if k not in set(older)]
+    kept = sorted(keep, key=lambda k: (task_score(k), k))
+    if not forced:  # every older result but the kept goes: the order is moot
+        return [k for k in older if k not in keep] + kept + rest, keep
+    sc = scoring.scores()
 
     def score(k: int) -> float:
         return sc.get(view.shown[k].item.id, zero).score
 
-    ranked = sorted(older, key=lambda k: (-score(k), k))
-    keep = {
-        k
-        for k in ranked[: pol.keep_relevant]
-        if retention.is_relevant(sc.get(view.shown[k].item.id))
-    }
     first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
-    rest = [k for k in base if k not in set(older)]
-    return first + sorted(keep, key=lambda k: (score(k), k)) + rest, keep
+    return first + kept + rest, keep
 
 
 def removal(
@@ -150,7 +176,7 @@ def removal(
     it = view.shown[k].item
     cost = view.cost(k)
     if relevant and scoring is not None and pol.excerpts and it.kind == "tool_result":
-        s = scoring.scores().get(it.id)
+        s = scoring.task_scores().get(it.id)
         if retention.is_relevant(s) and cost > 2 * pol.excerpt_tokens and s is not None:
             rel = retention.relevance_of(conv)
             spans = retention.best_spans(rel, it, s, pol.excerpt_tokens * 3)
