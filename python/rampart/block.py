@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rampart._core as _core
 from rampart.errors import UnsupportedFormatError
@@ -16,6 +16,9 @@ from rampart.tools import (
     schema_from_metadata,
     tool_gate_text,
 )
+
+if TYPE_CHECKING:
+    from rampart.context_map import ContextMap
 
 __all__ = ["BlockReport", "CompileResult", "DryRunResult", "InstructionBlock", "Snapshot"]
 
@@ -394,6 +397,16 @@ class CompileResult:
         ``.tokens``; empty when no conversation was compiled."""
         ctx = self.context
         return [] if ctx is None else ctx.message_report
+
+    def context_map(self, prices: Any = None) -> ContextMap:
+        """What this compile sends, drawn: the window's composition, the cached
+        prefix and a call's cost under ``prices`` (a price table or its name;
+        default: the policy's), every block and message with its action and reason.
+        ``print(result.context_map())`` draws it as text; ``.to_dict()``, ``.html()``
+        (a :class:`rampart.context_map.ContextMap`)."""
+        from rampart.context_map import build  # rendering: loaded on first use
+
+        return build(self, prices)
 
     def __len__(self) -> int:
         return self._sel.included_count()

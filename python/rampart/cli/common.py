@@ -1,12 +1,17 @@
 """What every command group shares: the one-line error (:class:`CliError`), the
-parser that reports one, and argument types that refuse what the core would."""
+parser that reports one, argument types that refuse what the core would, and the
+progress line of a slow step (:func:`progress`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 
@@ -62,3 +67,37 @@ def check_paths(paths: Sequence[str]) -> None:
             raise CliError(f"{p}: no such file or directory")
         if not os.path.exists(p):
             raise CliError(f"{p}: broken symbolic link")
+
+
+@contextlib.contextmanager
+def progress(what: str, *, after: float = 2.0, every: float = 15.0) -> Iterator[None]:
+    """Say on stderr what a step is doing once it has taken ``after`` seconds
+    (``rampart: WHAT …``), again every ``every`` seconds with the time so far, and
+    how long it took when it ends; a step that ends sooner prints nothing, so fast
+    runs and error lines stay one line. A thread waits on an event: the step itself
+    runs undisturbed (a model load, an embedding batch, a native call)."""
+    done = threading.Event()
+    said = threading.Event()
+    t0 = time.perf_counter()
+
+    def tell() -> None:
+        wait = after
+        while not done.wait(wait):
+            elapsed = time.perf_counter() - t0
+            tail = " …" if not said.is_set() else f" … ({elapsed:.0f} s so far)"
+            print(f"rampart: {what}{tail}", file=sys.stderr, flush=True)
+            said.set()
+            wait = every
+
+    thread = threading.Thread(target=tell, name="rampart-progress", daemon=True)
+    thread.start()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        done.set()
+        thread.join()
+        if ok and said.is_set():
+            took = time.perf_counter() - t0
+            print(f"rampart: {what}: done in {took:.1f} s", file=sys.stderr, flush=True)

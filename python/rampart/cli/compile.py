@@ -4,15 +4,31 @@ shared store, compiled with a report per block, or listed."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from rampart.block import BlockReport, CompileResult
-from rampart.cli.common import MAX_COUNT, CliError, Parser, check_paths, finite_float, int_in
+from rampart.cli.common import (
+    MAX_COUNT,
+    CliError,
+    Parser,
+    check_paths,
+    finite_float,
+    int_in,
+    progress,
+)
 from rampart.registry import DEFAULT_SEPARATOR, BlockRegistry
+
+# --format NAME -> how the body is built (rampart.adapters, loaded when asked for).
+FORMATS = ("openai", "anthropic", "responses", "gemini")
+PROVIDERS = ("openai", "anthropic", "gemini", "local")
+# The reply's reserve when --window is given without --reply-tokens (the docs' examples).
+DEFAULT_REPLY_TOKENS = 4096
 
 
 def _registry(args: argparse.Namespace, *, embed: bool = False) -> tuple[BlockRegistry, float]:
@@ -27,14 +43,17 @@ def _registry(args: argparse.Namespace, *, embed: bool = False) -> tuple[BlockRe
     if args.store is None or args.name is None:
         raise CliError("--store URL and --name NAME go together")
     t0 = time.perf_counter()
-    reg = BlockRegistry.open(
-        args.store,
-        args.name,
-        "default" if embed else None,
-        tokeniser=args.tokeniser,
-        default_max_tokens=None,
-        create=False,  # a read command: a misspelt name or file creates nothing
-    )
+    with progress(
+        f"opening {args.name} in the store" + (" and embedding its blocks" if embed else "")
+    ):
+        reg = BlockRegistry.open(
+            args.store,
+            args.name,
+            "default" if embed else None,
+            tokeniser=args.tokeniser,
+            default_max_tokens=None,
+            create=False,  # a read command: a misspelt name or file creates nothing
+        )
     # The command reads a replica; it counts no accesses into the shared journal.
     reg.close()
     return reg, time.perf_counter() - t0
@@ -49,12 +68,18 @@ def _load(
     if tokeniser is not None:
         check_paths([tokeniser])
     t0 = time.perf_counter()
-    reg = BlockRegistry.from_files(
-        list(paths),
-        "default" if embed else None,
-        tokeniser=tokeniser,
-        default_max_tokens=None,
+    # The first run loads the ONNX model and embeds every block (seconds on a small
+    # machine; later runs find the vectors in the on-disk cache).
+    what = "loading the seed files" + (
+        " and embedding their blocks with the default model" if embed else ""
     )
+    with progress(what):
+        reg = BlockRegistry.from_files(
+            list(paths),
+            "default" if embed else None,
+            tokeniser=tokeniser,
+            default_max_tokens=None,
+        )
     return reg, time.perf_counter() - t0
 
 
@@ -160,9 +185,60 @@ def _print_blocks(result: CompileResult, separator: str, sep_tokens: int) -> Non
         )
 
 
+def _latest_user_text(conv: Any) -> str | None:
+    for it in reversed(conv.items):
+        if it.role == "user" and it.kind == "text" and it.content.strip():
+            return str(it.content)
+    return None
+
+
+def _check_compile_args(args: argparse.Namespace) -> None:
+    """Usage mistakes, before anything is read."""
+    if args.conversation is None:
+        for flag, given in (
+            ("--window", args.window is not None),
+            ("--reply-tokens", args.reply_tokens is not None),
+            ("--provider", args.provider is not None),
+            ("--dry-run", args.dry_run),
+        ):
+            if given:
+                raise CliError(
+                    f"{flag} needs --conversation FILE: it sets how the messages are fitted"
+                )
+    views = [
+        flag
+        for flag, on in (
+            ("--json", args.json),
+            ("--prompt-only", args.prompt_only),
+            ("--no-prompt", args.no_prompt),
+            ("--map", args.map),
+            ("--format", args.format is not None),
+        )
+        if on
+    ]
+    if len(views) > 1:
+        raise CliError(f"{' and '.join(views)} are alternatives: pass one")
+    if args.format == "gemini" and not args.model:
+        raise CliError("--format gemini needs --model NAME (a Gemini body names its model)")
+    if args.model and args.format is None:
+        raise CliError("--model goes with --format (it names the model in the body)")
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
+    _check_compile_args(args)
+    conv = None
+    if args.conversation is not None:
+        from rampart.cli.conversation import load_conversation
+
+        # Read first: a bad file is one line before any model is loaded.
+        conv = load_conversation(args.conversation)
+        args.steps_recorded = sum(1 for t in conv.transformations if t.active)
     cut = args.top_k is not None or args.threshold is not None
-    if cut and args.task is None:
+    task = args.task
+    if cut and task is None and conv is not None:
+        # The step's own question: the gate keeps the blocks relevant to it.
+        task = _latest_user_text(conv)
+    if cut and task is None:
         flag = "--top-k" if args.top_k is not None else "--threshold"
         raise CliError(f"{flag} needs --task TEXT: the gate ranks blocks against a task")
     if args.task is not None and not cut:
@@ -170,21 +246,55 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "rampart: warning: --task is ignored without --top-k or --threshold (nothing is gated)",
             file=sys.stderr,
         )
-    if args.json and args.prompt_only:
-        raise CliError("--json and --prompt-only are alternatives: pass one")
-    gated = args.task is not None and cut
+    gated = task is not None and cut
     reg, load_s = _registry(args, embed=gated)
+    tools = 0
+    for path in args.tools or ():
+        check_paths([path])
+        try:
+            # Ungated: the same tools array for every task, so the provider's cache
+            # of it survives (docs/caching.md); sent beside the prompt, not in it.
+            tools += len(reg.load_tools(path, gated=False))
+        except (ValueError, OSError) as exc:
+            raise CliError(f"{path}: {exc}") from None
     separator = DEFAULT_SEPARATOR if args.separator is None else args.separator
+    kwargs: dict[str, Any] = {}
+    if conv is not None:
+        from rampart.conversation import ContextPolicy
+
+        reply = args.reply_tokens
+        if reply is None:
+            reply = DEFAULT_REPLY_TOKENS if args.window is not None else 0
+        kwargs = {
+            "conversation": conv,
+            "context_window": args.window,
+            "reply_tokens": reply,
+            "policy": ContextPolicy(provider=args.provider or "openai", dry_run=args.dry_run),
+        }
+    if args.tools:
+        kwargs["tools_in_prompt"] = False
     t0 = time.perf_counter()
-    result = reg.compile(
-        max_tokens=args.max_tokens,
-        task_text=args.task if gated else None,
-        relevance_threshold=args.threshold,
-        top_k=args.top_k,
-        separator=separator,
-    )
+    # With a conversation and the model, the first compile embeds the tool results'
+    # passages to score them against the step (seconds for a long transcript).
+    with progress("compiling" + (" and scoring the conversation's tool results" if conv else "")):
+        result = reg.compile(
+            max_tokens=args.max_tokens,
+            task_text=task if gated else None,
+            relevance_threshold=args.threshold,
+            top_k=args.top_k,
+            separator=separator,
+            **kwargs,
+        )
     compile_s = time.perf_counter() - t0
     sep_tokens = reg.count_tokens(separator)
+    cmap = None
+    if args.html is not None or args.json or args.map or (conv is not None and _default_view(args)):
+        cmap = result.context_map()
+    if args.html is not None:
+        _write_html(args.html, cmap, args)
+    if args.format is not None:
+        _print_body(result, args)
+        return 0
     if args.prompt_only:
         sys.stdout.write(result.prompt)
         if result.prompt and not result.prompt.endswith("\n"):
@@ -198,7 +308,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "max_tokens": result.max_tokens,
             # Each cost after the first block's includes this (the separator before it).
             "separator_tokens": sep_tokens,
-            "task": args.task,
+            "task": task if gated else args.task,
             "top_k": args.top_k,
             "threshold": args.threshold,
             "included": [r for r in rows if r["included"]],
@@ -208,12 +318,78 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "stable_prefix_blocks": result.stable_prefix_blocks,
             "cache_notes": result.cache_notes,
             "timing_s": {"load": load_s, "compile": compile_s},
+            # The whole request: composition, cache and cost, every block and
+            # message (the same numbers as --map and --html).
+            "context_map": cmap.to_dict() if cmap is not None else None,
         }
         json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
+    if args.map or (conv is not None and _default_view(args)):
+        assert cmap is not None
+        _print_map(result, cmap, args, reg, tools, load_s, compile_s, task if gated else None)
+        return 0
     if not args.no_prompt:
         _print_blocks(result, separator, sep_tokens)
+    _print_report(result, args, reg, sep_tokens, separator, gated, task, load_s, compile_s)
+    return 0
+
+
+def _default_view(args: argparse.Namespace) -> bool:
+    """No view flag given: with a conversation, the map is what a screen can show."""
+    return not (args.json or args.prompt_only or args.no_prompt or args.format)
+
+
+def _color() -> bool:
+    """Colours for a terminal that is one, unless NO_COLOR is set (no-color.org)."""
+    return (
+        sys.stdout.isatty()
+        and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM", "") != "dumb"
+    )
+
+
+def _print_map(
+    result: CompileResult,
+    cmap: Any,
+    args: argparse.Namespace,
+    reg: BlockRegistry,
+    tools: int,
+    load_s: float,
+    compile_s: float,
+    task: str | None,
+) -> None:
+    sources = ", ".join(args.paths) if args.paths else f"{args.store} {args.name}"
+    what = [f"{sources} ({len(reg) - tools} blocks)"]
+    if tools:
+        what.append(f"{tools} tools ({', '.join(args.tools)})")
+    conv = result.conversation
+    if conv is not None:
+        steps = getattr(args, "steps_recorded", 0)
+        recorded = f", {steps} earlier clearing steps in its log" if steps else ""
+        what.append(f"{args.conversation} ({len(conv)} items{recorded})")
+    print("compiled " + " + ".join(what) + (" (dry run: nothing recorded)" if args.dry_run else ""))
+    if task is not None:
+        short = task if len(task) <= 80 else task[:79] + "…"
+        print(f"task: {short}")
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    sys.stdout.write(cmap.text(color=_color(), unicode=enc.startswith("utf")))
+    model = reg.embedding_model
+    embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
+    print(f"loaded in {load_s * 1e3:.0f} ms{embedded}; compiled in {compile_s * 1e3:.1f} ms")
+
+
+def _print_report(
+    result: CompileResult,
+    args: argparse.Namespace,
+    reg: BlockRegistry,
+    sep_tokens: int,
+    separator: str,
+    gated: bool,
+    task: str | None,
+    load_s: float,
+    compile_s: float,
+) -> None:
     budget = "unlimited" if result.max_tokens is None else f"{result.max_tokens} tokens"
     print(
         f"included {len(result)} of {len(reg)} blocks, {result.total_tokens} tokens "
@@ -228,7 +404,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             )
             if part
         )
-        print(f"task: {args.task}\ngate: {rule} by cosine similarity to the task")
+        print(f"task: {task}\ngate: {rule} by cosine similarity to the task")
         print(
             f"stable prefix: {result.stable_prefix_tokens} of {result.total_tokens} tokens, "
             f"{result.stable_prefix_blocks} blocks (the same for every task: cacheable)"
@@ -253,6 +429,24 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             f"separator before it, {_separator_words(separator, sep_tokens)}; "
             "`rampart inspect` counts blocks alone"
         )
+    ctx = result.context
+    if ctx is not None:
+        from rampart.cli.conversation import message_rows
+
+        window = "no window" if ctx.context_window is None else f"window {ctx.context_window}"
+        print(
+            f"messages: {len(ctx.message_report)} items, {ctx.message_tokens} tokens shown "
+            f"({window}, reply {ctx.reply_tokens}, budget {ctx.budget}, "
+            f"{ctx.policy.provider} scale {ctx.scale:.2f}){' (dry run)' if args.dry_run else ''}"
+        )
+        for line in message_rows(result):
+            print(line)
+        for rw in ctx.rewrites:
+            print(
+                f"rewrite at item {rw.at_item} ({rw.reason}: {rw.action}, "
+                f"{rw.tokens_removed} tokens removed; {rw.prefix_tokens} message tokens "
+                "before it stay cached)"
+            )
     model = reg.embedding_model
     embedded = f", embedded by {getattr(model, 'model_id', model)}" if model else ""
     query = " (incl. embedding the task)" if gated else ""
@@ -260,7 +454,46 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         f"loaded {len(reg)} blocks in {load_s * 1e3:.2f} ms{embedded}; "
         f"compiled in {compile_s * 1e3:.3f} ms{query}"
     )
-    return 0
+
+
+def _print_body(result: CompileResult, args: argparse.Namespace) -> None:
+    """The exact request body for --format, as JSON (rampart.adapters builds it)."""
+    from rampart import adapters
+
+    # No conversation: a body with no messages (the adapters take them from the
+    # result otherwise).
+    messages: list[Any] | None = None if result.context is not None else []
+    if args.format == "openai":
+        body = adapters.openai_chat(result, messages, model=args.model)
+    elif args.format == "responses":
+        body = adapters.openai_responses(result, messages, model=args.model)
+    elif args.format == "anthropic":
+        reply = args.reply_tokens or (result.context.reply_tokens if result.context else 0)
+        body = adapters.anthropic_messages(
+            result, messages, model=args.model, max_tokens=reply or 1024, cache=True
+        )
+    else:
+        body = adapters.gemini_generate_content(result, messages, model=args.model)
+    json.dump(body, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _write_html(path: str, cmap: Any, args: argparse.Namespace) -> None:
+    sources = " ".join([*args.paths, *([args.conversation] if args.conversation else [])])
+    page = cmap.html(title=f"rampart context map: {sources or args.name}")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise CliError(f"{path}: cannot write the page ({exc.strerror or exc})") from None
+    print(
+        f"rampart: wrote {path} ({len(cmap.blocks)} blocks, {len(cmap.messages)} messages)",
+        file=sys.stderr,
+    )
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -355,9 +588,66 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="text between blocks (default: '\\n\\n---\\n\\n', a '---' line between blank lines)",
     )
-    out = c.add_mutually_exclusive_group()
-    out.add_argument("--no-prompt", action="store_true", help="print only the report")
+    c.add_argument(
+        "--tools",
+        action="append",
+        metavar="FILE",
+        help="tool definitions (JSON: MCP, OpenAI or Anthropic), loaded ungated and sent in "
+        "the tools list; repeatable",
+    )
+    conv = c.add_argument_group("the whole request (SPEC §9)")
+    conv.add_argument(
+        "--conversation",
+        metavar="FILE",
+        default=None,
+        help="a saved conversation (Conversation.save), or a JSON/JSONL list of OpenAI Chat, "
+        "OpenAI Responses, Anthropic or Gemini messages; --top-k without --task then gates "
+        "for its latest user message",
+    )
+    conv.add_argument(
+        "--window",
+        type=int_in(1, MAX_COUNT),
+        default=None,
+        help="the model's context window in tokens (default: none, nothing is forced out)",
+    )
+    conv.add_argument(
+        "--reply-tokens",
+        type=int_in(0, MAX_COUNT),
+        default=None,
+        help=f"tokens kept for the reply (default: {DEFAULT_REPLY_TOKENS} with --window)",
+    )
+    conv.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=None,
+        help="how tokens are counted and cache prices billed (default: openai)",
+    )
+    conv.add_argument(
+        "--dry-run", action="store_true", help="report what the policy would do; record nothing"
+    )
+    out = c.add_argument_group("what to print (one of them; --html goes with any)")
+    out.add_argument(
+        "--no-prompt",
+        action="store_true",
+        help="print only the report: a line per block and message",
+    )
     out.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")
+    out.add_argument(
+        "--map",
+        action="store_true",
+        help="draw the window: composition, cached prefix and cost, actions "
+        "(the default with --conversation)",
+    )
+    out.add_argument(
+        "--format", choices=FORMATS, default=None, help="print the exact request body as JSON"
+    )
+    out.add_argument("--model", default=None, help="the model named in the --format body")
+    out.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write the map and every item's report as one self-contained HTML page",
+    )
     c.set_defaults(func=_cmd_compile)
 
     i = sub.add_parser("inspect", parents=[common], help="list the blocks of seed files")
