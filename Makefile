@@ -9,9 +9,21 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := $(VENV)/.stamps
-TASK ?= Write release notes for the changes since the last tag, then commit them
+# The main job (make compile): seeds/ and two MCP servers' tools, gated for the
+# conversation's latest question (TASK= overrides it), with a real agent transcript
+# (examples/conversations/, 30 calls of mcp-server-git/time on recorded output) in a
+# 32 000-token window. CONVERSATION= compiles the seeds alone (then give TASK).
+TASK ?=
 MAX_TOKENS ?= 2048
 TOP_K ?= 12
+CONVERSATION ?= examples/conversations/release-notes.json
+WINDOW ?= 32000
+REPLY_TOKENS ?= 4096
+PROVIDER ?= openai
+TOOLS ?= tests/data/mcp_git_tools.json tests/data/mcp_time_tools.json
+# What it prints: --map (one screen); --no-prompt (a line per block and message);
+# --json; --format openai|anthropic|responses|gemini (the exact body); VIEW=--html=FILE.
+VIEW ?= --map
 # Where make dist puts the wheel and the sdist, and where cargo builds them (apart
 # from target/release, so the portable build and maturin develop never invalidate
 # each other's artefacts).
@@ -146,12 +158,16 @@ conversation-clearing: setup-probe
 probe-sweep: setup-probe
 	$(BIN)/rampart probe sweep --out probe-results/sweep
 
-# The main job: gate seeds/ for a task and print the report (one line per block);
-# the prompt itself: $(BIN)/rampart compile seeds/ … --prompt-only.
+# The main job: the whole request of an agent's next call. Gate seeds/ for the step,
+# fit them, the tools and the conversation into the window, and draw it: the
+# composition, the cached prefix and a call's cost, what was kept, cleared or
+# recalled and why. The block-by-block report: make compile VIEW=--no-prompt.
 compile: setup
-	@$(BIN)/rampart compile seeds/ --task "$(TASK)" --top-k $(TOP_K) \
-		--max-tokens $(MAX_TOKENS) --no-prompt
-	@echo "(the prompt block by block: drop --no-prompt; the exact text: --prompt-only)"
+	@$(BIN)/rampart compile seeds/ $(if $(TASK),--task "$(TASK)") --top-k $(TOP_K) \
+		--max-tokens $(MAX_TOKENS) $(addprefix --tools ,$(TOOLS)) \
+		$(if $(CONVERSATION),--conversation $(CONVERSATION) --window $(WINDOW) \
+		--reply-tokens $(REPLY_TOKENS) --provider $(PROVIDER)) $(VIEW)
+	@echo "(every block and message: make compile VIEW=--no-prompt; the body: VIEW='--format openai'; a page: VIEW='--html map.html')"
 
 # Tests that need a component fail rather than skip when its switch is on: CI
 # turns every switch on. Add new switches here.

@@ -245,7 +245,7 @@ class ContextMap:
             x
             for x in (
                 self.provider,
-                f"{self.tokeniser} counts" if self.tokeniser else "",
+                self.tokeniser or "",
                 f"scale {self.scale:.2f}" if self.scale != 1.0 else "",
             )
             if x
@@ -256,8 +256,8 @@ class ContextMap:
             else f"{_n(-self.free_tokens)} over"
         )
         return (
-            f"request: {_n(self.request_tokens)} tokens in a {_n(self.window)}-token window"
-            f"{f' ({who})' if who else ''}; {_n(self.reply_tokens)} reserved for the reply; {free}"
+            f"request: {_n(self.request_tokens)} of {_n(self.window)} tokens"
+            f"{f' ({who})' if who else ''}; reply {_n(self.reply_tokens)}; {free}"
         )
 
     def cells(self) -> list[str]:
@@ -393,7 +393,13 @@ class ContextMap:
             for r in self.rewrites
         )
         summary = e(self._headline())
-        data = json.dumps(d, ensure_ascii=True).replace("</", "<\\/")
+        # Inside <script>: no "<", ">" or "&" at all (JSON's \u escapes read the same).
+        data = (
+            json.dumps(d, ensure_ascii=True)
+            .replace("<", "\\u003c")
+            .replace(">", "\\u003e")
+            .replace("&", "\\u0026")
+        )
         return _PAGE.format(
             title=e(title),
             summary=summary,
@@ -653,7 +659,7 @@ def _parts(
     category that has tokens (so a few stubs still show)."""
     shown = [(k, v) for k, v in ((c.key, sizes.get(c.key, 0)) for c in CATEGORIES) if v > 0]
     free = max(window - reply - sum(v for _, v in shown), 0)
-    shown += [("reply", reply), ("free", free)]
+    shown += [*([("reply", reply)] if reply else []), ("free", free)]
     cells = _cells([v for _, v in shown], window)
     out = []
     for (k, v), c in zip(shown, cells):

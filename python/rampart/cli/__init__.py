@@ -34,6 +34,8 @@ examples:
   rampart compile seeds/ --max-tokens 2048
   rampart compile seeds/ --task "fix the failing test" --top-k 8 --max-tokens 2048
   rampart compile seeds/ --task "fix the failing test" --top-k 8 --prompt-only
+  rampart compile seeds/ --conversation chat.json --window 32000 [--map | --format openai]
+  rampart compile seeds/ --conversation chat.json --window 32000 --html map.html
   rampart inspect seeds/ --json
   rampart model prepare && rampart model info
   rampart probe sweep --out results/ && rampart probe report results/

@@ -232,7 +232,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
         # Read first: a bad file is one line before any model is loaded.
         conv = load_conversation(args.conversation)
-        args.steps_recorded = sum(1 for t in conv.transformations if t.active)
+        args.loaded = (len(conv), sum(1 for t in conv.transformations if t.active))
     cut = args.top_k is not None or args.threshold is not None
     task = args.task
     if cut and task is None and conv is not None:
@@ -362,13 +362,15 @@ def _print_map(
     sources = ", ".join(args.paths) if args.paths else f"{args.store} {args.name}"
     what = [f"{sources} ({len(reg) - tools} blocks)"]
     if tools:
-        what.append(f"{tools} tools ({', '.join(args.tools)})")
-    conv = result.conversation
-    if conv is not None:
-        steps = getattr(args, "steps_recorded", 0)
-        recorded = f", {steps} earlier clearing steps in its log" if steps else ""
-        what.append(f"{args.conversation} ({len(conv)} items{recorded})")
-    print("compiled " + " + ".join(what) + (" (dry run: nothing recorded)" if args.dry_run else ""))
+        what.append(f"{tools} tools")
+    if args.conversation is not None:
+        what.append(args.conversation)
+    dry = " (dry run: nothing recorded)" if args.dry_run else ""
+    print("compiled " + " + ".join(what) + dry)
+    if args.conversation is not None:
+        items, steps = args.loaded
+        recorded = f", {steps} clearing steps in its log" if steps else ""
+        print(f"conversation: {items} items as loaded{recorded}")
     if task is not None:
         short = task if len(task) <= 80 else task[:79] + "…"
         print(f"task: {short}")
@@ -626,19 +628,20 @@ def add_parsers(sub: Any) -> None:
         "--dry-run", action="store_true", help="report what the policy would do; record nothing"
     )
     out = c.add_argument_group("what to print (one of them; --html goes with any)")
-    out.add_argument(
+    view = out.add_mutually_exclusive_group()
+    view.add_argument(
         "--no-prompt",
         action="store_true",
         help="print only the report: a line per block and message",
     )
-    out.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")
-    out.add_argument(
+    view.add_argument("--prompt-only", action="store_true", help="print only the exact prompt text")
+    view.add_argument(
         "--map",
         action="store_true",
         help="draw the window: composition, cached prefix and cost, actions "
         "(the default with --conversation)",
     )
-    out.add_argument(
+    view.add_argument(
         "--format", choices=FORMATS, default=None, help="print the exact request body as JSON"
     )
     out.add_argument("--model", default=None, help="the model named in the --format body")

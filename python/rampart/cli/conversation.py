@@ -11,6 +11,7 @@ A file is, in this order of detection:
   messages: ``Conversation.append`` detects the shape of each);
 - a JSON object holding such a list under ``messages`` (an OpenAI Chat or Anthropic
   request body), ``input`` (Responses) or ``contents`` (Gemini);
+- one message (a JSON object with ``role``, ``type`` or ``parts``);
 - JSON Lines: one message per line.
 """
 
@@ -73,6 +74,8 @@ def load_conversation(path: str) -> Conversation:
         return Conversation.load(path)
     if isinstance(data, dict):
         key = next((k for k in _LIST_KEYS if isinstance(data.get(k), list)), None)
+        if key is None and any(k in data for k in ("role", "type", "parts")):
+            return _from_messages(path, [(0, None, data)])  # one message
         if key is None:
             raise CliError(
                 f"{path}: a JSON object with no message list (a saved conversation, a list of "
