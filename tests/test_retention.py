@@ -324,11 +324,40 @@ def test_hostile_results_are_bounded(lexreg: rampart.BlockRegistry) -> None:
 def test_many_items(lexreg: rampart.BlockRegistry) -> None:
     conv = Conversation()
     conv.append({"role": "user", "content": "start"})
-    for i in range(3333):
+    for i in range(5000):  # 10 001 items
         _call(conv, f"c{i}", "grep", {"q": str(i)}, f"line {i}: value {i * 7} in file f{i}.py")
     conv.append({"role": "user", "content": "what value was in f17.py?"})
     r = lexreg.compile(conversation=conv, context_window=8000, reply_tokens=512)
     assert "value 119 in file f17.py" in _body(r)
+
+
+def test_hostile_saved_entries_are_refused(lexreg: rampart.BlockRegistry, tmp_path: Path) -> None:
+    pol = ContextPolicy()
+    conv = trajectory(lexreg, pol, 6000)
+    conv.append({"role": "user", "content": QUESTION})
+    lexreg.compile(conversation=conv, context_window=6000, reply_tokens=512, policy=pol)
+    conv.save(tmp_path / "ok.json")
+    raw = json.loads((tmp_path / "ok.json").read_text())
+    log = raw["log"]
+    recall = next(e for e in log if e["op"] == "recall")
+    src = recall["ids"][0]
+    bad_entries = [
+        {**recall, "spans": [[1, 2, 10**9, 5]]},  # past the result's end
+        {**recall, "spans": [[1, 2, -1, 5]]},
+        {**recall, "spans": "x"},
+        {**recall, "ids": ["i0"]},  # not a tool result
+        {**recall, "scores": {src: float("nan")}},
+        {"op": "clear", "ids": [src], "excerpts": {"i0": [[1, 1, 0, 1]]}, "reason": "x"},
+        {"op": "scale", "provider": "openai", "value": 1.0, "constant": -5},
+    ]
+    for k, bad in enumerate(bad_entries):
+        data = dict(raw)
+        entries = [e for e in log if e["op"] != "recall"] + [bad]
+        data["log"] = entries
+        path = tmp_path / f"bad{k}.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(rampart.RegistryFileError):
+            Conversation.load(path)
 
 
 # ---- observe_usage: scale and a per-request constant -------------------------------------
