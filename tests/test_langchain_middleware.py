@@ -95,8 +95,9 @@ def test_system_prompt_tools_and_messages_come_from_the_compile(
     system = first["messages"][0]
     assert system["role"] == "system"
     assert "Quote log entries" in system["content"] and system["content"].endswith("Be brief.")
-    # The gate (top_k=2 over two rules and two tools) kept the log tool, not the email one.
-    assert _tool_names(first) == ["read_log"]
+    # The gate (top_k=2 over two rules and two tools) kept the log tool, not the email one;
+    # rampart's recall (a window: stubs name it) is not a registry tool, and passes.
+    assert _tool_names(first) == ["read_log", "recall"]
     # Six whole logs would be 19 000 tokens: each request fits, old results are stubs.
     for p in payloads:
         size = sum(
@@ -153,3 +154,117 @@ def test_bad_arguments(registry: rampart.BlockRegistry) -> None:
         RampartMiddleware(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_threads"):
         RampartMiddleware(registry, max_threads=0)
+
+
+# ---- recall: what every cleared stub names, answered from the thread's log ---------------
+
+
+@tool
+def read_page(path: str) -> str:
+    """Read one page of the store's log."""
+    return f"page {path}\n" + "\n".join(f"{path} entry{i} journaled a write" for i in range(300))
+
+
+def reads_then_recalls(n_reads: int, recall_args: Any, answer: str = "done") -> Any:
+    """Reads ``n_reads`` pages after the last user message (named by its last word),
+    then calls recall with ``recall_args`` (a function of the payload, or a dict),
+    then answers."""
+
+    def respond(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        since: list[dict[str, Any]] = []
+        prefix = ""
+        for m in reversed(payload["messages"]):
+            if m["role"] == "user":
+                prefix = m["content"].split()[-1].strip(".")
+                break
+            since.append(m)
+        tools = [m for m in since if m["role"] == "tool"]
+        calls: list[Any] | None
+        if len(tools) < n_reads:
+            calls = [("read_page", {"path": f"{prefix}/{len(tools)}"})]
+        elif len(tools) == n_reads:
+            args = recall_args(payload) if callable(recall_args) else recall_args
+            calls = [("recall", args)]
+        else:
+            calls = None
+        body = json.loads(fake.completion("" if calls else answer, payload, calls))
+        for c in body["choices"][0]["message"].get("tool_calls") or ():
+            c["id"] = f"call_{n}"
+        return 200, json.dumps(body).encode(), 0.0
+
+    return respond
+
+
+def _first_call_id(payload: dict[str, Any]) -> dict[str, Any]:
+    """recall's arguments: the call id of the first tool result since the user spoke."""
+    msgs = payload["messages"]
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    first = next(m for m in msgs[last_user:] if m["role"] == "tool")
+    return {"call_id": first["tool_call_id"]}
+
+
+def test_recall_is_answered_from_the_threads_log(registry: rampart.BlockRegistry) -> None:
+    window = 6000  # a page is ~2 400 tokens: the first is cleared by the fourth
+    mw = RampartMiddleware(registry, context_window=window, reply_tokens=512)
+    with fake.FakeOpenAI(reads_then_recalls(4, _first_call_id)) as server:
+        agent = create_agent(_model(server), [read_page], middleware=[mw])
+        first = agent.invoke({"messages": [{"role": "user", "content": "Read thread a."}]})
+        n_first = len(server.payloads)
+        second = asyncio.run(
+            agent.ainvoke({"messages": [{"role": "user", "content": "Read thread b."}]})
+        )
+        payloads = server.payloads
+    assert len(mw._threads) == 2
+    assert _tool_names(payloads[0]) == ["read_page", "recall"]
+    for out, prefix, at in ((first, "a", n_first - 1), (second, "b", len(payloads) - 1)):
+        # Before the recall its result was a stub naming the call; then it came back.
+        asked = next(m for m in payloads[at - 1]["messages"] if m["role"] == "tool")
+        assert f'recall(call_id="{asked["tool_call_id"]}")' in asked["content"]
+        (msg,) = [m for m in out["messages"] if m.type == "tool" and m.name == "recall"]
+        assert msg.status == "success"
+        assert msg.content.startswith("[recalled: all of the result of tool read_page")
+        assert msg.content.endswith(read_page.invoke({"path": f"{prefix}/0"}))
+        sent = payloads[at]["messages"][-1]
+        assert sent["role"] == "tool" and sent["content"] == msg.content
+    # The tool's own function answers too: from the thread compiled last (b).
+    (recall_tool,) = mw.tools
+    latest = second["messages"][1].tool_calls[0]["id"]
+    assert "b/0 entry7" in recall_tool.invoke({"call_id": latest})
+    assert recall_tool.invoke({"call_id": "call_0"}).startswith("error: no tool result")
+    assert "entry12" in recall_tool.invoke({"query": "b/2 entry12 journaled"})
+
+
+def test_a_bad_recall_is_an_error_message_and_the_agent_goes_on(
+    registry: rampart.BlockRegistry,
+) -> None:
+    mw = RampartMiddleware(registry, context_window=6000, reply_tokens=512)
+    with fake.FakeOpenAI(reads_then_recalls(1, {"call_id": "nope"}, "ok")) as server:
+        agent = create_agent(_model(server), [read_page], middleware=[mw])
+        out = agent.invoke({"messages": [{"role": "user", "content": "Read a."}]})
+    (msg,) = [m for m in out["messages"] if m.type == "tool" and m.name == "recall"]
+    assert msg.status == "error" and "no tool result with call id 'nope'" in msg.content
+    assert out["messages"][-1].content == "ok"
+
+
+def test_recall_off_without_a_window_or_when_asked(registry: rampart.BlockRegistry) -> None:
+    assert RampartMiddleware(registry).tools == []
+    assert RampartMiddleware(registry, context_window=9000, recall=False).tools == []
+    with pytest.raises(ValueError, match="recall must be a bool"):
+        RampartMiddleware(registry, context_window=9000, recall="yes")  # type: ignore[arg-type]
+
+
+def test_an_agents_own_recall_tool_takes_the_calls(registry: rampart.BlockRegistry) -> None:
+    @tool("recall")
+    def my_recall(call_id: str) -> str:
+        """My own recall."""
+        return f"mine: {call_id}"
+
+    mw = RampartMiddleware(registry, context_window=6000, reply_tokens=512)
+    with fake.FakeOpenAI(reads_then_recalls(1, {"call_id": "x"}, "ok")) as server:
+        agent = create_agent(_model(server), [read_page, my_recall], middleware=[mw])
+        out = agent.invoke({"messages": [{"role": "user", "content": "Read a."}]})
+        payloads = server.payloads
+    offered = [t["function"] for t in payloads[0]["tools"] if t["function"]["name"] == "recall"]
+    assert [f["description"] for f in offered] == ["My own recall."]
+    (msg,) = [m for m in out["messages"] if m.type == "tool" and m.name == "recall"]
+    assert msg.content == "mine: x"

@@ -295,3 +295,125 @@ def test_server_log_lines_are_single_lines() -> None:
         "rampart mcp: error: Tool 'x' raised an unexpected exception "
         "(ValueError: first line second line)"
     )
+
+
+# ---- recall over saved and shared conversations -------------------------------------------------
+
+
+def _page(path: str) -> str:
+    return f"file {path}\n" + "\n".join(f"{path} row{i} journal write applied" for i in range(250))
+
+
+def _cleared_conversation(conv: Any) -> Any:
+    """Four reads of pages, compiled into a window that clears the first to a stub."""
+    conv.append({"role": "user", "content": "Find the row that journals."})
+    for k in range(4):
+        args = json.dumps({"path": f"src/f{k}.py"})
+        call = {
+            "id": f"c{k}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": args},
+        }
+        conv.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        conv.append({"role": "tool", "tool_call_id": f"c{k}", "content": _page(f"src/f{k}.py")})
+    reg = rampart.BlockRegistry(default_max_tokens=None)
+    result = reg.compile(conversation=conv, context_window=8000, reply_tokens=512)
+    stub = next(m for m in result.messages("openai_chat") if m.get("tool_call_id") == "c0")
+    assert 'recall(call_id="c0")' in stub["content"]
+    reg.release()
+    return conv
+
+
+def test_recall_over_saved_conversations(tmp_path: Path) -> None:
+    seed = tmp_path / "rules.md"
+    seed.write_text("# Rules\n\nAlways answer in English.\n", encoding="utf-8")
+    saved = tmp_path / "conversations"
+    saved.mkdir()
+    _cleared_conversation(rampart.Conversation("session-1")).save(saved / "session-1.json")
+    (tmp_path / "outside.json").write_text("{}", encoding="utf-8")
+
+    async def script(session: Any, init: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"init": init}
+        out["tools"] = {t.name: t for t in (await session.list_tools()).tools}
+        call = session.call_tool
+        out["whole"] = await call("recall", {"conversation": "session-1", "call_id": "c0"})
+        out["query"] = await call(
+            "recall", {"conversation": "session-1", "query": "src/f2.py row40"}
+        )
+        out["unknown_id"] = await call("recall", {"conversation": "session-1", "call_id": "c9"})
+        out["nothing"] = await call("recall", {"conversation": "session-1"})
+        out["no_conv"] = await call("recall", {"conversation": "session-2", "call_id": "c0"})
+        out["escape"] = await call("recall", {"conversation": "../outside", "call_id": "c0"})
+        return out
+
+    out = run([str(seed), "--no-gate", "--conversations", str(saved)], script)
+    assert set(out["tools"]) == TOOLS | {"recall"}
+    assert set(out["tools"]["recall"].input_schema["properties"]) == {
+        "conversation",
+        "call_id",
+        "query",
+    }
+    assert "recall" in (out["init"].instructions or "")
+    whole = text(out["whole"])
+    assert not out["whole"].is_error
+    assert whole.startswith("[recalled: all of the result of tool read_file (call c0")
+    assert whole.endswith(_page("src/f0.py"))
+    assert "src/f2.py row40 journal" in text(out["query"])
+    for key, words_in_error in (
+        ("unknown_id", "no tool result with call id 'c9'"),
+        ("nothing", "recall needs a call_id"),
+        ("no_conv", "no conversation named 'session-2'"),
+        ("escape", "conversation is a name of"),
+    ):
+        assert out[key].is_error and words_in_error in text(out[key]), key
+
+
+def test_without_conversations_no_recall_is_offered() -> None:
+    from rampart.mcp_server import build_server
+
+    reg = rampart.BlockRegistry(default_max_tokens=None)
+
+    async def names() -> set[str]:
+        return {t.name for t in await build_server(reg).list_tools()}
+
+    import anyio
+
+    assert anyio.run(names) == TOOLS
+    reg.release()
+
+
+@pytest.mark.skipif(
+    not hasattr(rampart.BlockRegistry, "open"),
+    reason="shared registries (BlockRegistry.open, issue 10) are not in this build",
+)
+def test_recall_over_the_stores_conversations(tmp_path: Path) -> None:
+    seed = tmp_path / "rules.md"
+    seed.write_text("# Rules\n\nAlways answer in English.\n", encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    conv = _cleared_conversation(
+        rampart.Conversation.open(url, "session-1", tokeniser="cl100k_base")
+    )
+
+    async def script(session: Any, init: Any) -> dict[str, Any]:
+        call = session.call_tool
+        first = await call("recall", {"conversation": "session-1", "call_id": "c3"})
+        # A writer appends after the server opened it: the next answer catches up.
+        args = json.dumps({"path": "late.py"})
+        late = {
+            "id": "c4",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": args},
+        }
+        conv.append({"role": "assistant", "content": None, "tool_calls": [late]})
+        conv.append({"role": "tool", "tool_call_id": "c4", "content": _page("late.py")})
+        return {
+            "first": first,
+            "late": await call("recall", {"conversation": "session-1", "call_id": "c4"}),
+            "registry": await call("recall", {"conversation": "assistant", "call_id": "c0"}),
+        }
+
+    out = run([str(seed), "--store", url, "--name", "assistant", "--no-gate"], script)
+    conv.close()
+    assert text(out["first"]).endswith(_page("src/f3.py"))
+    assert text(out["late"]).endswith(_page("late.py"))
+    assert out["registry"].is_error and "not a conversation" in text(out["registry"])

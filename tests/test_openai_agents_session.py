@@ -197,3 +197,106 @@ def test_is_a_session_for_the_sdk(registry: rampart.BlockRegistry) -> None:
     assert isinstance(session, Session) and session.session_id == "s-1"
     with pytest.raises(ValueError, match="registry must be a BlockRegistry"):
         RampartSession(object())  # type: ignore[arg-type]
+
+
+# ---- recall: what every cleared stub names, answered from the session -----------------------
+
+
+def page(path: str) -> str:
+    return f"page {path}\n" + "\n".join(f"{path} entry{i} journaled a write" for i in range(300))
+
+
+@agents.function_tool
+def read_page(path: str) -> str:
+    """Read one page of the store's log."""
+    return page(path)
+
+
+def reads_then_recalls(n_reads: int, recall_args: Any, answer: str = "Found it.") -> Any:
+    """Reads ``n_reads`` pages after the last user message (named by its last word),
+    then calls recall with ``recall_args`` (a function of the payload, or a dict),
+    then answers."""
+
+    def respond(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        since: list[dict[str, Any]] = []
+        prefix = ""
+        for m in reversed(payload["messages"]):
+            if m["role"] == "user":
+                prefix = m["content"].split()[-1].strip(".")
+                break
+            since.append(m)
+        done = [m for m in since if m["role"] == "tool"]
+        calls: list[Any] | None
+        if len(done) < n_reads:
+            calls = [("read_page", {"path": f"{prefix}/{len(done)}"})]
+        elif len(done) == n_reads:
+            calls = [("recall", recall_args(payload) if callable(recall_args) else recall_args)]
+        else:
+            calls = None
+        body = json.loads(fake.completion("" if calls else answer, payload, calls))
+        for c in body["choices"][0]["message"].get("tool_calls") or ():
+            c["id"] = f"call_{n}"
+        return 200, json.dumps(body).encode(), 0.0
+
+    return respond
+
+
+def _first_output_id(payload: dict[str, Any]) -> dict[str, Any]:
+    msgs = payload["messages"]
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    return {"call_id": next(m for m in msgs[last_user:] if m["role"] == "tool")["tool_call_id"]}
+
+
+def run_with(task: str, session: Any, server: fake.FakeOpenAI, tools: list[Any], **kw: Any) -> Any:
+    from openai import AsyncOpenAI
+
+    async def main() -> Any:
+        async with AsyncOpenAI(
+            base_url=server.base_url, api_key="test-key", max_retries=0
+        ) as client:
+            model = agents.OpenAIChatCompletionsModel(model="fake-model", openai_client=client)
+            agent = agents.Agent(name="reviewer", instructions="Review.", tools=tools, model=model)
+            return await agents.Runner.run(agent, task, session=session, max_turns=20, **kw)
+
+    return asyncio.run(main())
+
+
+def test_recall_tool_brings_back_a_cleared_output(registry: rampart.BlockRegistry) -> None:
+    session = RampartSession(registry, context_window=6000, reply_tokens=512)
+    config = agents.RunConfig(call_model_input_filter=session.call_model_input_filter)
+    tools = [read_page, session.recall_tool()]
+    with fake.FakeOpenAI(reads_then_recalls(3, _first_output_id)) as server:
+        result = run_with("Read pages a.", session, server, tools, run_config=config)
+        payloads = server.payloads
+    assert result.final_output == "Found it."
+    assert sorted(t["function"]["name"] for t in payloads[0]["tools"]) == ["read_page", "recall"]
+    # The first page was a stub naming the call when the model asked for it back.
+    asked = next(m for m in payloads[3]["messages"] if m["role"] == "tool")
+    assert f'recall(call_id="{asked["tool_call_id"]}")' in asked["content"]
+    answer = payloads[4]["messages"][-1]
+    assert answer["role"] == "tool"
+    assert answer["content"].startswith("[recalled: all of the result of tool read_page")
+    assert answer["content"].endswith(page("a/0"))
+    # The session holds the recall and its answer like any other call.
+    names = [i.tool_name for i in session.conversation.items if i.kind == "tool_result"]
+    assert names == ["read_page"] * 3 + ["recall"]
+
+
+def test_recall_tool_answers_from_the_session_and_errors_are_results(
+    registry: rampart.BlockRegistry,
+) -> None:
+    session = RampartSession(registry, context_window=6000, reply_tokens=512)
+    with fake.FakeOpenAI(reads_then_recalls(2, {"call_id": "nope"}, "ok")) as server:
+        result = run_with("Read pages b.", session, server, [read_page, session.recall_tool()])
+    assert result.final_output == "ok"
+    results = [i for i in session.conversation.items if i.kind == "tool_result"]
+    (bad,) = [i for i in results if i.tool_name == "recall"]
+    assert bad.content.startswith("error: no tool result with call id 'nope'")
+    # A later call (the tool's own function) finds what the session holds.
+    whole = session.answer_recall({"call_id": results[0].call_id})
+    assert whole.endswith(page("b/0"))
+    assert "b/1 entry42" in session.answer_recall(json.dumps({"query": "b/1 entry42"}))
+    assert session.answer_recall("{not json").startswith("error:")
+    tool = session.recall_tool()
+    assert tool.name == "recall" and tool.strict_json_schema is False
+    assert set(tool.params_json_schema["properties"]) == {"call_id", "query"}

@@ -17,6 +17,20 @@
   (``tool_reference`` blocks, or a ``tool_search_output``'s tools), for a client
   whose own search tool relays the model's search calls here.
 
+A seventh, ``recall(conversation, call_id, query)``, is served when the server has
+conversations to read: ``--conversations DIR`` (files :meth:`Conversation.save
+<rampart.Conversation.save>` wrote, ``DIR/<conversation>.json``) and/or ``--store``
+(conversations kept in the same store, :meth:`Conversation.open
+<rampart.Conversation.open>`). It answers the ``recall`` every cleared stub names,
+from that conversation's log (:func:`rampart.conversation.answer_recall`): an earlier
+tool result by ``call_id``, or the best lines of those that answer ``query``. The
+server holds no conversation of its own and appends nothing: whoever compiles the
+conversation keeps it (an agent on rampart saving its log after each step, or
+appending to the shared store), and a client whose model calls ``recall`` relays the
+call here with the conversation's name. A saved file is read again when it changes;
+a shared conversation catches up (``sync``) before each answer. Without a directory
+or a store the tool is not offered: there is nothing it could answer from.
+
 The tools are coroutines on the registry's asyncio twins (``acompile``,
 ``afind_relevant``, ``awrite_block``, ``aevict``): a shared registry's write waits
 on the store and a new task's embedding on the model without holding up the
@@ -32,11 +46,17 @@ processes see it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rampart.adapters import TOOL_CHOICES
@@ -47,7 +67,9 @@ from rampart.registry import BlockRegistry
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["INSTRUCTIONS", "build_server", "open_registry", "serve"]
+    from rampart.conversation import Conversation
+
+__all__ = ["INSTRUCTIONS", "ConversationSource", "build_server", "open_registry", "serve"]
 
 # What the server tells a client about itself at initialisation; clients that show
 # server instructions to the model (Claude Code does) learn when to call what.
@@ -57,6 +79,11 @@ INSTRUCTIONS = (
     "write_block to record a lesson worth keeping (one short, actionable rule); "
     "find_blocks and list_blocks show what is stored; evict_block removes a block; "
     "find_tools finds a tool that a gated compile_context left out."
+)
+
+_RECALL_INSTRUCTIONS = (
+    " A tool result cleared from a conversation to save context names recall: call it "
+    "with the conversation's name and the call id the stub gives (or a query)."
 )
 
 _PREVIEW = 160  # characters of a block shown by find_blocks / list_blocks
@@ -177,12 +204,131 @@ def tool_choice(result: CompileResult, choice: str) -> dict[str, Any]:
     return out
 
 
-def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MCPServer[Any]:
-    """An ``MCPServer`` exposing ``registry`` through the six tools (not started)."""
+#: A conversation name ``recall`` takes: letters, digits, ``.``, ``_``, ``-`` (no
+#: path separator, no leading dot: a file of the directory, never outside it).
+_CONVERSATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: Conversations kept loaded (files) or open (store) at most; the least recently used goes.
+_KEEP_CONVERSATIONS = 16
+
+
+class ConversationSource:
+    """Where ``recall`` finds a conversation by name: ``directory/<name>.json``
+    (a file :meth:`Conversation.save` wrote, loaded again when it changes), else
+    the conversation ``name`` in ``store`` (a URL; opened once, synced before each
+    answer). Thread-safe; every method may block (file reads, the store)."""
+
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, store: str | None = None
+    ) -> None:
+        if directory is None and store is None:
+            raise InvalidArgumentError("a conversation source needs a directory or a store")
+        self.directory = None if directory is None else Path(directory).resolve()
+        if self.directory is not None and not self.directory.is_dir():
+            raise InvalidArgumentError(f"--conversations {directory}: not a directory")
+        self.store = store
+        self._lock = threading.Lock()
+        self._files: OrderedDict[Path, tuple[tuple[int, int], Conversation]] = OrderedDict()
+        self._open: OrderedDict[str, Conversation] = OrderedDict()
+
+    def where(self) -> str:
+        parts = [str(self.directory)] if self.directory is not None else []
+        return " and ".join([*parts, *(["the store"] if self.store is not None else [])])
+
+    def get(self, name: str) -> Conversation:
+        """The conversation ``name`` (a RampartError when there is none)."""
+        if not isinstance(name, str) or not _CONVERSATION_NAME.fullmatch(name):
+            raise InvalidArgumentError(
+                "conversation is a name of 1-200 letters, digits, '.', '_' and '-', starting "
+                f"with a letter or digit; got {str(name)[:80]!r}"
+            )
+        if self.directory is not None:
+            stem = name[: -len(".json")] if name.endswith(".json") else name
+            path = self.directory / f"{stem}.json"
+            if path.is_file() and path.resolve().parent == self.directory:
+                return self._file(path)
+        if self.store is not None:
+            return self._shared(name)
+        raise InvalidArgumentError(f"no conversation named {name!r} in {self.where()}")
+
+    def _file(self, path: Path) -> Conversation:
+        from rampart.conversation import Conversation
+
+        st = path.stat()
+        key = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            hit = self._files.get(path)
+            if hit is not None and hit[0] == key:
+                self._files.move_to_end(path)
+                return hit[1]
+        conv = Conversation.load(path)  # bounded and checked entry by entry
+        with self._lock:
+            self._files[path] = (key, conv)
+            self._files.move_to_end(path)
+            while len(self._files) > _KEEP_CONVERSATIONS:
+                self._files.popitem(last=False)
+        return conv
+
+    def _shared(self, name: str) -> Conversation:
+        from rampart.conversation import Conversation
+        from rampart.stores import open_store
+
+        with self._lock:
+            conv = self._open.get(name)
+            if conv is not None:
+                self._open.move_to_end(name)
+        if conv is None:
+            assert self.store is not None
+            # Its counter is the one it was written with (its metadata says which).
+            st = open_store(self.store, create=False)
+            try:
+                raw = st.meta(name)
+            finally:
+                close = getattr(st, "close", None)
+                if callable(close):
+                    close()
+            meta = _json_object(raw)
+            if raw is None or meta.get("kind") != "conversation":
+                what = "no conversation" if raw is None else "not a conversation (a registry?)"
+                raise InvalidArgumentError(f"{name!r} in the store: {what}")
+            tok = meta.get("tokeniser")
+            tok = tok if isinstance(tok, str) else "o200k_base"
+            conv = Conversation.open(self.store, name, create=False, tokeniser=tok)
+            with self._lock:
+                self._open[name] = conv
+                while len(self._open) > _KEEP_CONVERSATIONS:
+                    self._open.popitem(last=False)[1].close()
+        conv.sync()  # what its writers appended since
+        return conv
+
+    def close(self) -> None:
+        """Close the store connections of the shared conversations opened."""
+        with self._lock:
+            opened, self._open = list(self._open.values()), OrderedDict()
+        for conv in opened:
+            conv.close()
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw is not None else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def build_server(
+    registry: BlockRegistry,
+    *,
+    server_name: str = "rampart",
+    conversations: ConversationSource | None = None,
+) -> MCPServer[Any]:
+    """An ``MCPServer`` exposing ``registry`` through the six tools, and ``recall``
+    over ``conversations`` when given (not started)."""
     from rampart import __version__
     from rampart.tool_search import TOOL_SEARCH_K, asearch_tools, search_answer
 
-    server = _require_mcp()(server_name, instructions=INSTRUCTIONS, version=__version__)
+    instructions = INSTRUCTIONS + (_RECALL_INSTRUCTIONS if conversations is not None else "")
+    server = _require_mcp()(server_name, instructions=instructions, version=__version__)
 
     def needs_model() -> None:
         if registry.embedding_model is None:
@@ -311,6 +457,33 @@ def build_server(registry: BlockRegistry, *, server_name: str = "rampart") -> MC
             for schema, how, score in found
         ]
 
+    if conversations is not None:
+        source = conversations
+
+        @server.tool()
+        async def recall(conversation: str, call_id: str = "", query: str = "") -> str:
+            """Bring back an earlier tool result that was cleared from a conversation to
+            save context. conversation: the conversation's name. call_id: the call id
+            the cleared result's stub names (that result, whole); query: what you need
+            to find (the best lines of every earlier result); both: that result's
+            lines for the query."""
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            from rampart.conversation import answer_recall
+
+            with _tool_errors():
+                conv = await asyncio.to_thread(source.get, conversation)
+            args = {"call_id": call_id or None, "query": query or None}
+            try:
+                answer = await asyncio.to_thread(
+                    answer_recall, conv, args, registry.embedding_model
+                )
+            except Exception as exc:  # the embedding model failing, say
+                raise ToolError(f"{type(exc).__name__}: {exc}") from None
+            if answer.startswith("error:"):
+                raise ToolError(answer)
+            return answer
+
     return server
 
 
@@ -349,19 +522,27 @@ def serve(
     name: str | None = None,
     tokeniser: str | None = None,
     gate: bool = True,
+    conversations: str | os.PathLike[str] | None = None,
 ) -> None:
     """Serve a registry over stdio until the client disconnects. ``gate=False``
     skips the embedding model (``top_k`` and ``find_blocks`` then fail with the
-    registry's message), for a quicker start where no gating is wanted."""
+    registry's message), for a quicker start where no gating is wanted.
+    ``conversations``: a directory of saved conversations ``recall`` reads (with
+    ``store``, the store's conversations too)."""
     _require_mcp()  # before any model load: a missing SDK should fail at once
     _log_one_line()
+    source = None
+    if conversations is not None or store is not None:
+        source = ConversationSource(conversations, store)
     model: Any = "default" if gate else None
     reg = open_registry(paths, store=store, name=name, embedding_model=model, tokeniser=tokeniser)
     try:
         # stdout is the protocol channel: nothing else may be printed to it.
         print(f"rampart mcp: serving {len(reg)} blocks ({reg.label})", file=sys.stderr)
-        build_server(reg).run("stdio")
+        build_server(reg, conversations=source).run("stdio")
     finally:
+        if source is not None:
+            source.close()
         close = getattr(reg, "close", None)
         if close is not None:  # a shared registry flushes its access counts
             close()

@@ -1,6 +1,8 @@
-"""The agent's own tools: ``remember`` and ``forget`` (``memory_tools=True``) and
-the gate's way back, ``find_tools`` (offered when the agent gates its tools): their
-definitions as the model is offered them, and what answers their calls.
+"""The agent's own tools: ``remember`` and ``forget`` (``memory_tools=True``), the
+gate's way back, ``find_tools`` (offered when the agent gates its tools), and
+``recall`` (offered when it compiles into a ``context_window``: what every cleared
+stub names): their definitions as the model is offered them, and what answers
+their calls.
 
 Like :mod:`rampart.agent.lessons`, this takes the agent as a small protocol
 (:class:`rampart.agent.lessons.LessonHost`) and never imports the Agent class."""
@@ -15,6 +17,8 @@ from rampart.agent.calls import arguments
 from rampart.agent.quarantine import QuarantinedLesson
 from rampart.agent.records import Run
 from rampart.agent.text import clean_rule, clip
+from rampart.conversation import Conversation, answer_recall
+from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import RampartError
 from rampart.llm import ToolCall
 
@@ -24,7 +28,14 @@ from rampart.tool_search import TOOL_SEARCH, TOOL_SEARCH_TOOL, answer_tool_searc
 if TYPE_CHECKING:
     from rampart.registry import BlockRegistry
 
-__all__ = ["MEMORY_NAMES", "MEMORY_TOOLS", "TOOL_SEARCH", "TOOL_SEARCH_TOOL"]
+__all__ = [
+    "MEMORY_NAMES",
+    "MEMORY_TOOLS",
+    "RECALL_TOOL",
+    "RECALL_TOOL_NAME",
+    "TOOL_SEARCH",
+    "TOOL_SEARCH_TOOL",
+]
 
 #: ``remember`` and ``forget``, as offered to the model (OpenAI tool dicts).
 MEMORY_TOOLS: list[dict[str, Any]] = [
@@ -123,3 +134,32 @@ def find_tools(
         if name not in run.found_tools:
             run.found_tools.append(name)
     return str(answer["content"]), False
+
+
+def recall(
+    registry: BlockRegistry,
+    conversation: Conversation,
+    call: ToolCall,
+    run: Run,
+    trusted: frozenset[str],
+) -> tuple[str, bool]:
+    """``recall``: an earlier tool result brought back from ``conversation``'s log
+    (:func:`rampart.conversation.answer_recall`, hybrid with the registry's
+    embedding model when it has one). A bad call is an error result, never an
+    exception. What it brings back is earlier tool output: unless every tool result
+    in the log came from a ``trusted`` tool, the run has read untrusted output
+    (``recall`` joins ``run.untrusted_reads``), as it had when the result first came."""
+    try:
+        answer = answer_recall(conversation, call.arguments, registry.embedding_model)
+    except Exception as exc:  # the embedding model failing, say: the model reads why
+        return f"error: {type(exc).__name__}: {exc}", True
+    if answer.startswith("error:"):
+        return answer, True
+    sources = {
+        it.tool_name
+        for it in conversation.items
+        if it.kind == "tool_result" and it.tool_name != RECALL_TOOL_NAME
+    }
+    if not sources <= trusted and RECALL_TOOL_NAME not in run.untrusted_reads:
+        run.untrusted_reads.append(RECALL_TOOL_NAME)
+    return answer, False

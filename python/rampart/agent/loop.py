@@ -15,7 +15,14 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from rampart.agent import builtin, calls, judge, lessons
-from rampart.agent.builtin import MEMORY_NAMES, MEMORY_TOOLS, TOOL_SEARCH, TOOL_SEARCH_TOOL
+from rampart.agent.builtin import (
+    MEMORY_NAMES,
+    MEMORY_TOOLS,
+    RECALL_TOOL,
+    RECALL_TOOL_NAME,
+    TOOL_SEARCH,
+    TOOL_SEARCH_TOOL,
+)
 from rampart.agent.quarantine import Quarantine, QuarantinedLesson
 from rampart.agent.records import Action, CheckFn, Lesson, Run, Step, ToolResult, add_usage
 from rampart.agent.text import clip
@@ -53,7 +60,9 @@ class Agent:
     ``context_window``: the model's window in tokens; each step's request
     (instructions + tools + messages) then fits it less ``reply_tokens``, the
     messages managed by ``policy`` (default ``ContextPolicy()``). Without it the
-    messages are sent as they are, as before.
+    messages are sent as they are, as before. With it the agent offers ``recall``
+    (what every cleared stub names) and answers it from the conversation's log; a
+    tool of your own named ``recall`` is offered and called instead.
     """
 
     def __init__(
@@ -344,7 +353,18 @@ class Agent:
             tools.extend(MEMORY_TOOLS)
         if self.tool_search and (self._functions or self._mcp_tools):
             tools.append(TOOL_SEARCH_TOOL)
+        if self._offers_recall():
+            tools.append(RECALL_TOOL)
         return tools
+
+    def _offers_recall(self) -> bool:
+        """Whether rampart's ``recall`` is offered: the policy may clear (a window),
+        and no tool of the user's has the name (theirs is never shadowed)."""
+        return (
+            self.context_window is not None
+            and RECALL_TOOL_NAME not in self._functions
+            and RECALL_TOOL_NAME not in self._mcp_tools
+        )
 
     def _wire_by_name(self, name: str) -> dict[str, Any] | None:
         """The OpenAI tool dict of this agent's tool ``name`` (from its tool block)."""
@@ -427,6 +447,9 @@ class Agent:
                     allowed = (*self._functions, *self._mcp_tools)
                     step_args = (self.registry, call, run, allowed)
                     output, is_error = yield ("step", builtin.find_tools, step_args)
+                elif call.name == RECALL_TOOL_NAME and self._offers_recall():
+                    recall_args = (self.registry, conv, call, run, self.trusted_tools)
+                    output, is_error = yield ("step", builtin.recall, recall_args)
                 else:
                     output, is_error = yield ("tool", call)
                     # Its output (an error message too) may carry a stranger's text.
@@ -444,10 +467,11 @@ class Agent:
             run.answer = reply.text if reply is not None else ""
         yield from judge.assess(self, run)
         if run.success:
+            own = {TOOL_SEARCH, *((RECALL_TOOL_NAME,) if self._offers_recall() else ())}
             called = [
                 r.call.name
                 for r in run.tool_results
-                if not r.is_error and r.call.name not in MEMORY_NAMES and r.call.name != TOOL_SEARCH
+                if not r.is_error and r.call.name not in MEMORY_NAMES and r.call.name not in own
             ]
             # It may write tool examples (the store, the model): a registry step.
             yield ("step", self.after_success, (task, list(dict.fromkeys(called)), run))

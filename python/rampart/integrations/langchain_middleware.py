@@ -14,7 +14,13 @@ together, and the model is called with
   compacted, oldest turns dropped, never a call split from its result.
 
 The agent's state keeps every message as it came; what the middleware changes is
-the request only. The messages of each thread live in a :class:`rampart.Conversation`
+the request only. With a ``context_window`` the middleware also registers a
+``recall`` tool (what every cleared stub names) and answers its calls itself from
+the thread's conversation (``wrap_tool_call``): an earlier tool result brought back
+by ``call_id``, or searched by ``query`` (``recall=False`` turns it off; a tool of
+the agent's own named ``recall`` takes the calls instead).
+
+The messages of each thread live in a :class:`rampart.Conversation`
 (its log records what the policy did, so later calls repeat the same edits and the
 provider's cache of the prefix survives); a thread is recognised by the id of its
 first message, and a history edited by something else starts a fresh conversation.
@@ -32,10 +38,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from rampart.conversation import ContextPolicy, Conversation
+from rampart.conversation import ContextPolicy, Conversation, answer_recall
+from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
 
@@ -85,6 +92,13 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
     messages' budget and how it is kept; without ``context_window`` the messages go
     as they came. ``max_threads``: conversations kept (the least recently used
     thread past it is forgotten: its next call starts a fresh conversation).
+
+    ``recall``: with a ``context_window``, register the ``recall`` tool in
+    ``self.tools`` (``create_agent`` offers it) and answer its calls from the calling
+    thread's conversation, never running the tool node's copy. The tool object's own
+    function answers from the thread compiled most recently. A tool of the agent's
+    own named ``recall`` wins: LangChain keeps one tool per name, and the middleware
+    then passes the calls through to it.
     """
 
     def __init__(
@@ -97,6 +111,7 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
         reply_tokens: int | None = None,
         policy: ContextPolicy | None = None,
         max_threads: int = 256,
+        recall: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(registry, BlockRegistry):
@@ -109,6 +124,8 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
             )
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise InvalidArgumentError(f"max_threads must be an int >= 1, got {max_threads!r}")
+        if not isinstance(recall, bool):
+            raise InvalidArgumentError(f"recall must be a bool, got {recall!r}")
         self.registry = registry
         self.top_k = top_k
         self.max_tokens = max_tokens
@@ -119,6 +136,11 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
         self.last: Any = None  # the most recent compile (report, message_report)
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._lock = threading.Lock()
+        self._last_thread: _Thread | None = None
+        # Without a window nothing is cleared, so there is nothing to recall.
+        self.recall = recall and context_window is not None
+        self._recall_tool: Any = self._make_recall_tool() if self.recall else None
+        self.tools = [self._recall_tool] if self._recall_tool is not None else []
 
     def load_tools(self, tools: Sequence[Any], **kwargs: Any) -> list[str]:
         """Write LangChain tools (``BaseTool``, functions, or OpenAI tool dicts) into
@@ -157,6 +179,7 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
                     policy=self.policy,
                 )
             result = self.registry.compile(self.max_tokens, **args)
+            self._last_thread = thread
         self.last = result
         offered = {t["function"]["name"] for t in result.tools("openai")}
         known = {t["function"]["name"] for t in result.registry_tools("openai")}
@@ -170,6 +193,103 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
             system_message=SystemMessage(system) if system else own,
             tools=tools,
             messages=convert_to_messages(result.messages("openai_chat")),
+        )
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """LangChain's tool hook: a call of rampart's ``recall`` answered here, any
+        other call run by ``handler``."""
+        if not self._answers(request):
+            return handler(request)
+        return self._recall_message(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        """LangChain's async tool hook: ``recall`` answered off the loop (the query
+        search may run the embedding model)."""
+        if not self._answers(request):
+            return await handler(request)
+        return await asyncio.to_thread(self._recall_message, request)
+
+    def _answers(self, request: Any) -> bool:
+        call = getattr(request, "tool_call", None)
+        return (
+            self._recall_tool is not None
+            and isinstance(call, Mapping)
+            and call.get("name") == RECALL_TOOL_NAME
+            # the tool node's recall is ours (an agent's own recall tool replaces it)
+            and getattr(request, "tool", None) is self._recall_tool
+        )
+
+    def _recall_message(self, request: Any) -> Any:
+        """The ``ToolMessage`` answering a ``recall`` call from its thread's log."""
+        from langchain_core.messages import ToolMessage
+
+        call = request.tool_call
+        state = request.state
+        messages = state.get("messages") if isinstance(state, Mapping) else None
+        if messages is None:
+            messages = getattr(state, "messages", None) or []
+        answer = self.answer(call.get("args"), list(messages))
+        return ToolMessage(
+            answer,
+            tool_call_id=str(call.get("id") or ""),
+            name=RECALL_TOOL_NAME,
+            status="error" if answer.startswith("error:") else "success",
+        )
+
+    def answer(self, arguments: Any, messages: Sequence[Any] | None = None) -> str:
+        """The ``recall`` answer (:func:`rampart.conversation.answer_recall`) from
+        the conversation of the thread ``messages`` belong to (found by the first
+        message's id, nothing appended); without ``messages``, the thread compiled
+        most recently. A bad call is an ``error:`` string, never an exception."""
+        try:
+            conv = self._conversation_of(messages)
+            if conv is None:
+                return (
+                    "error: no conversation has been compiled yet: recall answers from "
+                    "the thread this middleware compiled"
+                )
+            return answer_recall(conv, arguments, self.registry.embedding_model)
+        except Exception as exc:  # the model reads why; the agent goes on
+            return f"error: {type(exc).__name__}: {exc}"
+
+    def _conversation_of(self, messages: Sequence[Any] | None) -> Conversation | None:
+        """The thread's conversation (a history the middleware has not seen, or
+        edited since, is read into a scratch one: the state holds every message)."""
+        from langchain_core.messages import convert_to_openai_messages
+
+        with self._lock:
+            if messages is None:
+                return None if self._last_thread is None else self._last_thread.conversation
+            if messages:
+                key = str(getattr(messages[0], "id", None) or id(messages[0]))
+                thread = self._threads.get(key)
+                ids = [getattr(m, "id", None) for m in messages]
+                if (
+                    thread is not None
+                    and None not in thread.ids
+                    and ids[: len(thread.ids)] == thread.ids
+                ):
+                    return thread.conversation
+        scratch = Conversation()
+        if messages:
+            scratch.append(convert_to_openai_messages(list(messages)))
+        return scratch
+
+    def _make_recall_tool(self) -> Any:
+        """The ``recall`` ``StructuredTool`` (the schema every provider is offered);
+        its function answers from the thread compiled most recently."""
+        from langchain_core.tools import StructuredTool
+
+        spec = RECALL_TOOL["function"]
+
+        def recall(call_id: str | None = None, query: str | None = None, **_: Any) -> str:
+            return self.answer({"call_id": call_id, "query": query})
+
+        return StructuredTool.from_function(
+            func=recall,
+            name=RECALL_TOOL_NAME,
+            description=spec["description"],
+            args_schema=dict(spec["parameters"]),
         )
 
     def _thread(self, messages: list[Any]) -> _Thread:

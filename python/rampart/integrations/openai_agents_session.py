@@ -21,6 +21,13 @@ the session; :meth:`RampartSession.call_model_input_filter` (pass it as
 ``RunConfig(call_model_input_filter=session.call_model_input_filter)``) compiles that
 input too, so a single long run stays inside the window as well.
 
+Every stub the policy clears a tool output to names a ``recall`` tool;
+:meth:`RampartSession.recall_tool` is it, as an Agents SDK ``FunctionTool`` that
+answers from the session's conversation (client-side, no provider support needed).
+Add it to the agent beside its own tools:
+
+    agent = Agent(name="reviewer", tools=[read_file, session.recall_tool()], model=model)
+
 ``conversation=`` continues a saved or shared conversation
 (``Conversation.load``/``Conversation.open``): another worker with the same store
 continues the same session. ``pop_item`` (the SDK's undo) and ``clear_session``
@@ -34,7 +41,8 @@ import asyncio
 import uuid
 from typing import Any
 
-from rampart.conversation import ContextPolicy, Conversation
+from rampart.conversation import ContextPolicy, Conversation, answer_recall
+from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
 
@@ -85,6 +93,9 @@ class RampartSession:
         self.policy = policy
         self.max_tokens = max_tokens
         self.last: Any = None  # the most recent compile (its message_report, messages)
+        # the turn input call_model_input_filter compiled last (the run's own items,
+        # which the SDK may not have added to the session yet)
+        self._scratch: Conversation | None = None
 
     # ---- the Session protocol -----------------------------------------------------------
 
@@ -138,7 +149,59 @@ class RampartSession:
             policy=self.policy,
         )
         compiled: list[Any] = result.messages("openai_responses")
+        self._scratch = scratch
         return ModelInputData(input=compiled, instructions=model_data.instructions)
+
+    # ---- recall --------------------------------------------------------------------------
+
+    def recall_tool(self) -> Any:
+        """The ``recall`` tool every cleared stub names, as an Agents SDK
+        ``FunctionTool`` (pass it in the agent's ``tools``). ``recall(call_id=...)``
+        brings back one earlier tool output of this session as it was added,
+        ``recall(query=...)`` the best lines of the outputs that answer a query
+        (:func:`rampart.conversation.answer_recall`, hybrid with the registry's
+        embedding model when it has one). A bad call is an ``error:`` result the
+        model reads, never an exception in the run. Not strict: both arguments are
+        optional."""
+        try:
+            import agents
+        except ImportError as exc:
+            raise ImportError(
+                "RampartSession.recall_tool needs the OpenAI Agents SDK: "
+                f'pip install "rampart-registry[agents]" ({exc})'
+            ) from exc
+        spec = RECALL_TOOL["function"]
+
+        async def invoke(ctx: Any, raw: str) -> str:
+            # A shared conversation syncs from its store, a query may embed: off the loop.
+            return await asyncio.to_thread(self.answer_recall, raw)
+
+        return agents.FunctionTool(
+            name=RECALL_TOOL_NAME,
+            description=spec["description"],
+            params_json_schema=dict(spec["parameters"]),
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+        )
+
+    def answer_recall(self, arguments: Any) -> str:
+        """The ``recall`` answer for ``arguments`` (a JSON string or a mapping) from
+        the session's conversation; a call id the session does not hold yet is
+        looked up in the run's input :meth:`call_model_input_filter` compiled last
+        (within a run the SDK adds the run's items to the session later)."""
+        try:
+            if self.conversation.shared:
+                self.conversation.sync()
+            embedder = self.registry.embedding_model
+            answer = answer_recall(self.conversation, arguments, embedder)
+            scratch = self._scratch
+            if scratch is not None and _missed(answer):
+                again = answer_recall(scratch, arguments, embedder)
+                if not _missed(again):
+                    return again
+            return answer
+        except Exception as exc:  # the model reads why; the run goes on
+            return f"error: {type(exc).__name__}: {exc}"
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -178,6 +241,11 @@ class RampartSession:
                 ids = [it.id for it in shown if it.group in groups]
             # A drop is an ordinary, undoable transformation of the log (the items stay).
             conv._commit({"op": "drop", "ids": ids, "reason": "session"})
+
+
+def _missed(answer: str) -> bool:
+    """A recall answer that found nothing (an error, or no match for the query)."""
+    return answer.startswith(("error:", "no earlier tool result matches"))
 
 
 def _plain(item: Any) -> Any:
