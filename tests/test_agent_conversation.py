@@ -306,9 +306,7 @@ def test_a_recall_and_its_answer_validate_in_every_provider_shape(
     sdk_check(CompletionCreateParamsNonStreaming, chat)
     resp = openai_responses(r, model="gpt-4.1")
     responses_tool = recall_tool("openai_responses")
-    # The Responses API requires "strict" on a function tool; recall_tool leaves it
-    # out for now (reported to the owner of rampart.conversation.recall).
-    responses_tool.setdefault("strict", False)
+    assert responses_tool["strict"] is False  # the Responses API requires the key
     resp["tools"] = [*resp.get("tools", []), responses_tool]
     sdk_check(ResponseCreateParamsNonStreaming, resp)
     body = anthropic_messages(r, model="claude-sonnet-4-5")

@@ -78,11 +78,14 @@ def recall_tool(format: str = "openai_chat") -> dict[str, Any]:
             },
         }
     if format == "openai_responses":
+        # the Responses API requires "strict"; both arguments are optional, which
+        # strict mode does not allow
         return {
             "type": "function",
             "name": RECALL_TOOL_NAME,
             "description": _DESCRIPTION,
             "parameters": params,
+            "strict": False,
         }
     if format == "anthropic":
         return {"name": RECALL_TOOL_NAME, "description": _DESCRIPTION, "input_schema": params}
