@@ -318,7 +318,7 @@ def _fit(
             ex = {i: excerpts[i] for i in ids if i in excerpts}
             if ex:
                 entry["excerpts"] = ex
-            if scoring is not None:
+            if scoring is not None and reason == "window":  # chosen by relevance
                 sc = scoring.scores()
                 entry["scores"] = {i: round(sc[i].score, 4) for i in ids if i in sc}
             view = _record(conv, view, entry, chosen[0], notes)

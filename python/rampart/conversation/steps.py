@@ -188,6 +188,20 @@ def removal(
     return max(cost - STUB_ESTIMATE, 0)
 
 
+#: A recall smaller than this is not worth sending: below it, a recall takes this
+#: much and the window's steps make room.
+MIN_RECALL_TOKENS = 256
+
+
+def _without_worst(
+    spans: list[list[int]], score: ItemScore, passages: list[Any]
+) -> list[list[int]]:
+    """``spans`` less the one whose passage ranks lowest for the query."""
+    rank = {passages[j].offset: r for r, j in enumerate(score.best)}
+    worst = max(range(len(spans)), key=lambda i: rank.get(spans[i][2], len(rank)))
+    return spans[:worst] + spans[worst + 1 :]
+
+
 #: A recalled result shares the tail with the others recalled for the same step.
 _RECALL_TOP = 2
 #: ... and is recalled only when it scores this close to the best result.
@@ -253,19 +267,29 @@ def recall(
         and x.score >= _RECALL_RATIO * top
         and not shown_in_part(x)
     ]
-    cap = pol.recall_max_tokens // max(len(picks), 1)
+    n = max(len(picks), 1)
+    cap = pol.recall_max_tokens // n
     if budget is not None:
-        cap = min(cap, max(budget // 4, 0) // max(len(picks), 1))
+        cap = min(cap, max(budget // 4, 0) // n)
+        # Within the room the window has left, when that holds a useful recall: a
+        # recall that forces a clear rewrites the cached body from the cleared item.
+        free = (budget - view.total) // n
+        if free >= MIN_RECALL_TOKENS:
+            cap = min(cap, free)
+        else:
+            cap = min(cap, MIN_RECALL_TOKENS)
+    if cap <= 0:
+        picks = []
     for x in picks:
         it = c._items[c._index[x.key]]
         spans: list[list[int]] = []
         if it.tokens > cap:
             spans = retention.best_spans(rel, it, x, max(cap * 3, 200))
-        text = retention.recall_text(c, it, spans)
-        if c._count(text) > max(cap, 1) and spans and len(spans) > 1:
-            spans = spans[:1]
-        if cap <= 0:
-            break
+            # the header and the framing count too: fewer passages until it fits
+            while len(spans) > 1 and (
+                c._count(retention.recall_text(c, it, spans)) + ITEM_OVERHEAD > cap
+            ):
+                spans = _without_worst(spans, x, rel.index.passages(it.id))
         entry = {
             "op": "recall",
             "ids": [it.id],
