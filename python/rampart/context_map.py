@@ -630,7 +630,7 @@ def _message_notes(rows: Sequence[ItemRow]) -> dict[str, str]:
         notes["recalled"] = f"{by['recalled']} at the tail"
     if by.get("kept"):
         results = sum(1 for r in rows if r.category == "kept" and r.kind == "tool_result")
-        notes["kept"] = f"{by['kept']} items, {results} of them tool results"
+        notes["kept"] = f"{by['kept']} items ({results} tool result{'' if results == 1 else 's'})"
     if by.get("summary"):
         notes["summary"] = f"{by['summary']} summaries"
     return notes

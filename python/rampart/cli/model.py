@@ -9,13 +9,15 @@ import json
 import sys
 from typing import Any
 
-from rampart.cli.common import CliError, Parser
+from rampart.cli.common import CliError, Parser, progress
 
 
 def _cmd_model_prepare(args: argparse.Namespace) -> int:
     from rampart.embeddings import prepare_model  # numpy/onnx only for this command
 
-    p = prepare_model(args.model_dir, force=args.force)
+    # Building the graph from the weights takes seconds (more for a 768-d model).
+    with progress("preparing the embedding model's ONNX graph"):
+        p = prepare_model(args.model_dir, force=args.force)
     if args.json:
         out = {
             "model_dir": str(p.model_dir),
