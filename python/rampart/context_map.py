@@ -50,7 +50,7 @@ from rampart.caching import Chunk, PrefixCacheModel, PriceTable, price_table
 if TYPE_CHECKING:
     from rampart.block import CompileResult
 
-__all__ = ["CATEGORIES", "CELLS", "Category", "ContextMap", "ItemRow", "Part", "build"]
+__all__ = ["CATEGORIES", "CELLS", "Category", "ContextMap", "CostRow", "ItemRow", "Part", "build"]
 
 #: Glyphs in the grid: one per 1 % of the window.
 CELLS = 100
@@ -551,7 +551,7 @@ def _tool_tokens(result: CompileResult) -> int:
 
 def _gate_ranks(result: CompileResult) -> dict[int, int]:
     scored = sorted(
-        (r for r in result.report if r.score is not None),
+        (r for r in result.report if r.score is not None and r.gated),  # ungated: no place
         key=lambda r: (-(r.score or 0.0), r.index),
     )
     return {r.index: k for k, r in enumerate(scored, start=1)}
@@ -854,10 +854,10 @@ _NOUNS = {
     "summary": "summary",
     "text": "text",
 }
-WIDTH = 100  # the text view's widest line
+_WIDTH = 100  # the text view's widest line
 
 
-def _fit(line: str, width: int = WIDTH, indent: int = 4) -> list[str]:
+def _fit(line: str, width: int = _WIDTH, indent: int = 4) -> list[str]:
     """``line`` wrapped at ``width``, continuation lines indented by ``indent``."""
     return textwrap.wrap(line, width, subsequent_indent=" " * indent, break_on_hyphens=False) or [
         line
@@ -897,7 +897,7 @@ def _groups(rows: Sequence[ItemRow]) -> list[list[str]]:
         if rel:
             why += f" ({rel})" if why else f": {rel}"
         line = f"{action:<9} {_ids(rs):<13} {delta:>8} tok  {len(rs)} {noun}{tools}{why}"
-        out.append(_fit(line, WIDTH - 2, 38))
+        out.append(_fit(line, _WIDTH - 2, 38))
     return out
 
 
@@ -923,11 +923,11 @@ def _block_lines(blocks: Sequence[ItemRow], max_tokens: int | None) -> list[str]
         # the prompt's order; the gate's score beside each name when a gate ran
         names = [b.name + (f" {b.score:.2f}" if b.score is not None else "") for b in inside]
         line = "  in: " + ", ".join(names)
-        if len(line) > WIDTH:
+        if len(line) > _WIDTH:
             kept, n = "  in: ", 0
             for name in names:
                 tail = f", … {len(names) - n - 1} more"
-                if len(kept) + len(name) + 2 + len(tail) > WIDTH:
+                if len(kept) + len(name) + 2 + len(tail) > _WIDTH:
                     break
                 kept += ("" if n == 0 else ", ") + name
                 n += 1

@@ -103,8 +103,10 @@ def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
 def _gate_ranks(report: Sequence[BlockReport]) -> dict[int, int]:
     """Rank of each scored block as the core's gate sees it: higher score first,
     ties by registry position (rust/src/embeddings.rs, ``admit_scores``)."""
+    # Ungated blocks take no top-k place (SPEC §8): ranked apart from the gated ones.
     scored = sorted(
-        (r for r in report if r.score is not None), key=lambda r: (-(r.score or 0.0), r.index)
+        (r for r in report if r.score is not None and r.gated),
+        key=lambda r: (-(r.score or 0.0), r.index),
     )
     return {r.index: rank for rank, r in enumerate(scored, start=1)}
 
@@ -113,7 +115,7 @@ def _gate_rule(r: BlockReport, rank: int | None, top_k: int | None, threshold: f
     """Why the gate let a block in or kept it out, as the rule that decided it
     ("rank 13 > top-k 12", "score 0.2785 < threshold 0.3"); the core's own detail
     when the rule computed here does not account for the decision."""
-    if r.score is None or rank is None:
+    if r.score is None or rank is None or not r.gated:
         return r.detail
     below = threshold is not None and r.score < threshold
     outranked = top_k is not None and rank > top_k
