@@ -231,6 +231,7 @@ class ConversationSource:
         self._open: OrderedDict[str, Conversation] = OrderedDict()
 
     def where(self) -> str:
+        """Where conversations are looked up, in words (for the tool's errors)."""
         parts = [str(self.directory)] if self.directory is not None else []
         return " and ".join([*parts, *(["the store"] if self.store is not None else [])])
 

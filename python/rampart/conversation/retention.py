@@ -104,6 +104,7 @@ class Relevance:
         self.indexed = 0  # items[:indexed] were looked at
 
     def catch_up(self, items: Sequence[ConversationItem]) -> None:
+        """Index the tool results appended since the last call (each once)."""
         for it in items[self.indexed :]:
             if it.kind == "tool_result" and it.native is None:
                 self.index.add(it.id, it.content)
@@ -116,6 +117,7 @@ class Relevance:
         ids: Iterable[str],
         embedder: Any = None,
     ) -> dict[str, ItemScore]:
+        """The results ``ids`` scored against ``query`` (none for an empty query)."""
         self.catch_up(conv._items)
         if not query.strip():
             return {}
@@ -123,6 +125,7 @@ class Relevance:
 
 
 def relevance_of(conv: Conversation) -> Relevance:
+    """``conv``'s relevance state, made on first use."""
     r: Relevance | None = conv._relevance
     if r is None:
         r = conv._relevance = Relevance()

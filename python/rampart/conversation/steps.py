@@ -40,7 +40,9 @@ class PlanView(Protocol):
     twin: Conversation | None
     entries: list[dict[str, Any]]
 
-    def record(self, entry: dict[str, Any]) -> _View: ...
+    def record(self, entry: dict[str, Any]) -> _View:
+        """Record ``entry`` into the plan's twin; the view after it."""
+        ...
 
 
 class Scoring:
@@ -67,6 +69,7 @@ class Scoring:
         return retention.relevance_of(conv).scores(conv, query, ids, self.embedder)
 
     def scores(self) -> dict[str, ItemScore]:
+        """Every tool result scored for the step's query (once per compile)."""
         if self._scores is None:
             self._scores = self._score(self.query)
             if self.task_query == self.query:
@@ -74,6 +77,7 @@ class Scoring:
         return self._scores
 
     def task_scores(self) -> dict[str, ItemScore]:
+        """Every tool result scored for the question alone (once per compile)."""
         if self._task_scores is None:
             if self.task_query == self.query:
                 return self.scores()
