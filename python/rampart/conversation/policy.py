@@ -18,7 +18,7 @@ __all__ = ["PROVIDERS", "ContextPolicy"]
 PROVIDERS: dict[str, tuple[str, float]] = {
     "openai": ("openai", 1.0),
     "anthropic": ("anthropic", 1.2),
-    "gemini": ("openai", 1.1),
+    "gemini": ("gemini", 1.1),
     "local": ("local", 1.0),
 }
 
