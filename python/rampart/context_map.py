@@ -43,12 +43,13 @@ import textwrap
 from collections import Counter as _Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rampart.caching import Chunk, PrefixCacheModel, PriceTable, price_table
+from rampart.pricing import Chunk, PrefixCacheModel, PriceTable, price_table
 
-if TYPE_CHECKING:
-    from rampart.block import CompileResult
+# The result is read, never imported: block.py's CompileResult.context_map() calls
+# build(), so importing rampart.block here would close a circle.
+CompileResult = Any
 
 __all__ = ["CATEGORIES", "CELLS", "Category", "ContextMap", "CostRow", "ItemRow", "Part", "build"]
 

@@ -70,7 +70,7 @@ class ContextPolicy:
     ``context_management`` edit (``clear_tool_uses_20250919``), ``"openai"``
     leaves compaction to the Responses API's (the adapters emit the request's
     settings); the client then only drops turns the window cannot hold.
-    ``prices``: a §8 price table (name or :class:`~rampart.caching.PriceTable`)
+    ``prices``: a §8 price table (name or :class:`~rampart.pricing.PriceTable`)
     instead of the provider's.
     """
 
@@ -149,7 +149,7 @@ class ContextPolicy:
                 "ContextPolicy.compact must be None, a callable (items) -> str or a rampart "
                 f"LLM backend, got {c!r}"
             )
-        from rampart.caching import price_table
+        from rampart.pricing import price_table
 
         object.__setattr__(self, "prices", price_table(self.prices or PROVIDERS[self.provider][0]))
 

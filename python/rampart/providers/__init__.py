@@ -39,7 +39,7 @@ def provider(name: str) -> ModuleType:
 
 def provider_prices() -> list[tuple[str, dict[str, Any]]]:
     """Every provider's price rows (``PRICES``: name -> ``PriceTable`` fields),
-    in table order, for :data:`rampart.caching.PRICES`."""
+    in table order, for :data:`rampart.pricing.PRICES`."""
     return [(n, row) for p in PROVIDERS for n, row in provider(p).PRICES.items()]
 
 
