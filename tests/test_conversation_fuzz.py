@@ -31,13 +31,23 @@ ROUND = settings(
     suppress_health_check=list(HealthCheck),
 )
 
-IDS = st.sampled_from(["a", "b", "c", "a_1", ""])
-NAMES = st.sampled_from(["ls", "read", "memory", ""])
+IDS = st.sampled_from(["a", "b", "c", "a_1", "", "a\ud800"])
+NAMES = st.sampled_from(["ls", "read", "memory", "", "r\udfff"])
 TEXT = st.sampled_from(
     ["", "hi", "w " * 30, "[Summary of earlier turns]\nfake", "\x00\ud800", "é" * 5]
 )
 JUNK = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
-ARGS = st.one_of(st.just("{}"), st.just('{"x": [1, 2]}'), st.just("not json"), st.just("[1]"), JUNK)
+# NaN and Infinity as text and as objects (issue 31): no body may hold them bare
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+ARGS = st.one_of(
+    st.just("{}"),
+    st.just('{"x": [1, 2]}'),
+    st.just("not json"),
+    st.just("[1]"),
+    st.sampled_from(['{"x": NaN}', '{"x": -Infinity}', '{"x": 1e999}', '{"x": "\\ud800"}']),
+    st.fixed_dictionaries({"x": NON_FINITE}),
+    JUNK,
+)
 
 chat = st.one_of(
     st.fixed_dictionaries(
@@ -68,7 +78,7 @@ anthropic_block = st.one_of(
             "type": st.just("tool_use"),
             "id": IDS,
             "name": NAMES,
-            "input": st.one_of(st.just({}), JUNK),
+            "input": st.one_of(st.just({}), st.fixed_dictionaries({"x": NON_FINITE}), JUNK),
         }
     ),
     st.fixed_dictionaries(
@@ -101,7 +111,11 @@ responses = st.one_of(
 gemini_part = st.one_of(
     st.fixed_dictionaries({"text": TEXT}),
     st.fixed_dictionaries(
-        {"functionCall": st.fixed_dictionaries({"name": NAMES, "args": st.just({})})}
+        {
+            "functionCall": st.fixed_dictionaries(
+                {"name": NAMES, "args": st.one_of(st.just({}), st.just({"x": [float("nan")]}))}
+            )
+        }
     ),
     st.fixed_dictionaries(
         {"functionResponse": st.fixed_dictionaries({"name": NAMES, "response": st.just({"r": 1})})}
@@ -187,7 +201,8 @@ def fuzz_once(messages: list[Any], keep: int, window: int, pinned: list[bool]) -
         except UnsupportedFormatError as e:
             assert fmt in ("anthropic", "gemini") and "system" in str(e)
             continue
-        json.dumps(out)
+        # valid JSON (no bare NaN or Infinity) and valid UTF-8 (no lone surrogate)
+        json.dumps(out, allow_nan=False, ensure_ascii=False).encode("utf-8")
         if fmt == "openai_chat":
             check_chat(out)
         elif fmt == "anthropic":

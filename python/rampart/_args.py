@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from array import array
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rampart.errors import InvalidArgumentError
@@ -21,6 +23,7 @@ __all__ = [
     "MAX_INT",
     "check_budget",
     "clamped",
+    "file_path",
     "int_arg",
     "is_array",
     "not_text",
@@ -147,6 +150,34 @@ def text(value: Any, what: str) -> str:
                 "which is not text"
             ) from None
     return value
+
+
+def file_path(value: Any, what: str = "path") -> Path:
+    """A file name the operating system can take: a ``str``, ``bytes`` or
+    ``os.PathLike``. A name holding a lone surrogate other than the ones
+    ``os.fsdecode`` itself makes for undecodable bytes (U+DC80-U+DCFF, which
+    encode back to those bytes), or a NUL, is refused here, naming ``what``:
+    it is checked before anything is read or written, so a refused save
+    writes nothing (a bare ``UnicodeEncodeError`` from ``open`` before)."""
+    try:
+        raw = os.fspath(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what} must be a str or os.PathLike, got {type(value).__name__}"
+        ) from None
+    if isinstance(raw, bytes):
+        raw = os.fsdecode(raw)
+    if "\0" in raw:
+        raise InvalidArgumentError(f"{what} {raw!r} holds a NUL character")
+    if not raw.isascii():
+        try:
+            os.fsencode(raw)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"{what} {raw!r} holds {raw[exc.start]!r} at index {exc.start}, which no "
+                "file name can hold"
+            ) from None
+    return Path(raw)
 
 
 def not_text(exc: UnicodeEncodeError, **values: Any) -> InvalidArgumentError:

@@ -224,14 +224,27 @@ def within_depth(value: Any) -> bool:
     return type(value) not in (dict, list) or _depth_within(value, MAX_JSON_DEPTH)
 
 
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"{token} overflows to infinity, which is not a JSON number")
+    return value
+
+
+def _not_a_number(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
 def loads_text(text: str) -> Any:
     """JSON a model wrote inside its answer (tool-call arguments travel as a JSON
     *string*, and text-mode models write calls into their prose), under the same
     nesting bound as an answer: ``ValueError`` when it is not JSON or nests deeper
     than :data:`MAX_JSON_DEPTH` — never a ``RecursionError``, however deep.
-    Numbers are not bounded here: a tool's own argument checks see them."""
+    ``NaN``/``Infinity`` tokens and floats that overflow to infinity (``1e999``)
+    are not JSON either (a tool would be handed a NaN, and the value could not be
+    sent on to any provider); other numbers are left to a tool's own checks."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
     except RecursionError:
         raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels") from None
     if not within_depth(value):

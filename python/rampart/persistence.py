@@ -7,11 +7,10 @@ view of one, and :class:`Persistence`, the registry's methods that call them
 from __future__ import annotations
 
 import json
-import os
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import rampart._args as _args
 import rampart._core as _core
 import rampart._files as _files
 from rampart._embedding import EmbeddingModel
@@ -34,7 +33,7 @@ SOURCES = ("seed", "agent", "orchestrator")
 
 def read_file(path: Any) -> tuple[bytes, str]:
     """(the bytes of a registry file, its name for messages)."""
-    p = Path(os.fspath(path))
+    p = _args.file_path(path)
     try:
         # The magic and the length header are checked before the file is read
         # whole; FIFOs and devices are refused, not read.
@@ -87,7 +86,7 @@ def export_markdown(reg: Any, path: Any, source: str | None, overwrite: bool) ->
     """``BlockRegistry.export_markdown``."""
     if source is not None and source not in SOURCES:
         raise InvalidArgumentError(f"source must be one of {SOURCES} or None, got {source!r}")
-    p = Path(os.fspath(path))
+    p = _args.file_path(path)
     if not overwrite and p.exists():
         raise FileExistsError(f"{p} exists (pass overwrite=True to replace it)")
     blocks = [b for b in reg.list_blocks() if source is None or b.source == source]
@@ -137,8 +136,9 @@ class Persistence:
         """Write the whole registry (blocks, order, provenance, access counts,
         embeddings) to one versioned file, atomically: a temporary file in the
         same folder, fsync, rename. A crash mid-save leaves the previous file whole."""
+        target = _args.file_path(path)  # before anything is written
         data = self._core.save_bytes(self._settings())
-        atomic_write(Path(os.fspath(path)), data)
+        atomic_write(target, data)
 
     @classmethod
     def load(

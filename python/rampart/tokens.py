@@ -144,6 +144,10 @@ class HuggingFaceTokeniser(Tokeniser):
 TokeniserLike = Union[Tokeniser, Callable[[str], int], str, "os.PathLike[str]", None]
 
 
+#: The encodings the Rust core counts (``tokeniser="o200k_base"``).
+BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
+
+
 def resolve_tokeniser(spec: Any) -> Tokeniser:
     """Turn a registry's ``tokeniser=`` argument into a :class:`Tokeniser`.
 
@@ -159,6 +163,20 @@ def resolve_tokeniser(spec: Any) -> Tokeniser:
     if isinstance(spec, Tokeniser):
         return spec
     if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        # A misspelt encoding ("o200k") would otherwise read as a missing file
+        # (a bare FileNotFoundError): the argument is named, with what it takes.
+        if not (path.is_file() or (path / "tokenizer.json").is_file()):
+            import difflib
+
+            close = difflib.get_close_matches(str(spec), BUILTIN_ENCODINGS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            names = ", ".join(map(repr, BUILTIN_ENCODINGS))
+            raise InvalidArgumentError(
+                f"tokeniser={spec!r} is no built-in encoding{hint} and no tokenizer.json "
+                f"file or folder holding one: pass one of {names}, a path to a "
+                "tokenizer.json, a tokenizers.Tokenizer or a callable(text) -> int"
+            )
         return HuggingFaceTokeniser(spec)
     if type(spec).__module__.startswith("tokenizers"):
         return HuggingFaceTokeniser(spec)

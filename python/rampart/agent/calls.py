@@ -8,13 +8,92 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import rampart._http as _http
 from rampart.errors import InvalidArgumentError
 from rampart.integrations import mcp_client
 from rampart.llm import ToolCall
+from rampart.tools.schema import TOOL_NAME
+
+#: What a call id may hold to be recorded as the model wrote it: Anthropic's rule
+#: for tool_use ids (OpenAI and Gemini take any string), so the run's conversation
+#: renders for every provider.
+CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+#: The name a call is recorded under when the model gave no valid tool name
+#: (empty, not a string, characters no API takes): the history must name a tool,
+#: and no tool can have been meant. The error result quotes what it wrote.
+NO_NAME = "invalid_tool_name"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+
+
+def _arguments_text(raw: Any) -> str:
+    """A call's arguments as the text the conversation records: a string as the
+    model wrote it (lone surrogates as U+FFFD, as the HTTP client does), an
+    object as its JSON (NaN written as NaN: :func:`arguments` then refuses it,
+    and the renderers send such text under one key), anything else as its repr."""
+    if isinstance(raw, str):
+        return _text(raw)
+    if raw is None:
+        return "{}"
+    try:
+        return _text(json.dumps(raw, ensure_ascii=False, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        return _text(repr(type(raw)))
+
+
+def prepare(raw_calls: Iterable[Any], step: int) -> list[tuple[ToolCall, str | None]]:
+    """The calls of a reply as the run records them, each with the error the model
+    is told instead of running it (None: run it). A backend's calls are the
+    model's text: nothing in them is trusted to fit the history.
+
+    - **id**: kept when it is 1-128 characters of ``A-Z a-z 0-9 _ -`` and no
+      earlier call of the reply holds it; else (null, empty, a duplicate, other
+      characters) the call gets ``call_<step>_<n>`` (unique in the reply), so every
+      result is matched to its own call and every provider takes the history.
+    - **name**: a name no tool can have (empty, not a string, outside the tool-name
+      rule) is recorded as :data:`NO_NAME`, answered with an error quoting it.
+    - **arguments**: text (:func:`_arguments_text`); whether they are JSON is
+      :func:`arguments`' to say when the call runs."""
+    raw = list(raw_calls)
+    ids = [getattr(c, "id", None) for c in raw]
+    taken = {i for i in ids if isinstance(i, str) and CALL_ID.fullmatch(i)}
+    seen: set[str] = set()
+    out: list[tuple[ToolCall, str | None]] = []
+    for n, (c, cid) in enumerate(zip(raw, ids)):
+        if not isinstance(cid, str) or not CALL_ID.fullmatch(cid) or cid in seen:
+            cid = f"call_{step}_{n}"
+            while cid in taken or cid in seen:
+                cid += "_"
+        seen.add(cid)
+        name = getattr(c, "name", None)
+        problem = None
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            shown = _text(name)[:100] if isinstance(name, str) else type(name).__name__
+            problem = (
+                f"error: the call names no tool ({shown!r} is not a tool name: 1-64 "
+                "characters from A-Z a-z 0-9 _ -); call one of the tools offered by its name"
+            )
+            name = NO_NAME
+        args = _arguments_text(getattr(c, "arguments", None))
+        out.append((ToolCall(cid, name, args), problem))
+    return out
+
+
+def assistant_message(text: Any, prepared: Iterable[tuple[ToolCall, Any]]) -> dict[str, Any]:
+    """The assistant message a reply is recorded as: its text, and its calls as
+    :func:`prepare` made them."""
+    msg: dict[str, Any] = {"role": "assistant", "content": text if isinstance(text, str) else ""}
+    calls = [c.to_message() for c, _ in prepared]
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
 
 
 def arguments(call: ToolCall) -> dict[str, Any] | str:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
+import rampart._args as _args
 from rampart.agent import builtin, calls, judge, lessons
 from rampart.agent.builtin import (
     MEMORY_NAMES,
@@ -132,9 +133,22 @@ class Agent:
                 )
         if check is not None and not callable(check):
             raise InvalidArgumentError("check must be a callable(answer, run)")
-        if duplicate_threshold is not None and not 0.0 < duplicate_threshold <= 1.0:
+        if duplicate_threshold is not None and not (
+            0.0 < _args.number(duplicate_threshold, "duplicate_threshold") <= 1.0
+        ):
             raise InvalidArgumentError(
                 f"duplicate_threshold must be in (0, 1], got {duplicate_threshold!r}"
+            )
+        _args.priority(lesson_priority)  # written with every lesson: refused now, not then
+        if _args.number(temperature, "temperature") < 0:
+            raise InvalidArgumentError(f"temperature must be >= 0, got {temperature!r}")
+        if not isinstance(trusted_tools, (str, Iterable)):
+            raise InvalidArgumentError(
+                f"trusted_tools holds tool names or the tool callables, got {trusted_tools!r}"
+            )
+        if not isinstance(tools, Iterable):
+            raise InvalidArgumentError(
+                f"tools must be a list of callables and MCP sessions, got {type(tools).__name__}"
             )
         self.registry = registry
         self.model = model
@@ -382,6 +396,7 @@ class Agent:
     ) -> Generator[Action, Any, Run]:
         if not isinstance(task, str) or not task.strip():
             raise InvalidArgumentError("task must be a non-empty string")
+        _args.text(task, "task")  # compiled, sent and written to the conversation
         if conversation is not None and not isinstance(conversation, Conversation):
             raise InvalidArgumentError(
                 f"conversation must be a rampart.Conversation, got {type(conversation).__name__}"
@@ -421,12 +436,16 @@ class Agent:
                 step.latency_s = time.perf_counter() - t_step
                 run.answer = reply.text
                 if reply.text:  # the session goes on from the answer
-                    yield ("step", append, (reply.assistant_message(),))
+                    yield ("step", append, (calls.assistant_message(reply.text, ()),))
                 break
-            yield ("step", append, (reply.assistant_message(),))
+            # The calls as recorded: ids unique and usable by every provider, a
+            # missing or invalid name answered with an error (calls.prepare), so an
+            # append never refuses what a model wrote.
+            prepared = calls.prepare(reply.calls, index)
+            yield ("step", append, (calls.assistant_message(reply.text, prepared),))
             results: list[dict[str, Any]] = []
             offered = set(step.tools_offered)
-            for n_call, call in enumerate(reply.calls):
+            for n_call, (call, problem) in enumerate(prepared):
                 t_tool = time.perf_counter()
                 if n_call >= self.max_calls_per_step:
                     # Every call still gets an answer: the chat API wants one per id.
@@ -435,6 +454,8 @@ class Agent:
                         "per step; call it again in the next step if it is still needed",
                         True,
                     )
+                elif problem is not None:
+                    output, is_error = problem, True
                 elif call.name not in offered:
                     output, is_error = (
                         f"error: no tool {call.name!r} is available in this step "

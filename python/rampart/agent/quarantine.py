@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from rampart._files import FileProblem, read_regular_file
+import rampart._args as _args
+from rampart._files import FileProblem, atomic_write, read_regular_file
 from rampart.agent import limits
 from rampart.errors import InvalidArgumentError
 
@@ -46,6 +47,8 @@ class QuarantinedLesson:
 
 
 _STATUSES = ("pending", "approved", "confirmed", "rejected")
+# A UTF-16 surrogate alone (JSON's "\ud800" escape decodes to one): not text.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Quarantine:
@@ -82,7 +85,15 @@ class Quarantine:
 
     def add(self, entry: QuarantinedLesson) -> None:
         """Keep ``entry``; past ``limit`` entries the oldest decided one (else the
-        oldest) makes room."""
+        oldest) makes room. Its text is the model's (a diagnosis, a ``remember``
+        call's arguments): a lone surrogate in it becomes U+FFFD here, as the HTTP
+        client does with replies, so the entry can always be saved."""
+        for name in (*_TEXT_FIELDS, "decided_by", "block_id"):
+            value = getattr(entry, name)
+            if isinstance(value, str) and not value.isascii():
+                setattr(entry, name, _LONE_SURROGATE.sub("\ufffd", value))
+        for name in ("untrusted_tools", "sightings"):
+            setattr(entry, name, [_LONE_SURROGATE.sub("\ufffd", v) for v in getattr(entry, name)])
         with self._lock:
             while len(self._entries) >= self.limit:
                 decided = [k for k, e in self._entries.items() if e.status != "pending"]
@@ -96,11 +107,14 @@ class Quarantine:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write every entry as JSON (a temporary file renamed into place)."""
-        target = Path(path)
-        tmp = target.with_name(target.name + ".tmp")
-        data = {"version": 1, "entries": [asdict(e) for e in self.entries()]}
-        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp, target)
+        target = _args.file_path(path)
+        rows = [asdict(e) for e in self.entries()]
+        for i, row in enumerate(rows):  # checked before the file is touched
+            problem = _entry_problem(row)
+            if problem:
+                raise InvalidArgumentError(f"quarantine entry {i} cannot be saved ({problem})")
+        data = json.dumps({"version": 1, "entries": rows}, ensure_ascii=False, indent=1)
+        atomic_write(target, data.encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], limit: int = 256) -> Quarantine:
@@ -108,8 +122,9 @@ class Quarantine:
         or one that is not a regular file (a FIFO, a device) is an
         :class:`InvalidArgumentError` naming it and the entry. Rules are rendered
         when approved (:meth:`Agent.approve`), not here."""
+        target = _args.file_path(path)
         try:
-            raw = read_regular_file(Path(path), limits.MAX_QUARANTINE_BYTES)
+            raw = read_regular_file(target, limits.MAX_QUARANTINE_BYTES)
             data = json.loads(raw.decode("utf-8"))
         except (FileProblem, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"{path}: cannot read a quarantine ({exc})") from None
@@ -140,13 +155,19 @@ def _entry_problem(row: Any) -> str | None:
     for name in _TEXT_FIELDS:
         if name in row and not isinstance(row[name], str):
             return f"{name} is not a string"
+        if name in row and _LONE_SURROGATE.search(row[name]):
+            return f"{name} holds a lone surrogate, which is not text"
     for name in ("decided_by", "block_id"):
         if row.get(name) is not None and not isinstance(row[name], str):
             return f"{name} is not a string or null"
+        if row.get(name) is not None and _LONE_SURROGATE.search(row[name]):
+            return f"{name} holds a lone surrogate, which is not text"
     for name in ("untrusted_tools", "sightings"):
         value = row.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return f"{name} is not a list of strings"
+        if any(_LONE_SURROGATE.search(v) for v in value):
+            return f"{name} holds a lone surrogate, which is not text"
     if row.get("status", "pending") not in _STATUSES:
         return f"status {row['status']!r} is not one of {_STATUSES}"
     if len(row.get("sightings", [])) > limits.MAX_SIGHTINGS:

@@ -14,8 +14,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import rampart._args as _args
+import rampart._files as _files
 from rampart.conversation.items import KINDS, ROLES
-from rampart.conversation.shapes import Piece
+from rampart.conversation.shapes import Piece, loads_strict
 from rampart.errors import InvalidArgumentError, RegistryFileError
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ def _opt_str(d: dict[str, Any], k: str) -> str | None:
     v = d.get(k)
     if v is not None and (not isinstance(v, str) or not v):
         raise InvalidArgumentError(f"{k} must be a non-empty string, got {type(v).__name__}")
-    return v
+    return None if v is None else _args.text(v, k)
 
 
 def piece_from_dict(d: Any) -> Piece:
@@ -74,10 +76,18 @@ def piece_from_dict(d: Any) -> Piece:
     native = _opt_str(d, "native")
     if native not in (None, "openai_responses", "anthropic", "gemini"):
         raise InvalidArgumentError(f"unknown native format {native!r}")
+    if native is not None:
+        # rendered to its provider as it is: an object, JSON every provider takes
+        try:
+            obj = loads_strict(content)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"a {native} item's content is not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise InvalidArgumentError(f"a {native} item's content must be a JSON object")
     return Piece(
         role,
         kind,
-        content,
+        _args.text(content, "content"),
         _opt_str(d, "tool_name"),
         _opt_str(d, "call_id"),
         d.get("is_error") is True,
@@ -94,11 +104,32 @@ def _ids(v: Any, conv: ConversationView) -> list[str]:
     return v
 
 
+def _check_strings(e: dict[str, Any]) -> None:
+    """Every string of an entry, keys included, must be text: one with a lone
+    surrogate (a "\\ud800" escape in the file) would be applied, then refused by
+    the next save or tokeniser far from here. Iterative (entries nest little,
+    but a file is not trusted); O(1) per ASCII string."""
+    stack: list[tuple[Any, str]] = [(e, "entry")]
+    while stack:
+        node, where = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in items:
+            at = f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]"
+            if isinstance(k, str) and not k.isascii():
+                _args.text(k, f"the key of {at}")
+            if isinstance(v, str):
+                if not v.isascii():
+                    _args.text(v, at)
+            elif isinstance(v, (dict, list)):
+                stack.append((v, at))
+
+
 def check_entry(e: Any, conv: ConversationView) -> None:
     """Refuse (InvalidArgumentError) an entry that does not apply to ``conv``
     as it is now."""
     if not isinstance(e, dict):
         raise InvalidArgumentError(f"a log entry must be an object, got {type(e).__name__}")
+    _check_strings(e)
     op = e.get("op")
     if op == "append":
         groups = e.get("groups")
@@ -181,15 +212,41 @@ def _check_scores(v: Any, ids: list[str]) -> None:
             raise InvalidArgumentError("a score must be a finite number")
 
 
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _loads(text: str) -> Any:
+    # NaN and Infinity are not JSON: a file or journal holding them is refused
+    # (no entry takes a non-finite number).
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
 def encode_entry(e: dict[str, Any]) -> bytes:
-    """One log entry as a journal entry's bytes (compact JSON, UTF-8)."""
-    return json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    """One log entry as a journal entry's bytes (compact JSON, UTF-8). Strict:
+    a lone surrogate or a non-finite number anywhere in it is an
+    InvalidArgumentError naming the entry's op, raised before anything is
+    written, so neither a journal nor a save file ever holds bytes that
+    :func:`decode_entry` would refuse (appends check their strings first; this
+    is the last guard, for every kind of entry)."""
+    try:
+        text = json.dumps(e, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"a conversation log entry ({e.get('op')!r}) holds a lone surrogate "
+            f"{exc.object[exc.start]!r}, which is not text: nothing was written"
+        ) from None
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"a conversation log entry ({e.get('op')!r}) is not JSON ({exc}): nothing was written"
+        ) from None
 
 
 def decode_entry(raw: bytes) -> dict[str, Any]:
     """A journal entry's bytes as a log entry (InvalidArgumentError if not one)."""
     try:
-        v = json.loads(raw.decode("utf-8"))
+        v = _loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidArgumentError(f"not a JSON log entry ({exc})") from None
     if not isinstance(v, dict):
@@ -202,26 +259,27 @@ def encode_file(conversation_id: str, tokeniser: str, log: list[dict[str, Any]])
     head = {
         "format": FORMAT,
         "version": VERSION,
-        "conversation_id": conversation_id,
-        "tokeniser": tokeniser,
+        "conversation_id": _args.text(conversation_id, "conversation_id"),
+        "tokeniser": _args.text(tokeniser, "tokeniser"),
     }
     # one entry a line: a diff of two saves shows what was appended
-    body = ",\n".join(encode_entry(e).decode("utf-8", "surrogatepass") for e in log)
+    body = ",\n".join(encode_entry(e).decode("utf-8") for e in log)
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "log": [\n' + body + "\n]}\n"
-    return text.encode("utf-8", "surrogatepass")
+    return text.encode("utf-8")
 
 
 def decode_file(path: Path, max_bytes: int) -> tuple[str, str, list[dict[str, Any]]]:
     """(conversation id, tokeniser, log entries) of a save file, bounded by ``max_bytes``;
     RegistryFileError naming the file for anything else. Entries are checked when replayed."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise RegistryFileError(f"{path}: cannot read the conversation file ({exc})") from None
-    if size > max_bytes:
-        raise RegistryFileError(f"{path}: {size} bytes, more than max_bytes={max_bytes}")
+        # a regular file only (a FIFO would block the read), at most max_bytes + 1 read
+        raw = _files.read_regular_file(path, max_bytes)
+    except _files.FileProblem as exc:
+        raise RegistryFileError(
+            f"{path}: cannot read the conversation file ({exc}; max_bytes={max_bytes})"
+        ) from None
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = _loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RegistryFileError(f"{path}: not a conversation file ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -234,4 +292,9 @@ def decode_file(path: Path, max_bytes: int) -> tuple[str, str, list[dict[str, An
     cid, tok, log = data.get("conversation_id"), data.get("tokeniser"), data.get("log")
     if not isinstance(cid, str) or not cid or not isinstance(tok, str) or not isinstance(log, list):
         raise RegistryFileError(f"{path}: conversation_id, tokeniser or log missing or malformed")
+    try:
+        _args.text(cid, "conversation_id")
+        _args.text(tok, "tokeniser")
+    except InvalidArgumentError as exc:
+        raise RegistryFileError(f"{path}: {exc}") from None
     return cid, tok, log

@@ -23,9 +23,9 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import rampart._args as _args
 import rampart.conversation.codec as codec
 from rampart.conversation.counting import ITEM_OVERHEAD, TOOL_CALL_OVERHEAD, counter_for
 from rampart.conversation.items import (
@@ -136,6 +136,8 @@ class Conversation:
             raise InvalidArgumentError(
                 f"conversation_id must be a non-empty string, got {conversation_id!r}"
             )
+        if conversation_id is not None:  # saved and journaled: must be text
+            _args.text(conversation_id, "conversation_id")
         for name, v in (("max_items", max_items), ("max_item_bytes", max_item_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
@@ -143,6 +145,7 @@ class Conversation:
         self.max_items = max_items
         self.max_item_bytes = max_item_bytes
         self._counter = counter_for(tokeniser)
+        _args.text(self._counter.name, "tokeniser's name")  # saved and journaled
         self._lock = threading.RLock()
         self._log: list[dict[str, Any]] = []
         self._items: list[ConversationItem] = []
@@ -254,8 +257,8 @@ class Conversation:
         Returns the new items' ids. A malformed message is refused with an
         UnsupportedFormatError naming its index (nothing of the call appended).
         ``pinned``: no transformation ever touches these items."""
-        if trajectory_id is not None and not isinstance(trajectory_id, str):
-            raise InvalidArgumentError(f"trajectory_id must be a str, got {trajectory_id!r}")
+        if trajectory_id is not None:  # written to the log: text, no lone surrogate
+            _args.text(trajectory_id, "trajectory_id")
         msgs = list(message) if isinstance(message, (list, tuple)) else [message]
         groups: list[list[Piece]] = []
         for i, m in enumerate(msgs):
@@ -286,7 +289,20 @@ class Conversation:
         pending_calls: set[str] = set()
         for gi, g in enumerate(groups):
             for p in g:
-                size = len(p.content.encode("utf-8", "surrogatepass"))
+                # Every string is written (a save, a journal) and encoded (a body, a
+                # tokeniser): a lone surrogate is refused here, before anything is
+                # recorded. (parse() turns them into U+FFFD; a file or a journal
+                # entry replayed is checked, not repaired.)
+                try:
+                    size = len(p.content.encode("utf-8"))
+                except UnicodeEncodeError as exc:
+                    raise InvalidArgumentError(
+                        f"message {gi}: a {p.kind} holds a lone surrogate at index {exc.start}, "
+                        f"which is not text (conversation {self.conversation_id!r})"
+                    ) from None
+                for what, v in (("tool name", p.tool_name), ("call id", p.call_id)):
+                    if v is not None:
+                        _args.text(v, f"message {gi}: a {p.kind}'s {what}")
                 if size > self.max_item_bytes:
                     raise InvalidArgumentError(
                         f"message {gi}: a {p.kind} of {size} bytes passes max_item_bytes="
@@ -662,9 +678,11 @@ class Conversation:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the log to ``path`` (JSON, replaced atomically: a reader sees the
         old file or the new one, never half)."""
+        p = _args.file_path(path)
         with self._lock:
+            # strict: a log that cannot be written as UTF-8 JSON is refused here,
+            # before the file is touched (load would refuse what it wrote)
             data = codec.encode_file(self.conversation_id, self._counter.name, self._log)
-        p = Path(path)
         tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -690,7 +708,7 @@ class Conversation:
         ``max_items``, ``max_item_bytes``) and checked entry by entry; any fault
         is a RegistryFileError naming the file and entry, and nothing is built.
         Token counts are taken again (a file's counts are not trusted)."""
-        p = Path(path)
+        p = _args.file_path(path)
         conv_id, tok, entries = codec.decode_file(p, max_bytes)
         conv = cls(
             conv_id,

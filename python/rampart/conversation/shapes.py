@@ -26,6 +26,7 @@ Choices (docs/conversation.md):
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from typing import Any
 from rampart.conversation.items import ConversationItem
 from rampart.errors import UnsupportedFormatError
 
-__all__ = ["FORMATS", "Piece", "parse", "plain", "render"]
+__all__ = ["FORMATS", "Piece", "loads_strict", "parse", "plain", "render"]
 
 FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 
@@ -103,10 +104,75 @@ def plain(value: Any, depth: int = 0) -> Any:
 
 
 def _json(value: Any, where: str) -> str:
+    # allow_nan=False: NaN and Infinity are not JSON; Python's json would write
+    # them bare, and every provider refuses the body that carries them.
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        why = "it holds NaN or Infinity" if "Out of range float" in str(exc) else str(exc)
+        raise UnsupportedFormatError(f"{where}: not JSON ({why})") from None
+    except (TypeError, RecursionError) as exc:
         raise UnsupportedFormatError(f"{where}: not JSON ({exc})") from None
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _refuse_constant(token: str) -> Any:
+    raise _NotJSON(f"{token} is not a JSON number")
+
+
+def _finite_float(token: str) -> float:
+    v = float(token)
+    if not math.isfinite(v):  # 1e999 parses as infinity
+        raise _NotJSON(f"{token} overflows to infinity")
+    return v
+
+
+def _not_text(s: str) -> bool:
+    return not s.isascii() and _LONE_SURROGATE.search(s) is not None
+
+
+def _problem(value: Any) -> str | None:
+    """Why parsed JSON cannot go into a body as it is: nesting past MAX_DEPTH, or
+    a string (a key too) holding a lone surrogate (a "\\ud800" escape decodes
+    to one, and no body with it can be encoded). Iterative: the value may nest
+    almost to the recursion limit."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            if _not_text(node):
+                return "it holds a lone surrogate, which is not text"
+            continue
+        if depth > MAX_DEPTH:
+            return f"it nests deeper than {MAX_DEPTH} levels"
+        if isinstance(node, dict):
+            if any(_not_text(k) for k in node):
+                return "it holds a lone surrogate, which is not text"
+            children: Any = node.values()
+        else:
+            children = node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, str)))
+    return None
+
+
+def loads_strict(text: str) -> Any:
+    """``text`` as JSON that every provider takes back: ValueError when it is not
+    JSON, holds NaN or Infinity (or a number that overflows to it), a string
+    with a lone surrogate, or nests deeper than :data:`MAX_DEPTH` levels (never
+    a RecursionError). The renderers parse stored text only through this, so no
+    body they build can hold a value ``json.dumps`` would write as bare ``NaN``,
+    or one that cannot be encoded as UTF-8."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels") from None
+    problem = _problem(value) if isinstance(value, (dict, list, str)) else None
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def _str(value: Any, where: str) -> str:
@@ -391,9 +457,10 @@ class Shown:
 
 def _input_object(args: str) -> dict[str, Any]:
     # Anthropic and Gemini take the arguments as an object; a model's invalid JSON
-    # (or a JSON value that is not an object) travels under one key instead.
+    # (NaN, Infinity and nesting past MAX_DEPTH included: loads_strict) or a JSON
+    # value that is not an object travels under one key instead.
     try:
-        v = json.loads(args)
+        v = loads_strict(args)
     except ValueError:
         return {"arguments": args}
     return v if isinstance(v, dict) else {"arguments": v}
@@ -401,10 +468,21 @@ def _input_object(args: str) -> dict[str, Any]:
 
 def _response_object(text: str) -> dict[str, Any]:
     try:
-        v = json.loads(text)
+        v = loads_strict(text)
     except ValueError:
         return {"result": text}
     return v if isinstance(v, dict) else {"result": text}
+
+
+def _native(it: Any) -> Any:
+    # A provider-opaque item's JSON, written by _json at append (or checked by the
+    # codec when a file or journal was read): an object every provider takes.
+    try:
+        return loads_strict(it.content)
+    except ValueError as exc:
+        raise UnsupportedFormatError(
+            f"conversation item {it.id}: its {it.native} item is not JSON ({exc})"
+        ) from None
 
 
 def _no_system(s: Shown, fmt: str) -> None:
@@ -502,7 +580,7 @@ def _render_responses(shown: Sequence[Shown]) -> list[dict[str, Any]]:
         if it.native is not None:
             if it.native == "openai_responses":
                 close()
-                out.append(json.loads(it.content))
+                out.append(_native(it))
             continue
         if it.kind == "tool_call":
             out.append(
@@ -557,7 +635,7 @@ def _render_merged(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
             if it.native == fmt:
                 if out and out[-1]["role"] != assistant:
                     close()
-                add(assistant, json.loads(it.content))
+                add(assistant, _native(it))
             continue
         if it.role == "system":
             _no_system(s, "Anthropic Messages" if anthropic else "Gemini")

@@ -159,9 +159,14 @@ class PostgresStore:
         try:
             import psycopg
             import psycopg_pool
-        except ImportError:
+        except ImportError as exc:
+            # psycopg and psycopg-pool are two packages: the message names the one
+            # missing (psycopg without its libpq says so too), and the extra that
+            # brings both.
+            missing = exc.name or "psycopg"
             raise InvalidArgumentError(
-                f"store {redacted(url)!r} needs psycopg: pip install 'rampart-registry[postgres]'"
+                f"store {redacted(url)!r} needs {missing.replace('_', '-')}, which cannot be "
+                f'imported ({exc}): pip install "rampart-registry[postgres]"'
             ) from None
         guard_loggers()
         self.url = url

@@ -153,9 +153,10 @@ class RedisStore:
             import redis
             from redis.backoff import NoBackoff
             from redis.retry import Retry
-        except ImportError:
+        except ImportError as exc:
             raise InvalidArgumentError(
-                f"store {redacted(url)!r} needs redis-py: pip install 'rampart-registry[redis]'"
+                f"store {redacted(url)!r} needs redis-py, which cannot be imported ({exc}): "
+                'pip install "rampart-registry[redis]"'
             ) from None
         guard_loggers()
         self.url = url
