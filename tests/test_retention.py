@@ -392,6 +392,11 @@ def test_observe_usage_learns_a_chat_templates_constant() -> None:
     back = Conversation.__new__(Conversation)
     assert back is not None
     assert one.log[-1]["constant"] == one.constant("openai")
+    n = len(one.log)
+    for bad in ("\ud800", 5):
+        with pytest.raises(InvalidArgumentError, match="provider"):
+            one.observe_usage({"prompt_tokens": 10}, provider=bad)
+    assert len(one.log) == n
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))

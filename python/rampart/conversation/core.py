@@ -662,7 +662,7 @@ class Conversation:
             last = self._last_compile
             if last is None or last[1] <= 0:
                 return None
-            prov = provider or last[0]
+            prov = last[0] if provider is None else _args.text(provider, "provider")
             obs = self._usage_obs.setdefault(prov, deque(maxlen=16))
             obs.append((float(last[1]), float(observed)))
             value, constant = _fit_usage(obs)
