@@ -79,7 +79,7 @@ def new_question(samples: int, model_dir: str | None = None) -> dict[str, Any]:
     reg.write_block("You are a careful agent.", "intro")
     conv = build()
     pol = ContextPolicy()
-    for k in range(3):  # the agent's earlier compiles: clears recorded, passages embedded
+    for _ in range(3):  # the agent's earlier compiles: clears recorded, passages embedded
         reg.compile(conversation=conv, context_window=16_000, reply_tokens=1024, policy=pol)
     conv.append({"role": "user", "content": QUESTIONS[0]})
     reg.compile(conversation=conv, context_window=16_000, reply_tokens=1024, policy=pol)
