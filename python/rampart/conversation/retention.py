@@ -45,9 +45,10 @@ __all__ = [
 MAX_QUERY_CHARS = 4000
 #: A result is relevant to the step when its best passage's cosine reaches
 #: this (with an embedder) ...
-RELEVANT_COSINE = 0.42
-#: ... or its best BM25 score reaches this (shared rare words).
-RELEVANT_BM25 = 6.0
+RELEVANT_COSINE = 0.30
+#: ... or its best BM25 score reaches this (shared rare words). Both chosen on
+#: the tune half of the needle benchmark (benches/needle_tune.py).
+RELEVANT_BM25 = 9.0
 #: Arguments quoted in a recall or excerpt header at most (characters).
 _ARGS_CHARS = 300
 

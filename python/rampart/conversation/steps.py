@@ -146,23 +146,26 @@ def clear_order(
     def task_score(k: int) -> float:
         return kept_by.get(view.shown[k].item.id, zero).score
 
-    ranked = sorted(older, key=lambda k: (-task_score(k), k))
+    # the most relevant to the question, among every result the step may clear
+    # (a recent one the question needs outlasts the recency floor's others)
+    ranked = sorted(base, key=lambda k: (-task_score(k), k))
     keep = {
         k
         for k in ranked[: pol.keep_relevant]
         if retention.is_relevant(kept_by.get(view.shown[k].item.id))
     }
-    rest = [k for k in base if k not in set(older)]
+    old = set(older)
     kept = sorted(keep, key=lambda k: (task_score(k), k))
     if not forced:  # every older result but the kept goes: the order is moot
-        return [k for k in older if k not in keep] + kept + rest, keep
+        return [k for k in older if k not in keep] + kept, keep
     sc = scoring.scores()
 
     def score(k: int) -> float:
         return sc.get(view.shown[k].item.id, zero).score
 
     first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
-    return first + kept + rest, keep
+    rest = sorted((k for k in base if k not in old and k not in keep), key=lambda k: (score(k), k))
+    return first + rest + kept, keep
 
 
 def removal(
@@ -193,8 +196,10 @@ def removal(
 
 
 #: A recall smaller than this is not worth sending: below it, a recall takes this
-#: much and the window's steps make room.
-MIN_RECALL_TOKENS = 256
+#: much and the window's steps make room (a passage or two is too little to hold
+#: the line a paraphrased question needs: 256 kept 83 % of the tune half's needles,
+#: 768 kept 88 %; benches/needle_tune.py).
+MIN_RECALL_TOKENS = 768
 
 
 def _without_worst(
@@ -209,7 +214,7 @@ def _without_worst(
 #: A recalled result shares the tail with the others recalled for the same step.
 _RECALL_TOP = 2
 #: ... and is recalled only when it scores this close to the best result.
-_RECALL_RATIO = 0.8
+_RECALL_RATIO = 0.6
 
 
 def recall(
