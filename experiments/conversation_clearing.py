@@ -1,9 +1,9 @@
 """Does a model still complete its task when rampart clears old tool results?
 
-Issue 24's probe (SPEC §9, docs/conversation.md, "Task success with and without
-clearing"). Each task is an agent transcript on real tool output: a user asks to see
-some commits of the repository, the assistant calls ``git_show`` ``--calls`` times,
-and every result is what ``mcp-server-git`` really returned for that commit
+Issues 24 and 30's probe (SPEC §9, docs/conversation.md, "Task success with and
+without clearing"). Each task is an agent transcript on real tool output: a user asks
+to see some commits of the repository, the assistant calls ``git_show`` ``--calls``
+times, and every result is what ``mcp-server-git`` really returned for that commit
 (tests/data/mcp_tool_outputs.json, recorded by benches/record_mcp_outputs.py). Then
 the user asks for a fact found in exactly one of those results: the time of day on
 the ``Date:`` line of one commit (checked in the generator: no other result of the
@@ -12,7 +12,9 @@ transcript holds that time). The asked-about result (the *needle*) is
 - ``recent``: the last result, which clearing keeps (``keep_tool_results``), or
 - ``old``: the first result, which clearing removes: its stub names the tool and the
   call, and the call's arguments (the commit id) stay, so the model can call the tool
-  again, answer from what else it sees, or say it does not know.
+  again, answer from what else it sees, or say it does not know; or
+- ``two``: the first two results, both asked about ("the times on the Date lines of
+  commits A and B"); the answer must hold both times (in any order).
 
 The same tasks run under these ways of building the requests, each with the model's
 reply driving a small agent loop (up to ``--steps`` model calls: a tool call the model
@@ -23,8 +25,11 @@ the server returned; a call with no recorded output gets an error result saying 
   in a model context large enough to hold it: what the task scores when nothing is
   removed. Its requests do not fit ``--window``;
 - ``rampart``: ``reg.compile(conversation=conv, context_window=W, reply_tokens=M,
-  policy=ContextPolicy())`` (the documented defaults), the adapters' messages
+  policy=ContextPolicy())`` (the documented defaults: relevance-aware clearing, and
+  recall of a cleared result the question needs at the tail), the adapters' messages
   (``result.messages("openai_chat")``) sent as they are;
+- ``age``: the same with ``ContextPolicy(relevance=False)``, the age-only policy of
+  earlier versions (oldest first, no recall): issue 24's ``rampart`` condition;
 - ``trim`` (needs langchain-core): LangChain's ``trim_messages(strategy="last")`` to
   the same window, the baseline most framework users have.
 
@@ -40,19 +45,32 @@ mix of text differs from the earlier ones') is observed and compiled again.
 The window is chosen from token counts alone, before any model ran: every ``full``
 request exceeds it, and the latest result still fits beside the instructions.
 
-Outcomes, per task and condition: ``correct`` (the time in the answer, no tool
-called), ``correct_after_recall`` (after calling a tool), ``wrong`` (another answer),
+Outcomes, per task and condition: ``correct`` (every time asked for in the answer,
+no tool called), ``correct_after_recall`` (after calling a tool), ``wrong`` (another answer),
 ``unknown`` (said it cannot tell), ``no_answer`` (still calling tools after the last
 step), ``overflow`` (the request did not fit the model's context). Deterministic:
-temperature 0, one seed, fixed task set.
+temperature 0, one seed, fixed task set (``--trials K --temperature T`` runs each
+task K times, seeds 0..K-1: the summary's success is then pass^K).
 
-The task set is split by commit into ``tune`` and ``holdout`` (the prompts' wording
-was written looking at tune tasks only; no parameter is fitted to success): quote
-holdout. The saved run (``make conversation-clearing``, 28 min on 2 shared cores):
+The task set is split by needle commit into ``tune`` and ``holdout`` (the prompts'
+wording was written looking at tune tasks only; no parameter is fitted to success):
+quote holdout. ``--max-chars`` above 1 700 adds the larger outputs' commits as
+holdout needles and leaves issue 24's tasks and split as they were (see
+:func:`build_tasks`). Each row also records what the request that asked held: the
+needles removed from their place, those recalled at the tail, and how many of the
+answers were anywhere in it.
 
-    python experiments/conversation_clearing.py --model qwen2.5-coder-1.5b --threads 2 \\
-        --split holdout --conditions full,rampart \\
-        --out experiments/conversation_clearing_qwen.json
+The saved runs: issue 24's (``experiments/conversation_clearing_qwen_before.json``,
+8 holdout tasks, ``full`` and the age-only ``rampart`` of then) and issue 30's, 24
+holdout tasks, one condition group after another into one file (``--resume`` keeps
+the rows already there; ``runs`` in the JSON says what each invocation ran, on which
+commit):
+
+    for c in rampart,full age trim; do
+      python experiments/conversation_clearing.py --model qwen2.5-coder-1.5b \\
+          --threads 2 --split holdout --max-chars 2750 --conditions $c --resume \\
+          --out experiments/conversation_clearing_qwen.json
+    done
 """
 
 from __future__ import annotations
@@ -64,7 +82,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +94,8 @@ from rampart.llm import LlamaCppBackend, parse_text_tool_calls
 
 __all__ = [
     "CONDITIONS",
+    "POSITIONS",
+    "SPLITS",
     "Task",
     "build_tasks",
     "judge",
@@ -99,11 +119,19 @@ QUESTION = (
     "What time of day (HH:MM:SS) is on the Date line of commit {revision}? "
     "Reply with the time only."
 )
+QUESTION_TWO = (
+    "What times of day (HH:MM:SS) are on the Date lines of commits {a} and {b}? "
+    "Reply with the two times only, in that order."
+)
 #: The tools the model is given (the three it needs, of mcp-server-git's twelve: a
 #: bigger schema list costs every request the same tokens and tells nothing here).
 TOOLS = ("git_show", "git_log", "git_status")
-CONDITIONS = ("full", "rampart", "trim")
+CONDITIONS = ("full", "rampart", "age", "trim")
+POSITIONS = ("recent", "old", "two")
+SPLITS = ("tune", "holdout")
 SEED = 24
+#: The largest git_show output of issue 24's task set: its commits fix the split.
+BASE_CHARS = 1700
 _TIME = re.compile(r"\b(\d{2}:\d{2}:\d{2})\b")
 _DATE = re.compile(r"^Date:\s+\d{4}-\d{2}-\d{2} (\d{2}:\d{2}:\d{2})", re.MULTILINE)
 _UNKNOWN = re.compile(
@@ -116,18 +144,21 @@ _UNKNOWN = re.compile(
 @dataclass(frozen=True)
 class Task:
     """One transcript: the commits shown (their recorded ``git_show`` outputs, in call
-    order), which of them is asked about, and the answer."""
+    order), which of them are asked about (the needles), and the answers."""
 
     id: str
     split: str
-    position: str  # "recent" or "old"
+    position: str  # "recent", "old" or "two"
     revisions: tuple[str, ...]
-    needle: int  # index into revisions
-    answer: str  # HH:MM:SS
+    needles: tuple[int, ...]  # indices into revisions
+    answers: tuple[str, ...]  # HH:MM:SS, one per needle
 
     @property
     def question(self) -> str:
-        return QUESTION.format(revision=self.revisions[self.needle])
+        revs = [self.revisions[i] for i in self.needles]
+        if self.position == "two":
+            return QUESTION_TWO.format(a=revs[0], b=revs[1])
+        return QUESTION.format(revision=revs[0])
 
 
 def _outputs() -> list[dict[str, Any]]:
@@ -142,44 +173,100 @@ def _commit_time(text: str) -> str:
 
 
 def build_tasks(
-    *, calls: int = 4, max_chars: int = 1700, tune: int = 5, seed: int = SEED
+    *,
+    calls: int = 4,
+    max_chars: int = 1700,
+    tune: int = 5,
+    seed: int = SEED,
+    two: bool = True,
 ) -> list[Task]:
-    """The fixed task set: every ``git_show`` output of at most ``max_chars`` characters
-    is the needle of two tasks (``recent``, ``old``), the other ``calls - 1`` commits
-    drawn from the same pool with ``seed``; the first ``tune`` needle commits (in a
-    seeded order) are the tune split, the rest the holdout."""
+    """The fixed task set. Every ``git_show`` output of at most ``max_chars``
+    characters is the needle of a ``recent`` and an ``old`` task, and the first needle
+    of a ``two`` task (with ``calls >= 3`` and ``two``): the commits of at most
+    ``BASE_CHARS`` characters in a seeded order, then the larger ones in a seeded order
+    of their own; the first ``tune`` of them are the tune split, the rest the holdout.
+    The other commits of a transcript are drawn with ``seed`` from those of at most
+    ``BASE_CHARS`` characters, so up to ``BASE_CHARS`` the task set, split and draws are
+    issue 24's exactly, and a larger ``max_chars`` only adds holdout tasks. A ``two``
+    task asks about its needle commit and the next needle commit of the same split,
+    shown first and second (both older than the ``calls - 2`` commits after them)."""
     shows = {
         o["arguments"]["revision"]: o["text"]
         for o in _outputs()
         if o["tool"] == "git_show" and len(o["text"]) <= max_chars
     }
-    pool = sorted(shows)
-    if calls < 2 or calls > len(pool):
+    base = sorted(r for r in shows if len(shows[r]) <= BASE_CHARS)
+    if calls < 2 or calls > len(base):
         raise InvalidArgumentError(
-            f"--calls must be 2..{len(pool)} with --max-chars {max_chars}, got {calls}"
+            f"--calls must be 2..{len(base)} with --max-chars {max_chars}, got {calls}"
         )
     rng = random.Random(seed)
-    order = pool[:]
+    order = base[:]
     rng.shuffle(order)
+    larger = sorted(r for r in shows if len(shows[r]) > BASE_CHARS)
+    random.Random(seed + 1).shuffle(larger)
+    order += larger
+    split_of = {rev: "tune" if k < tune else "holdout" for k, rev in enumerate(order)}
+    answer_of = {rev: _commit_time(shows[rev]) for rev in order}
+    rng_two = random.Random(seed + 2)
+
+    def unique(revs: Sequence[str], needles: Sequence[int]) -> None:
+        # Each answer is in its needle's result and in no other: a correct answer was
+        # read from it (or from a re-call of it), never from a neighbour.
+        for i in needles:
+            assert sum(answer_of[revs[i]] in shows[r] for r in revs) == 1
+
     tasks: list[Task] = []
-    for k, rev in enumerate(order):
-        split = "tune" if k < tune else "holdout"
-        answer = _commit_time(shows[rev])
-        others = [r for r in pool if r != rev and answer not in shows[r]]
+    for rev in order:
+        split, answer = split_of[rev], answer_of[rev]
+        others = [r for r in base if r != rev and answer not in shows[r]]
         for position in ("recent", "old"):
             fill = rng.sample(others, calls - 1)
             revs = (*fill, rev) if position == "recent" else (rev, *fill)
             needle = calls - 1 if position == "recent" else 0
-            # The answer is in the needle's result and in no other: a correct answer
-            # was read from it (or from a re-call of it), never from a neighbour.
-            assert sum(answer in shows[r] for r in revs) == 1
-            tasks.append(Task(f"{rev[:7]}-{position}", split, position, revs, needle, answer))
+            unique(revs, (needle,))
+            tasks.append(Task(f"{rev[:7]}-{position}", split, position, revs, (needle,), (answer,)))
+        if not two or calls < 3:
+            continue
+        same = [r for r in order if split_of[r] == split]
+        after = same[same.index(rev) + 1 :] + same[: same.index(rev)]
+        pair = next(
+            (
+                r
+                for r in after
+                if answer_of[r] != answer
+                and answer not in shows[r]
+                and answer_of[r] not in shows[rev]
+            ),
+            None,
+        )
+        if pair is None:
+            continue
+        pool = [
+            r
+            for r in base
+            if r not in (rev, pair) and answer not in shows[r] and answer_of[pair] not in shows[r]
+        ]
+        revs = (rev, pair, *rng_two.sample(pool, calls - 2))
+        unique(revs, (0, 1))
+        tasks.append(
+            Task(
+                f"{rev[:7]}+{pair[:7]}-two",
+                split,
+                "two",
+                revs,
+                (0, 1),
+                (answer, answer_of[pair]),
+            )
+        )
     return tasks
 
 
-def judge(answer: str, expected: str, called: bool) -> str:
-    """The outcome of a final answer (see the module doc)."""
-    if expected in _TIME.findall(answer) or expected in answer:
+def judge(answer: str, expected: str | Sequence[str], called: bool) -> str:
+    """The outcome of a final answer (see the module doc): correct when every
+    expected time is in it."""
+    wanted = (expected,) if isinstance(expected, str) else tuple(expected)
+    if wanted and all(e in answer for e in wanted):
         return "correct_after_recall" if called else "correct"
     if not _TIME.search(answer) and _UNKNOWN.search(answer):
         return "unknown"
@@ -274,14 +361,20 @@ class Outcome:
     condition: str
     outcome: str
     answer: str
-    expected: str
+    expected: list[str]
     calls_made: list[str] = field(default_factory=list)
     request_tokens: list[int] = field(default_factory=list)  # the model's count, per call
     fits_window: bool = True
     # In the request that asked the question: the tool results the policy cleared,
-    # and whether the needle was gone (cleared, dropped or trimmed away).
+    # the needles gone from their place (cleared, excerpted, dropped or trimmed away),
+    # the needles brought back at the tail (recall), and the task's answers anywhere
+    # in the request's messages (whether the model could read them).
     cleared: int = 0
-    needle_cleared: bool = False
+    needles_removed: int = 0
+    needles_recalled: int = 0
+    answers_in_request: int = 0
+    trial: int = 0
+    temperature: float = 0.0
 
 
 def registry(
@@ -378,8 +471,14 @@ def _trimmer() -> Callable[[list[dict[str, Any]], int], list[dict[str, Any]]] | 
 
 
 def policy_for(condition: str) -> rampart.ContextPolicy | None:
-    """The policy of a condition (None: no window, or trimmed outside rampart)."""
-    return rampart.ContextPolicy() if condition == "rampart" else None
+    """The policy of a condition (None: no window, or trimmed outside rampart):
+    ``rampart`` the defaults (relevance-aware clearing and recall at the tail),
+    ``age`` the age-only policy of earlier versions (``relevance=False``)."""
+    if condition == "rampart":
+        return rampart.ContextPolicy()
+    if condition == "age":
+        return rampart.ContextPolicy(relevance=False)
+    return None
 
 
 def run_task(
@@ -391,6 +490,7 @@ def run_task(
     reply: int,
     steps: int,
     seed: int = 0,
+    temperature: float = 0.0,
     tool_names: Sequence[str] = TOOLS,
 ) -> Outcome:
     """One task under one condition: the transcript replayed, then up to ``steps``
@@ -466,13 +566,23 @@ def run_task(
         conv.observe_usage({"prompt_tokens": model.prompt_tokens(sent, tools) - preamble})
         conv.append(history[k : k + 2])
     conv.append({"role": "user", "content": task.question})
-    needle_id = next(
-        it.id
-        for it in conv.items
-        if it.kind == "tool_result" and it.call_id == f"call_{task.needle}"
-    )
+    needle_calls = {f"call_{i}" for i in task.needles}
+    needle_ids = {
+        it.id for it in conv.items if it.kind == "tool_result" and it.call_id in needle_calls
+    }
+    assert len(needle_ids) == len(task.needles)
 
-    out = Outcome(task.id, task.split, task.position, condition, "no_answer", "", task.answer)
+    out = Outcome(
+        task.id,
+        task.split,
+        task.position,
+        condition,
+        "no_answer",
+        "",
+        list(task.answers),
+        trial=seed,
+        temperature=temperature,
+    )
     n_ctx = model.llm.n_ctx()
     # Each task and condition starts from an empty KV cache: llama.cpp's numbers for
     # a reused prefix differ in the last bits from a fresh evaluation, and a row must
@@ -487,18 +597,29 @@ def run_task(
         n = model.prompt_tokens(sent, tools)
         out.request_tokens.append(n)
         out.fits_window = out.fits_window and n + reply <= window
-        if step == 0 and policy is not None:  # what the model saw when asked
+        if step == 0:  # what the model saw when asked
+            text = "\n".join(str(m.get("content") or "") for m in sent)
+            out.answers_in_request = sum(a in text for a in task.answers)
+        if step == 0 and policy is not None:
             report = res.message_report
-            out.cleared = sum(r.action == "cleared" for r in report)
-            out.needle_cleared = any(r.id == needle_id and r.action != "kept" for r in report)
+            out.cleared = sum(r.action in ("cleared", "excerpted") for r in report)
+            out.needles_removed = sum(r.id in needle_ids and r.action != "kept" for r in report)
+            shown_recalls = {r.id for r in report if r.action == "recalled"}
+            recalled = {
+                i
+                for t in conv.transformations
+                if t.active and t.kind == "recall" and t.summary_id in shown_recalls
+                for i in t.ids
+            }
+            out.needles_recalled = len(recalled & needle_ids)
         elif step == 0 and condition == "trim":
             shown = {m.get("tool_call_id") for m in sent}
-            out.needle_cleared = f"call_{task.needle}" not in shown
+            out.needles_removed = len(needle_calls - shown)
         if n + reply > n_ctx:
             out.outcome = "overflow"
             break
         r = model.backend.chat(
-            sent, temperature=0.0, seed=seed, max_tokens=reply, tools=tools or None
+            sent, temperature=temperature, seed=seed, max_tokens=reply, tools=tools or None
         )
         conv.observe_usage({"prompt_tokens": (r.prompt_tokens or n) - preamble})
         calls = list(r.calls)
@@ -506,7 +627,7 @@ def run_task(
             calls = list(parse_text_tool_calls(r.text, names)[1])
         out.answer = r.text.strip()
         if not calls:
-            out.outcome = judge(out.answer, task.answer, bool(out.calls_made))
+            out.outcome = judge(out.answer, task.answers, bool(out.calls_made))
             break
         tool_calls = []
         results = []
@@ -538,76 +659,128 @@ def run_probe(
     reply: int,
     steps: int,
     seed: int = 0,
+    trials: int = 1,
+    temperature: float = 0.0,
     tool_names: Sequence[str] = TOOLS,
+    skip: Container[tuple[str, str, int]] = (),
     progress: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Every task under every condition, task by task; each row is a function of its
-    task and condition only (see :func:`run_task`)."""
+    """Every task under every condition, task by task, ``trials`` times each (seeds
+    ``seed`` ... ``seed + trials - 1``), but the ``(task, condition, seed)`` rows in
+    ``skip``; each row is a function of its task, condition and seed only (see
+    :func:`run_task`)."""
     rows = []
     for task in tasks:
         for condition in conditions:
-            row = run_task(
-                model,
-                task,
-                condition,
-                window=window,
-                reply=reply,
-                steps=steps,
-                seed=seed,
-                tool_names=tool_names,
-            )
-            rows.append(row)
-            if progress is not None:
-                progress(row)
+            for s in range(seed, seed + trials):
+                if (task.id, condition, s) in skip:
+                    continue
+                row = run_task(
+                    model,
+                    task,
+                    condition,
+                    window=window,
+                    reply=reply,
+                    steps=steps,
+                    seed=s,
+                    temperature=temperature,
+                    tool_names=tool_names,
+                )
+                rows.append(row)
+                if progress is not None:
+                    progress(row)
     return rows
 
 
 SUCCESS = ("correct", "correct_after_recall")
 
 
+def _entry(rows: Sequence[Outcome]) -> dict[str, Any]:
+    by_task: dict[str, list[Outcome]] = {}
+    for r in rows:
+        by_task.setdefault(r.task, []).append(r)
+    return {
+        "tasks": len(by_task),
+        "trials": max((len(v) for v in by_task.values()), default=0),
+        # one trial per task at temperature 0: the tasks answered right; with k trials,
+        # the tasks answered right every time (pass^k) and the right rows
+        "success": sum(all(r.outcome in SUCCESS for r in v) for v in by_task.values()),
+        "success_rows": sum(r.outcome in SUCCESS for r in rows),
+        "needle_removed": sum(r.needles_removed > 0 for r in rows),
+        "needle_recalled": sum(r.needles_recalled > 0 for r in rows),
+        "answers_in_request": sum(r.answers_in_request == len(r.expected) for r in rows),
+        "outcomes": dict(Counter(r.outcome for r in rows)),
+    }
+
+
 def summarise(rows: Sequence[Outcome]) -> dict[str, Any]:
-    """Per split, condition and needle position: tasks, successes, outcome counts,
-    peak and median request tokens, whether every request fit the window."""
+    """Per split, condition and needle position: tasks, successes (with several trials
+    of a task: pass^k, every trial right), outcome counts, the rows whose needle was
+    removed, recalled, or whose answers were all in the request, peak request tokens,
+    whether every request fit the window."""
     out: dict[str, Any] = {}
     for split in sorted({r.split for r in rows}):
         for cond in [c for c in CONDITIONS if any(r.condition == c for r in rows)]:
             sel = [r for r in rows if r.split == split and r.condition == cond]
-            entry: dict[str, Any] = {
-                "tasks": len(sel),
-                "success": sum(r.outcome in SUCCESS for r in sel),
-                "peak_request_tokens": max(
-                    (max(r.request_tokens, default=0) for r in sel), default=0
-                ),
-                "all_fit_window": all(r.fits_window for r in sel),
-                "outcomes": dict(Counter(r.outcome for r in sel)),
-            }
-            for pos in ("recent", "old"):
+            if not sel:
+                continue
+            entry = _entry(sel)
+            entry["peak_request_tokens"] = max(
+                (max(r.request_tokens, default=0) for r in sel), default=0
+            )
+            entry["all_fit_window"] = all(r.fits_window for r in sel)
+            for pos in POSITIONS:
                 p = [r for r in sel if r.position == pos]
-                entry[pos] = {
-                    "tasks": len(p),
-                    "success": sum(r.outcome in SUCCESS for r in p),
-                    "needle_removed": sum(r.needle_cleared for r in p),
-                    "outcomes": dict(Counter(r.outcome for r in p)),
-                }
+                if p:
+                    entry[pos] = _entry(p)
             out[f"{split}/{cond}"] = entry
     return out
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     lines = [
-        "| split | condition | success | recent | old (needle removed) | peak request | fits |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| split | condition | success | recent | old (removed, recalled) "
+        "| two (removed, recalled) | peak request | fits |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
+
+    def cell(e: dict[str, Any] | None, removed: bool) -> str:
+        if e is None:
+            return "-"
+        s = f"{e['success']}/{e['tasks']}"
+        return f"{s} ({e['needle_removed']}, {e['needle_recalled']})" if removed else s
+
     for key, e in summary.items():
         split, cond = key.split("/")
-        old = e["old"]
         lines.append(
             f"| {split} | {cond} | {e['success']}/{e['tasks']} | "
-            f"{e['recent']['success']}/{e['recent']['tasks']} | "
-            f"{old['success']}/{old['tasks']} ({old['needle_removed']}) | "
+            f"{cell(e.get('recent'), False)} | {cell(e.get('old'), True)} | "
+            f"{cell(e.get('two'), True)} | "
             f"{e['peak_request_tokens']:,} | {'yes' if e['all_fit_window'] else 'no'} |"
         )
     return "\n".join(lines)
+
+
+def _revision() -> str:
+    """The checkout's commit, ``+dirty`` when python/ has changes (what a run measured:
+    the library may change between the runs of a resumed file)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "python/"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return head + ("+dirty" if dirty else "") if head else "unknown"
+
+
+SETTINGS = ("calls", "max_chars", "window", "reply", "steps", "split")
+#: What selects an invocation's tasks (kept per run: a resumed file may add others).
+SELECTION = ("positions", "limit", "tasks")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -620,50 +793,104 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reply", type=int, default=48, help="reply tokens reserved (and generated)")
     ap.add_argument("--steps", type=int, default=3, help="model calls per task at most")
     ap.add_argument("--split", choices=("tune", "holdout", "all"), default="holdout")
+    ap.add_argument("--positions", default=",".join(POSITIONS), help="needle positions run")
     ap.add_argument("--limit", type=int, default=None, help="the first N tasks of the split")
-    ap.add_argument("--conditions", default="full,rampart,trim")
+    ap.add_argument("--tasks", default=None, help="only these task ids (comma list)")
+    ap.add_argument("--conditions", default="full,rampart,age,trim")
+    ap.add_argument("--trials", type=int, default=1, help="runs of each task (seeds 0..)")
+    ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--n-ctx", type=int, default=8192, help="the model's context (holds full)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows already in --out (same settings) and run only the others",
+    )
     args = ap.parse_args(argv)
     conditions = [c for c in args.conditions.split(",") if c]
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad:
         raise InvalidArgumentError(f"--conditions: unknown {bad}; choose from {CONDITIONS}")
-    tasks = [
+    positions = [p for p in args.positions.split(",") if p]
+    if not positions or any(p not in POSITIONS for p in positions):
+        raise InvalidArgumentError(f"--positions: choose from {POSITIONS}, got {positions}")
+    if args.trials < 1:
+        raise InvalidArgumentError(f"--trials must be at least 1, got {args.trials}")
+    every = [
         t
         for t in build_tasks(calls=args.calls, max_chars=args.max_chars)
         if args.split == "all" or t.split == args.split
-    ][: args.limit]
+    ]
+    ids = None if args.tasks is None else {i for i in args.tasks.split(",") if i}
+    if ids is not None and ids - {t.id for t in every}:
+        raise InvalidArgumentError(f"--tasks: unknown {sorted(ids - {t.id for t in every})}")
+    tasks = [t for t in every if t.position in positions and (ids is None or t.id in ids)][
+        : args.limit
+    ]
+    settings = {k: getattr(args, k) for k in SETTINGS} | {
+        "n_ctx": args.n_ctx,
+        "seed": SEED,
+        "trials": args.trials,
+        "temperature": args.temperature,
+    }
+
+    done: list[Outcome] = []
+    runs: list[dict[str, Any]] = []
+    if args.resume and args.out is not None and args.out.exists():
+        prev = json.loads(args.out.read_text())
+        before = {k: v for k, v in prev.get("settings", {}).items() if k not in SELECTION}
+        if prev.get("model") != args.model or before != settings:
+            raise InvalidArgumentError(
+                f"--resume: {args.out} was run with other settings: {prev.get('settings')}"
+            )
+        done = [Outcome(**r) for r in prev["rows"]]
+        runs = list(prev.get("runs", []))
+    skip = {(r.task, r.condition, r.trial) for r in done}
     backend = LlamaCppBackend(args.model, n_ctx=args.n_ctx, n_threads=args.threads)
     model = Model(backend)
     t0 = time.perf_counter()
-
-    done: list[Outcome] = []
+    runs.append(
+        {
+            "conditions": conditions,
+            "positions": positions,
+            "limit": args.limit,
+            "tasks": None if ids is None else sorted(ids),
+            "threads": args.threads,
+            "rampart": _revision(),
+            "rows": 0,
+            "wall_s": 0.0,
+        }
+    )
 
     def write() -> None:
         if args.out is None:
             return
+        ran = [c for c in CONDITIONS if any(r.condition == c for r in done)]
+        have = Counter((r.task, r.condition) for r in done)
+        runs[-1]["wall_s"] = round(time.perf_counter() - t0, 1)
         doc = {
             "model": args.model,
-            "settings": {
-                k: getattr(args, k)
-                for k in ("calls", "max_chars", "window", "reply", "steps", "split", "limit")
-            }
-            | {"n_ctx": args.n_ctx, "threads": args.threads, "seed": SEED},
-            "policy": {c: repr(p) for c in conditions if (p := policy_for(c))},
-            "complete": len(done) == len(tasks) * len(conditions),
-            "tasks": [asdict(t) | {"question": t.question} for t in tasks],
+            "settings": settings,
+            "policy": {c: repr(p) for c in ran if (p := policy_for(c))},
+            "conditions": ran,
+            # every task under every condition that ran, each with all its trials
+            "complete": all(have[(t.id, c)] == args.trials for t in every for c in ran),
+            "tasks": [asdict(t) | {"question": t.question} for t in every],
             "summary": summarise(done),
             "rows": [asdict(r) for r in done],
-            "wall_s": round(time.perf_counter() - t0, 1),
+            "runs": runs,
+            "wall_s": round(sum(r["wall_s"] for r in runs), 1),
         }
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
     def show(r: Outcome) -> None:
         done.append(r)
+        runs[-1]["rows"] += 1
         print(
-            f"{r.task:16s} {r.condition:16s} {r.outcome:20s} tokens {r.request_tokens} "
-            f"calls {r.calls_made} answer {r.answer[:60]!r}",
+            f"{r.task:24s} {r.condition:8s} {r.trial} {r.outcome:20s} tokens {r.request_tokens} "
+            f"removed {r.needles_removed} recalled {r.needles_recalled} "
+            f"seen {r.answers_in_request}/{len(r.expected)} calls {r.calls_made} "
+            f"answer {r.answer[:60]!r} ({time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
         write()  # after every row: a run stopped early keeps what it measured
@@ -675,6 +902,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         window=args.window,
         reply=args.reply,
         steps=args.steps,
+        trials=args.trials,
+        temperature=args.temperature,
+        skip=skip,
         progress=show,
     )
     backend.close()
