@@ -41,7 +41,7 @@ KEYS = (
 )
 GRID = {
     "cosine": (0.30, 0.36, 0.42),
-    "bm25": (4.0, 6.0, 9.0),
+    "bm25": (0.45, 0.6, 0.75),  # in rare terms (ItemScore.rare); absolute BM25 before
     "top": (2, 3),
     "ratio": (0.6, 0.8),
     "min_recall": (256, 512, 768),

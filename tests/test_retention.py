@@ -264,10 +264,10 @@ def test_excerpt_keeps_the_relevant_lines_of_a_long_result() -> None:
     for i, o in enumerate(GIT[:6]):
         _call(conv, f"g{i}", "git_show", o["arguments"], o["text"])
     pol = ContextPolicy(keep_tool_results=1, keep_relevant=1, excerpt_tokens=150, clear_at_least=0)
-    # room for the latest result, the calls and stubs and half of the long one:
-    # the window forces even the most relevant result to give way
+    # room for the calls, the stubs and half of the long one: once every other
+    # result is cleared, the window forces even the most relevant to give way
     results = [it for it in conv.items if it.kind == "tool_result"]
-    window = results[-1].tokens + results[0].tokens // 2 + 800
+    window = results[0].tokens // 2 + 900
     r = reg.compile(conversation=conv, context_window=window, reply_tokens=100, policy=pol)
     rep = {m.id: m for m in r.message_report}
     ex = rep[conv.items[2].id]

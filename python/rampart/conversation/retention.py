@@ -46,9 +46,14 @@ MAX_QUERY_CHARS = 4000
 #: A result is relevant to the step when its best passage's cosine reaches
 #: this (with an embedder) ...
 RELEVANT_COSINE = 0.30
-#: ... or its best BM25 score reaches this (shared rare words). Both chosen on
-#: the tune half of the needle benchmark (benches/needle_tune.py).
-RELEVANT_BM25 = 9.0
+#: ... or its best BM25 score reaches this many rare terms' worth (a term that
+#: one passage of the conversation holds counts 1; ItemScore.rare), so the floor
+#: means the same in 12 passages as in 2 000. Both chosen on the tune half of the
+#: needle benchmark (benches/needle_tune.py).
+RELEVANT_BM25 = 0.75
+#: ... or, for the clear lexical winner (twice the next result's BM25: a file
+#: name, a commit id only it holds), this much.
+RELEVANT_LEAD = 0.3
 #: Arguments quoted in a recall or excerpt header at most (characters).
 _ARGS_CHARS = 300
 
@@ -60,7 +65,7 @@ def is_relevant(s: ItemScore | None) -> bool:
         return False
     if s.dense is not None and s.dense >= RELEVANT_COSINE:
         return True
-    return s.lexical >= RELEVANT_BM25
+    return s.rare >= RELEVANT_BM25 or (s.lead and s.rare >= RELEVANT_LEAD)
 
 
 def step_query(view: _View, task_text: str | None = None, *, calls: bool = True) -> str:

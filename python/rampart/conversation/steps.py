@@ -148,7 +148,7 @@ def clear_order(
 
     # the most relevant to the question, among every result the step may clear
     # (a recent one the question needs outlasts the recency floor's others)
-    ranked = sorted(base, key=lambda k: (-task_score(k), k))
+    ranked = sorted(base, key=lambda k: (-task_score(k), -k))  # ties: the newest
     keep = {
         k
         for k in ranked[: pol.keep_relevant]

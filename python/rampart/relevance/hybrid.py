@@ -16,6 +16,7 @@ best_bm25``. An item's score is its best passage's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,12 +38,13 @@ class ItemScore:
 
     ``score``: the fused score of its best passage (cosine + weighted, normalised
     BM25; normalised BM25 alone without an embedder). ``lexical``: its best raw
-    BM25 score. ``dense``: its best passage cosine (None without an embedder).
+    BM25 score; ``rare``: that score in units of the weight of a term found in
+    one passage only. ``dense``: its best passage cosine (None without an embedder).
     ``best``: the indices of its passages that scored above 0, best first (its
     first passage when none did); worked out on first use, since a compile needs
     it for the few results it excerpts or recalls, not for every one it ranks."""
 
-    __slots__ = ("_best", "_fused", "dense", "key", "lexical", "score")
+    __slots__ = ("_best", "_fused", "dense", "key", "lead", "lexical", "rare", "score")
 
     def __init__(
         self,
@@ -52,10 +54,18 @@ class ItemScore:
         dense: float | None,
         best: tuple[int, ...] | None = None,
         fused: Any = None,
+        rare: float = 0.0,
     ) -> None:
         self.key = key
         self.score = score
         self.lexical = lexical
+        #: ``lexical`` in units of one term found in a single passage of the
+        #: index (the largest weight a term can have): an absolute floor on raw
+        #: BM25 means more terms in a small index than in a large one
+        self.rare = rare
+        #: the clear lexical winner: at least twice the next text's BM25 (set by
+        #: PassageIndex.score on one text at most)
+        self.lead = False
         self.dense = dense
         self._best = best
         self._fused = fused  # the passages' fused scores (a list or an array)
@@ -130,12 +140,23 @@ class PassageIndex:
         spans = [(k, *self._keys[k]) for k in keys if k in self._keys]
         best = [max(lex[f : f + n], default=0.0) for _, f, n in spans]
         top = max(best, default=0.0)
+        n_all = len(self._passages)
+        # BM25's weight of a term one passage holds, at its term frequency's limit
+        unit = math.log(1 + (n_all - 0.5) / 1.5) * 2.2 if n_all else 1.0
+        ranked = sorted(best, reverse=True)
+        lead = -1  # the index into spans of the clear lexical winner, if any
+        if ranked and ranked[0] > 0 and (len(ranked) == 1 or ranked[0] >= 2 * ranked[1]):
+            lead = best.index(ranked[0])
         if embedder is None or not spans:
             # lexical only: no numpy (the embedding extra is optional)
             out = {}
             for (key, f, n), b in zip(spans, best):
                 fused = [x / top for x in lex[f : f + n]] if top > 0 else [0.0] * n
-                out[key] = ItemScore(key, b / top if top > 0 else 0.0, b, None, None, fused)
+                out[key] = ItemScore(
+                    key, b / top if top > 0 else 0.0, b, None, None, fused, b / unit
+                )
+            if lead >= 0:
+                out[spans[lead][0]].lead = True
             return out
         import numpy as np
 
@@ -148,11 +169,14 @@ class PassageIndex:
         out = {}
         for (key, f, n), b in zip(spans, best):
             if n == 0:
-                out[key] = ItemScore(key, 0.0, 0.0, 0.0, (0,))
+                out[key] = ItemScore(key, 0.0, 0.0, 0.0, (0,), None, 0.0)
                 continue
             part = fused_all[f : f + n]
             d = float(dense[f : f + n].max()) if dense is not None else 0.0
-            out[key] = ItemScore(key, float(part.max()), b, d if d > -2.0 else 0.0, None, part)
+            dense_best = d if d > -2.0 else 0.0
+            out[key] = ItemScore(key, float(part.max()), b, dense_best, None, part, b / unit)
+        if lead >= 0:
+            out[spans[lead][0]].lead = True
         return out
 
     # ---- the dense part -------------------------------------------------------------------
