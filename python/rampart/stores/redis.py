@@ -268,9 +268,9 @@ class RedisStore:
                 sentinel_kwargs[k.removeprefix("sentinel_")] = extra.pop(k)
         if extra:
             raise InvalidArgumentError(f"{self._where!r}: unknown options {sorted(extra)}")
-        sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         db = int(parts[1]) if len(parts) == 2 else 0
-        return sentinel.master_for(  # type: ignore[no-untyped-call]
+        return sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
             urllib.parse.unquote(parts[0]), db=db, username=user, password=password, **kwargs
         )
 
