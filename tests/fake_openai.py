@@ -220,3 +220,33 @@ class FakeOpenAI:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def reads_then_recalls(n_reads: int, recall_args: Any, answer: str) -> Behaviour:
+    """A model that reads ``n_reads`` pages with ``read_page`` after the last user
+    message (the pages named by that message's last word), then calls ``recall``
+    with ``recall_args`` (a dict, or a function of the payload), then answers.
+    Call ids are unique across the run (``call_<n>``), as frameworks need."""
+
+    def respond(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        since: list[dict[str, Any]] = []
+        prefix = ""
+        for m in reversed(payload["messages"]):
+            if m["role"] == "user":
+                prefix = m["content"].split()[-1].strip(".")
+                break
+            since.append(m)
+        done = [m for m in since if m["role"] == "tool"]
+        calls: list[Call] | None
+        if len(done) < n_reads:
+            calls = [("read_page", {"path": f"{prefix}/{len(done)}"})]
+        elif len(done) == n_reads:
+            calls = [("recall", recall_args(payload) if callable(recall_args) else recall_args)]
+        else:
+            calls = None
+        body = json.loads(completion("" if calls else answer, payload, calls))
+        for c in body["choices"][0]["message"].get("tool_calls") or ():
+            c["id"] = f"call_{n}"
+        return 200, json.dumps(body).encode(), 0.0
+
+    return respond

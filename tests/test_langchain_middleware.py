@@ -166,33 +166,8 @@ def read_page(path: str) -> str:
 
 
 def reads_then_recalls(n_reads: int, recall_args: Any, answer: str = "done") -> Any:
-    """Reads ``n_reads`` pages after the last user message (named by its last word),
-    then calls recall with ``recall_args`` (a function of the payload, or a dict),
-    then answers."""
-
-    def respond(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
-        since: list[dict[str, Any]] = []
-        prefix = ""
-        for m in reversed(payload["messages"]):
-            if m["role"] == "user":
-                prefix = m["content"].split()[-1].strip(".")
-                break
-            since.append(m)
-        tools = [m for m in since if m["role"] == "tool"]
-        calls: list[Any] | None
-        if len(tools) < n_reads:
-            calls = [("read_page", {"path": f"{prefix}/{len(tools)}"})]
-        elif len(tools) == n_reads:
-            args = recall_args(payload) if callable(recall_args) else recall_args
-            calls = [("recall", args)]
-        else:
-            calls = None
-        body = json.loads(fake.completion("" if calls else answer, payload, calls))
-        for c in body["choices"][0]["message"].get("tool_calls") or ():
-            c["id"] = f"call_{n}"
-        return 200, json.dumps(body).encode(), 0.0
-
-    return respond
+    """The shared scripted model (tests/fake_openai.py), with this file's answer."""
+    return fake.reads_then_recalls(n_reads, recall_args, answer)
 
 
 def _first_call_id(payload: dict[str, Any]) -> dict[str, Any]:
