@@ -270,7 +270,7 @@ def _fit(
             # window needs.
             got = 0
             older = set(clear_candidates(view, pol, False))
-            order, keep = clear_order(view, pol, scoring, True)
+            order, keep = clear_order(view, pol, scoring)
             goal = max(need, pol.clear_at_least)
             for k in order:
                 if got >= (goal if k in older and k not in keep else need):

@@ -184,14 +184,10 @@ def answer_recall(conversation: Conversation, arguments: Any, embedder: Any = No
         for s in ranked:
             it = conversation._items[conversation._index[s.key]]
             spans = retention.best_spans(rel, it, s, room)
-            where = f"lines {retention._ranges(spans)} of {retention._lines(it)}"
+            where = retention.lines_of(it, spans)
             parts.append(_header(conversation, it, where) + retention.spans_text(it, spans))
         return "\n\n".join(parts)
 
 
 def _header(conv: Conversation, it: Any, where: str) -> str:
-    args = retention._call_args(conv, it)
-    return (
-        f"[recalled: {where} of the result of tool {it.tool_name or 'unknown'} "
-        f"(call {it.call_id or 'unknown'}{', arguments ' + args if args else ''})]\n"
-    )
+    return f"[recalled: {retention.describe(conv, it, where)}]\n"

@@ -169,24 +169,36 @@ def excerpt_text(conv: Conversation, it: ConversationItem, spans: Sequence[Seque
     kept = sum(s[3] for s in spans)
     return (
         f"[excerpt of a tool result, cut to save context: tool {it.tool_name or 'unknown'}, "
-        f"call {it.call_id or 'unknown'}; lines {_ranges(spans)} of {_lines(it)} kept as "
+        f"call {it.call_id or 'unknown'}; {lines_of(it, spans)} kept as "
         f"relevant, {len(it.content) - kept} of {len(it.content)} characters cut; "
         f'recall(call_id="{it.call_id or ""}") brings back the whole result]\n'
         + spans_text(it, spans)
     )
 
 
+def lines_of(it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
+    """``"lines 3-9, 40 of 120"``: where ``spans`` lie in ``it``'s content."""
+    return f"lines {_ranges(spans)} of {_lines(it)}"
+
+
+def describe(conv: Conversation, it: ConversationItem, where: str) -> str:
+    """``where`` of a result, named by its tool, call id and arguments: what a
+    recall (at the tail, or the ``recall`` tool's answer) says it brings back."""
+    args = _call_args(conv, it)
+    return (
+        f"{where} of the result of tool {it.tool_name or 'unknown'} "
+        f"(call {it.call_id or 'unknown'}{', arguments ' + args if args else ''})"
+    )
+
+
 def recall_text(conv: Conversation, it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
     """What a recall appends at the tail: the tool, call id and arguments of a
     result an earlier compile cleared, and the result (or its relevant lines)."""
-    args = _call_args(conv, it)
-    where = f"lines {_ranges(spans)} of {_lines(it)}" if spans else "the whole result"
+    where = lines_of(it, spans) if spans else "the whole result"
     body = spans_text(it, spans) if spans else it.content
     return (
-        f"[recalled for the current step: {where} of the result of tool "
-        f"{it.tool_name or 'unknown'} (call {it.call_id or 'unknown'}"
-        f"{', arguments ' + args if args else ''}), which was cleared earlier to save "
-        "context]\n" + body
+        f"[recalled for the current step: {describe(conv, it, where)}, which was cleared "
+        "earlier to save context]\n" + body
     )
 
 

@@ -130,13 +130,14 @@ def clear_candidates(view: _View, pol: ContextPolicy, forced: bool) -> list[int]
 
 
 def clear_order(
-    view: _View, pol: ContextPolicy, scoring: Scoring | None, forced: bool
+    view: _View, pol: ContextPolicy, scoring: Scoring | None
 ) -> tuple[list[int], set[int]]:
-    """The results in the order the clear step takes them, and those it keeps
-    unless the window forces it (the most relevant). By age when relevance is
-    off; else the older results least relevant first (ties: oldest first), then
-    the kept relevant ones, then (forced) the recency floor and errors."""
-    base = clear_candidates(view, pol, forced)
+    """The results in the order a clear the window forces takes them, and those
+    it keeps until last (the most relevant to the question). By age when
+    relevance is off; else the older results least relevant to the step first
+    (ties: oldest first), then the recency floor and errors the same way, then
+    the kept ones."""
+    base = clear_candidates(view, pol, True)
     if scoring is None:
         return base, set()
     older = clear_candidates(view, pol, False)
@@ -156,8 +157,6 @@ def clear_order(
     }
     old = set(older)
     kept = sorted(keep, key=lambda k: (task_score(k), k))
-    if not forced:  # every older result but the kept goes: the order is moot
-        return [k for k in older if k not in keep] + kept, keep
     sc = scoring.scores()
 
     def score(k: int) -> float:

@@ -95,7 +95,6 @@ class PassageIndex:
         "_keys",
         "_lex",
         "_mat",
-        "_owner",
         "_passages",
         "_query",
         "lexical_weight",
@@ -106,7 +105,6 @@ class PassageIndex:
         self._lex = LexicalIndex()
         self._passages: list[Passage] = []
         self._keys: dict[str, tuple[int, int]] = {}  # key -> (first passage, count)
-        self._owner: list[str] = []
         self._mat: Any = None  # float32 (capacity, dim): passages' unit vectors
         self._has: Any = None  # bool (capacity,): which rows hold a vector
         self._dim = 0
@@ -126,7 +124,6 @@ class PassageIndex:
         first = len(self._passages)
         self._lex.add([p.text for p in ps])
         self._passages.extend(ps)
-        self._owner.extend([key] * len(ps))
         self._keys[key] = (first, len(ps))
 
     def passages(self, key: str) -> list[Passage]:
