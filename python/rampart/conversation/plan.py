@@ -16,7 +16,6 @@ import math
 import time as _time
 from typing import TYPE_CHECKING, Any
 
-from rampart.conversation import retention
 from rampart.conversation.items import ConversationItem, RewriteNote
 from rampart.conversation.policy import ContextPolicy
 from rampart.conversation.result import ContextResult
@@ -112,12 +111,7 @@ def compile_conversation(
         budget = None
         scoring = None
         if pol.relevance:
-            scoring = Scoring(
-                conv,
-                retention.step_query(view, task_text),
-                embedder,
-                retention.step_query(view, task_text, calls=False),
-            )
+            scoring = Scoring(conv, view, task_text, embedder)
         # The steps are planned on a copy of the state (made only when a step
         # runs) and recorded in the conversation once they all succeeded: a
         # compile that overflows after a clear leaves the conversation as it was.

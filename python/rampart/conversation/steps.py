@@ -53,15 +53,44 @@ class Scoring:
     stable across the steps of one question, so what is kept at one step is not
     cleared at the next — that would rewrite the cached body from far back)."""
 
-    __slots__ = ("_scores", "_task_scores", "conv", "embedder", "query", "task_query")
+    __slots__ = (
+        "_query",
+        "_scores",
+        "_task_query",
+        "_task_scores",
+        "_task_text",
+        "_view",
+        "conv",
+        "embedder",
+    )
 
-    def __init__(self, conv: Conversation, query: str, embedder: Any, task_query: str) -> None:
+    def __init__(
+        self, conv: Conversation, view: _View, task_text: str | None, embedder: Any
+    ) -> None:
         self.conv = conv
-        self.query = query
-        self.task_query = task_query
         self.embedder = embedder
+        # The queries are read from the compile's first view (its lists only grow;
+        # a recall grows a twin's), on first use: most compiles never score.
+        self._view = view
+        self._task_text = task_text
+        self._query: str | None = None
+        self._task_query: str | None = None
         self._scores: dict[str, ItemScore] | None = None
         self._task_scores: dict[str, ItemScore] | None = None
+
+    @property
+    def query(self) -> str:
+        """The step's query: the question and the latest assistant message's calls."""
+        if self._query is None:
+            self._query = retention.step_query(self._view, self._task_text)
+        return self._query
+
+    @property
+    def task_query(self) -> str:
+        """The question alone (or the compile's ``task_text``)."""
+        if self._task_query is None:
+            self._task_query = retention.step_query(self._view, self._task_text, calls=False)
+        return self._task_query
 
     def _score(self, query: str) -> dict[str, ItemScore]:
         conv = self.conv
