@@ -16,17 +16,66 @@ from tests.conftest import SKILLS, needs_model
 PROPS = settings(max_examples=300, deadline=None, database=None)
 
 # Text that exercises the rule: camelCase, snake_case, digits, stop words,
-# endings that stem, non-ASCII letters whose lower case is ASCII (KELVIN SIGN).
+# endings that stem, non-ASCII letters whose lower case is ASCII (KELVIN SIGN),
+# and every kind of script: bigram scripts (Han, kana, Hangul, Thai) beside
+# spaced ones (Cyrillic, Arabic, Devanagari with its marks), digits of other
+# scripts, a lone combining mark, full-width letters.
 ALPHABET = st.sampled_from(
-    list("aAbBzZ09_ -\n.") + ["ing", "ches", "ss", "ed", "the", "K", "İ", "é", "Σ", "字", "\ud7ff"]
+    list("aAbBzZ09_ -\n.")
+    + ["ing", "ches", "ss", "ed", "the", "K", "İ", "é", "Σ", "ß", "字", "\ud7ff"]
+    + ["超时", "時間", "です", "カタカナ", "서버", "ภาษา", "Ключ", "مفتاح", "हिन्दी", "٣", "\u0301"]
+    + ["Ｒｅｄｉｓ", "ｶﾀ", "、", "。", "\u3000", "𠀋", "ǅ"]
 )
-TEXT = st.lists(ALPHABET, max_size=40).map("".join) | st.text(max_size=60)
+# every assigned character but lone surrogates (which the wrappers repair or refuse)
+ANY_CHAR = st.characters(blacklist_categories=("Cs", "Cn"))
+TEXT = (
+    st.lists(ALPHABET, max_size=40).map("".join)
+    | st.text(max_size=60)
+    | st.text(ANY_CHAR, max_size=60)
+)
+
+
+def test_the_python_model_reads_the_same_unicode_version() -> None:
+    import unicodedata
+
+    import rampart._core as core
+
+    # the Rust table was generated from this version (scripts/gen_unicode_tables.py);
+    # on another, newly assigned characters could differ between the two
+    assert core.TERMS_UNICODE_VERSION == unicodedata.unidata_version
 
 
 @PROPS
 @given(TEXT)
 def test_rust_terms_match_the_python_model(text: str) -> None:
     assert terms(text) == py_terms(text)
+
+
+def test_every_script_is_text() -> None:
+    assert terms("使用Redis缓存的超时时间") == [
+        "使用", "redi", "缓存", "存的", "的超", "超时", "时时", "时间"
+    ]  # fmt: skip
+    assert terms("猫") == ["猫"]
+    assert terms("Ключ доступа مفتاح الوصول हिन्दी") == [
+        "ключ", "доступа", "مفتاح", "الوصول", "हिन्दी"
+    ]  # fmt: skip
+    assert terms("naïve café") == ["naïve", "café"]
+    assert terms("タイムアウトは30秒です") == [
+        "タイ", "イム", "ムア", "アウ", "ウト", "トは", "30", "秒で", "です"
+    ]  # fmt: skip
+
+
+def test_a_chinese_question_finds_the_chinese_passage() -> None:
+    ix = LexicalIndex()
+    ix.add(
+        [
+            "The build runs on two cores and caches the wheel.",
+            "数据库连接池的最大连接数默认为 20，超时时间为 30 秒。",
+            "日志文件保存在 /var/log 目录下，每天轮换一次。",
+        ]
+    )
+    s = ix.scores("连接池的超时时间是多少？")
+    assert s[1] > 0 and s[1] > s[2] and s[0] == 0
 
 
 @PROPS

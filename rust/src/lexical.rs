@@ -9,11 +9,21 @@
 //! postings of its terms, however long the history.
 //!
 //! The term rule is the contract shared with the pure-Python model in
-//! `rampart.relevance.lexical` (property tests compare the two): `camelCase` and
-//! `snake_case` split, lower-cased, ASCII letter/digit runs, a fixed stop list,
-//! plural and tense endings stemmed.
+//! `rampart.relevance.lexical` (property tests compare the two). Every script
+//! is text:
+//! - a word is a run of letters, marks and digits of any script (Unicode
+//!   general categories L*, M*, N*; `unicode_tables.rs`), lower-cased one
+//!   character at a time; `camelCase` and `snake_case` split (ASCII);
+//! - scripts written without spaces between words (Han, Hiragana, Katakana,
+//!   Hangul, Thai, Lao, Khmer, Myanmar) give character bigrams of each run (a
+//!   run of one character gives that character), as CJK bigram indexing does:
+//!   no segmenter's dictionary to ship, and a question and a passage in the
+//!   same language share bigrams wherever they share words;
+//! - a fixed English stop list; plural and tense endings stemmed on ASCII words.
 
 use std::collections::HashMap;
+
+use crate::unicode_tables::WORD_RANGES;
 
 /// Words that say nothing about which text is meant (requests are full of them).
 const STOP: &[&str] = &[
@@ -47,44 +57,111 @@ fn stem(w: &str) -> &str {
     w
 }
 
+/// Whether a non-ASCII character belongs to a script written without spaces
+/// between words (its runs are indexed as character bigrams).
+pub fn is_bigram_script(c: char) -> bool {
+    matches!(c as u32,
+        0x0E00..=0x0EFF        // Thai, Lao
+        | 0x1000..=0x109F      // Myanmar
+        | 0x1100..=0x11FF      // Hangul Jamo
+        | 0x1780..=0x17FF      // Khmer
+        | 0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3130..=0x318F      // Hangul compatibility Jamo
+        | 0x31F0..=0x31FF      // Katakana phonetic extensions
+        | 0x3400..=0x4DBF      // CJK extension A
+        | 0x4E00..=0x9FFF      // CJK unified ideographs
+        | 0xA960..=0xA97F      // Hangul Jamo extended A
+        | 0xAC00..=0xD7FF      // Hangul syllables, Jamo extended B
+        | 0xF900..=0xFAFF      // CJK compatibility ideographs
+        | 0xFF66..=0xFF9F      // half-width Katakana
+        | 0x20000..=0x3134F) // CJK extensions B..G
+        && is_word_char(c)
+}
+
+/// Whether a non-ASCII character is a letter, mark or digit (general category
+/// L*, M* or N*).
+pub fn is_word_char(c: char) -> bool {
+    let cp = c as u32;
+    WORD_RANGES
+        .binary_search_by(|&(lo, hi)| {
+            if hi < cp {
+                std::cmp::Ordering::Less
+            } else if lo > cp {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
+}
+
 /// Calls `f` with each term of `text`, in order.
 pub fn for_each_term(text: &str, mut f: impl FnMut(&str)) {
     let mut word = String::new();
+    // the current run of a bigram script, and a buffer for one bigram
+    let mut run: Vec<char> = Vec::new();
+    let mut pair = String::new();
     let mut prev_lower_or_digit = false;
-    let mut flush = |word: &mut String| {
+    let mut flush = |word: &mut String, run: &mut Vec<char>, f: &mut dyn FnMut(&str)| {
         if !word.is_empty() {
             if !is_stop(word) {
-                f(stem(word));
+                f(if word.is_ascii() {
+                    stem(word)
+                } else {
+                    word.as_str()
+                });
             }
             word.clear();
         }
+        if run.len() == 1 {
+            pair.clear();
+            pair.push(run[0]);
+            f(&pair);
+        } else {
+            for w in run.windows(2) {
+                pair.clear();
+                pair.push(w[0]);
+                pair.push(w[1]);
+                f(&pair);
+            }
+        }
+        run.clear();
     };
     for c in text.chars() {
-        // camelCase: a break before an upper-case ASCII letter that follows a
-        // lower-case letter or digit (decided on the original text).
-        if c.is_ascii_uppercase() && prev_lower_or_digit {
-            flush(&mut word);
-        }
-        prev_lower_or_digit = c.is_ascii_lowercase() || c.is_ascii_digit();
         if c.is_ascii() {
-            let l = c.to_ascii_lowercase();
-            if l.is_ascii_alphanumeric() {
-                word.push(l);
-            } else {
-                flush(&mut word);
+            // camelCase: a break before an upper-case ASCII letter that follows a
+            // lower-case letter or digit (decided on the original text).
+            if c.is_ascii_uppercase() && prev_lower_or_digit {
+                flush(&mut word, &mut run, &mut f);
             }
-        } else {
-            // Unicode lower-casing may yield ASCII letters (KELVIN SIGN -> 'k').
-            for l in c.to_lowercase() {
-                if l.is_ascii_alphanumeric() {
-                    word.push(l);
-                } else {
-                    flush(&mut word);
+            prev_lower_or_digit = c.is_ascii_lowercase() || c.is_ascii_digit();
+            if c.is_ascii_alphanumeric() {
+                if !run.is_empty() {
+                    flush(&mut word, &mut run, &mut f);
                 }
+                word.push(c.to_ascii_lowercase());
+            } else {
+                flush(&mut word, &mut run, &mut f);
             }
+            continue;
+        }
+        prev_lower_or_digit = false;
+        if is_bigram_script(c) {
+            if !word.is_empty() {
+                flush(&mut word, &mut run, &mut f);
+            }
+            run.push(c);
+        } else if is_word_char(c) {
+            if !run.is_empty() {
+                flush(&mut word, &mut run, &mut f);
+            }
+            // one character at a time (no context: the model does the same)
+            word.extend(c.to_lowercase());
+        } else {
+            flush(&mut word, &mut run, &mut f);
         }
     }
-    flush(&mut word);
+    flush(&mut word, &mut run, &mut f);
 }
 
 /// The terms of `text` (see the module's rule).
@@ -194,8 +271,11 @@ mod tests {
         assert_eq!(terms("HTTPServer v2Beta"), ["httpserver", "v2", "beta"]);
         assert_eq!(
             terms("naïve café \u{212A}elvin"),
-            ["na", "ve", "caf", "kelvin"]
+            ["naïve", "café", "kelvin"]
         );
+        assert_eq!(terms("使用Redis缓存"), ["使用", "redi", "缓存"]);
+        assert_eq!(terms("超时时间"), ["超时", "时时", "时间"]);
+        assert_eq!(terms("猫 Ключ مفتاح"), ["猫", "ключ", "مفتاح"]);
         assert!(terms("").is_empty());
     }
 

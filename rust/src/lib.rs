@@ -14,6 +14,7 @@ pub mod lexical;
 pub mod persist;
 pub mod registry;
 pub mod tokens;
+pub mod unicode_tables;
 
 #[cfg(feature = "python")]
 mod py;

@@ -11,8 +11,10 @@ keeps its own memo of terms.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +34,25 @@ STOP = frozenset(
 _TOKEN = re.compile(r"[a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
+#: Scripts written without spaces between words (their runs are indexed as
+#: character bigrams): the ranges of rust/src/lexical.rs's is_bigram_script.
+BIGRAM_RANGES = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x1780, 0x17FF),  # Khmer
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3130, 0x318F),  # Hangul compatibility Jamo
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA960, 0xA97F),  # Hangul Jamo extended A
+    (0xAC00, 0xD7FF),  # Hangul syllables, Jamo extended B
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0x20000, 0x3134F),  # CJK extensions B..G
+)
+
 
 def _stem(word: str) -> str:
     # Plural and tense endings only: enough for "files"/"file", "branches"/"branch",
@@ -44,10 +65,64 @@ def _stem(word: str) -> str:
     return word
 
 
+def _word_char(c: str) -> bool:
+    return unicodedata.category(c)[0] in "LMN"
+
+
+def _bigram_script(c: str) -> bool:
+    cp = ord(c)
+    return any(lo <= cp <= hi for lo, hi in BIGRAM_RANGES) and _word_char(c)
+
+
 def py_terms(text: str) -> list[str]:
-    """:func:`terms` in pure Python (the model of the Rust rule)."""
-    text = _CAMEL.sub(" ", text).replace("_", " ")
-    return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in STOP]
+    """:func:`terms` in pure Python: the model the Rust rule is checked against.
+    A word is a run of letters, marks and digits of any script, lower-cased a
+    character at a time; scripts without spaces give character bigrams."""
+    if text.isascii():  # the common case, by regular expressions (same rule)
+        text = _CAMEL.sub(" ", text).replace("_", " ")
+        return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in STOP]
+    out: list[str] = []
+    word: list[str] = []
+    run: list[str] = []
+    prev = False  # the previous character was an ASCII lower-case letter or digit
+
+    def flush() -> None:
+        if word:
+            w = "".join(word)
+            if w not in STOP:
+                out.append(_stem(w) if w.isascii() else w)
+            word.clear()
+        if len(run) == 1:
+            out.append(run[0])
+        else:
+            out.extend(a + b for a, b in itertools.pairwise(run))
+        run.clear()
+
+    for c in text:
+        if c.isascii():
+            if prev and "A" <= c <= "Z":
+                flush()
+            prev = "a" <= c <= "z" or "0" <= c <= "9"
+            if c.isalnum():
+                if run:
+                    flush()
+                word.append(c.lower())
+            else:
+                flush()
+            continue
+        prev = False
+        if _bigram_script(c):
+            if word:
+                flush()
+            run.append(c)
+        elif _word_char(c):
+            if run:
+                flush()
+            word.append(c.lower())
+        else:
+            flush()
+    flush()
+    return out
 
 
 def terms(text: str) -> list[str]:

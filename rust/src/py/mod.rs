@@ -260,6 +260,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<journal::PyPendingEntry>()?;
     m.add_class::<lexical::PyBm25Index>()?;
     m.add_function(wrap_pyfunction!(lexical::terms, m)?)?;
+    // the Unicode version of the term rule's letter table (the Python model's
+    // unicodedata must match it for the property tests to compare exactly)
+    m.add(
+        "TERMS_UNICODE_VERSION",
+        crate::unicode_tables::UNICODE_VERSION,
+    )?;
     m.add_function(wrap_pyfunction!(snapshot::decode_registry, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::decode_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(label_of, m)?)?;
