@@ -152,7 +152,6 @@ def test_passage_index_hybrid_finds_a_paraphrase() -> None:
     assert best.key == "slack-gif-creator" and best.dense is not None
     # vectors are kept: a second query embeds only itself
     calls = []
-    real = model.encode_batch_report
 
     class Counting:
         def __getattr__(self, name: str) -> object:
@@ -160,7 +159,11 @@ def test_passage_index_hybrid_finds_a_paraphrase() -> None:
 
         def encode_batch_report(self, texts: list[str]) -> object:
             calls.append(len(texts))
-            return real(texts)
+            return model.encode_batch_report(texts)
+
+        def encode_with_tokens(self, texts: list[str], skip: frozenset[str]) -> object:
+            calls.append(len(texts))
+            return model.encode_with_tokens(texts, skip)
 
     ix.score("brand colours of the company", list(docs), Counting())
     assert calls == [1]

@@ -4,6 +4,8 @@ The graph maps ``input_ids``/``attention_mask`` (int64 ``[batch, seq]``) to
 ``sentence_embedding`` (float32 ``[batch, hidden]``): BERT encoder, masked mean (or
 CLS) pooling and L2 normalisation, the way sentence-transformers computes it. Pooling
 and normalisation live inside the graph so one ``session.run`` returns final vectors.
+A second output, ``token_embeddings`` (``[batch, seq, hidden]``), is the last
+layer's token vectors, for late interaction.
 
 Nothing here needs torch or the ``safetensors`` package: the safetensors layout is
 an 8-byte little-endian header length, a JSON header (dtype, shape, byte offsets per
@@ -69,7 +71,7 @@ __all__ = [
 
 # Bump whenever the produced graph changes: it is part of the cache key, so an
 # upgraded rampart never runs a stale cached graph.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2  # 2: the token vectors are a second output (late interaction)
 OPSET = 20  # opset 20 brings the native Gelu op (exact erf and tanh forms)
 
 _DTYPES: dict[str, Any] = {
@@ -502,7 +504,14 @@ def build_graph(
         for n in ("input_ids", "attention_mask")
     ]
     output = helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", h])
-    graph = helper.make_graph(g.nodes, "sentence_encoder", inputs, [output], g.inits)
+    # The last layer's token vectors as a second output: the relevance scorer's
+    # late-interaction stage reads them (a run that does not ask for them pays
+    # nothing: onnxruntime computes them anyway, for the pooling).
+    g.nodes.append(helper.make_node("Identity", [x], ["token_embeddings"], name="Tokens_out"))
+    tokens = helper.make_tensor_value_info(
+        "token_embeddings", TensorProto.FLOAT, ["batch", "sequence", h]
+    )
+    graph = helper.make_graph(g.nodes, "sentence_encoder", inputs, [output, tokens], g.inits)
     opsets = [helper.make_opsetid("", OPSET)]
     if contrib_ops:
         opsets.append(helper.make_opsetid(ms, 1))

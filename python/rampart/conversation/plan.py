@@ -16,6 +16,7 @@ import math
 import time as _time
 from typing import TYPE_CHECKING, Any
 
+from rampart.conversation import retention
 from rampart.conversation.items import ConversationItem, RewriteNote
 from rampart.conversation.policy import ContextPolicy
 from rampart.conversation.result import ContextResult
@@ -112,6 +113,9 @@ def compile_conversation(
         scoring = None
         if pol.relevance:
             scoring = Scoring(conv, view, task_text, embedder)
+            # new results are indexed now and embedded while the model is called
+            # (the question's compile finds their vectors made)
+            retention.relevance_of(conv).prepare(conv, embedder)
         # The steps are planned on a copy of the state (made only when a step
         # runs) and recorded in the conversation once they all succeeded: a
         # compile that overflows after a clear leaves the conversation as it was.

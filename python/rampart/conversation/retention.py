@@ -109,12 +109,29 @@ class Relevance:
         self.index = PassageIndex()
         self.indexed = 0  # items[:indexed] were looked at
 
-    def catch_up(self, items: Sequence[ConversationItem]) -> None:
-        """Index the tool results appended since the last call (each once)."""
+    def catch_up(self, conv: Conversation) -> None:
+        """Index the tool results appended since the last call (each once), each
+        passage in its context: the tool's name and the call's arguments."""
+        items = conv._items
         for it in items[self.indexed :]:
             if it.kind == "tool_result" and it.native is None:
-                self.index.add(it.id, it.content)
+                context = f"{it.tool_name or ''} {_call_args(conv, it)}".strip()
+                self.index.add(it.id, it.content, context)
         self.indexed = len(items)
+
+    def prepare(self, conv: Conversation, embedder: Any) -> None:
+        """Index what arrived and have it embedded off the question's path: by
+        the background thread (rampart.relevance.background), or here when that
+        is turned off. O(1) when nothing arrived."""
+        if self.indexed == len(conv._items) and not self.index.pending():
+            return
+        self.catch_up(conv)
+        if embedder is None or not self.index.pending():
+            return
+        from rampart.relevance import background
+
+        if not background.schedule(self.index, embedder):
+            self.index.embed_pending(embedder)
 
     def scores(
         self,
@@ -124,7 +141,7 @@ class Relevance:
         embedder: Any = None,
     ) -> dict[str, ItemScore]:
         """The results ``ids`` scored against ``query`` (none for an empty query)."""
-        self.catch_up(conv._items)
+        self.catch_up(conv)
         if not query.strip():
             return {}
         return self.index.score(query, ids, embedder)

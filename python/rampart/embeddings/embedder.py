@@ -215,6 +215,7 @@ class OnnxEmbedder:
         probe = tok.encode("a").special_tokens_mask
         lead = next((i for i, m in enumerate(probe) if not m), len(probe))
         self._trail = next((i for i, m in enumerate(reversed(probe)) if not m), 0)
+        self._lead = lead
         if lead + self._trail >= limit:
             raise InvalidArgumentError(f"max_length {limit} leaves no room for text")
 
@@ -224,6 +225,10 @@ class OnnxEmbedder:
         self._output = "sentence_embedding" if "sentence_embedding" in names else names[0]
         shape = next(o.shape for o in out if o.name == self._output)
         self._external = src.onnx_path is not None
+        # rampart's own graphs also output the token vectors (late interaction)
+        self._tokens_output = (
+            "token_embeddings" if "token_embeddings" in names and not self._external else None
+        )
         self._token_output = len(shape) == 3
         if len(shape) not in (2, 3):
             raise ModelError(f"{where}: output {self._output} has rank {len(shape)}")
@@ -324,6 +329,11 @@ class OnnxEmbedder:
         return self._session, None if self._threads == 1 else self._pool_lock
 
     def _run(self, batch: list[list[int]]) -> np.ndarray:
+        return self._run_outputs(batch, False)[0]
+
+    def _run_outputs(self, batch: list[list[int]], tokens: bool) -> tuple[np.ndarray, Any]:
+        """One model pass: the sentence vectors, and the token vectors
+        ``[batch, seq, dim]`` when ``tokens`` (None otherwise)."""
         lens = np.fromiter((len(x) for x in batch), dtype=np.int64, count=len(batch))
         width = int(lens.max())
         ids = np.zeros((len(batch), width), dtype=np.int64)
@@ -337,25 +347,92 @@ class OnnxEmbedder:
         with self._state_lock:
             alone = self._in_flight == 0
             self._in_flight += 1
+        names = [self._output]
+        if tokens and self._tokens_output is not None:
+            names.append(self._tokens_output)
         try:
             session, lock = self._session_for(alone)
             if lock is None:
-                raw = session.run([self._output], feed)[0]
+                outs = session.run(names, feed)
             else:  # two runs on one pool would split the same cores between them
                 with lock:
-                    raw = session.run([self._output], feed)[0]
+                    outs = session.run(names, feed)
         finally:
             with self._state_lock:
                 self._in_flight -= 1
+        raw = outs[0]
+        tok = outs[1] if len(outs) > 1 else None
         out: np.ndarray = np.asarray(raw, np.float32)
         if not self._external:
-            return out  # rampart's graph pools and normalises itself
+            return out, tok  # rampart's graph pools and normalises itself
         if self._token_output:
             m = mask[:, :, None].astype(np.float32)
             out = (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         norm = np.linalg.norm(out, axis=1, keepdims=True)
         unit: np.ndarray = (out / np.maximum(norm, 1e-12)).astype(np.float32, copy=False)
-        return unit
+        return unit, None
+
+    @property
+    def token_vectors(self) -> bool:
+        """Whether :meth:`encode_with_tokens` returns token vectors (rampart's own
+        graphs; an external ONNX export gives sentence vectors only)."""
+        return self._tokens_output is not None
+
+    def _skip_ids(self, skip: frozenset[str]) -> frozenset[int]:
+        """The ids of the vocabulary's word pieces in ``skip`` (lower-cased, a
+        continuation's ``##`` removed), worked out once per set."""
+        memo = self.__dict__.setdefault("_skip_memo", {})
+        ids = memo.get(skip)
+        if ids is None:
+            vocab = self._tok.get_vocab()
+            ids = frozenset(
+                i for piece, i in vocab.items() if piece.lower().removeprefix("##") in skip
+            )
+            memo[skip] = ids
+        out: frozenset[int] = ids
+        return out
+
+    def encode_with_tokens(
+        self, texts: Iterable[str], skip: frozenset[str] = frozenset()
+    ) -> tuple[np.ndarray, list[Any]]:
+        """``(vectors (n, dim) float32, tokens)``: the sentence vectors of
+        :meth:`encode_batch` (never cached: new tool output is never in the vector
+        cache) and, per text, its distinct content tokens' unit vectors (float16
+        ``(k, dim)``: one row per distinct token id, special tokens and the word
+        pieces in ``skip`` left out), or None per text where the graph has no
+        token output or no token is left. For late interaction
+        (rampart.relevance): one pass computes both."""
+        items = _check_texts(texts)
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        toks: list[Any] = [None] * len(items)
+        if not items:
+            return out, toks
+        self._check_fork()
+        ids = [self._truncate(x) for x in self._ids(items)]
+        lengths = [len(x) for x in ids]
+        plan = plan_batches(lengths, max_batch=self._max_batch, max_tokens=self._max_tokens)
+        dropped = self._skip_ids(skip) if skip else frozenset()
+        for batch in plan:
+            rows = [ids[j] for j in batch]
+            vecs, tok = self._run_outputs(rows, True)
+            out[batch] = vecs
+            if tok is None:
+                continue
+            tok = np.asarray(tok, np.float32)
+            for r, j in enumerate(batch):
+                x = rows[r]
+                # distinct token ids between the special tokens: a repeated token
+                # adds nothing to a max over the passage's tokens but memory
+                seen: dict[int, int] = {}
+                for pos in range(self._lead, len(x) - self._trail):
+                    if x[pos] not in dropped:
+                        seen.setdefault(x[pos], pos)
+                if not seen:
+                    continue
+                t = tok[r, list(seen.values())]
+                t /= np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+                toks[j] = t.astype(np.float16)
+        return out, toks
 
     def encode(self, text: str) -> np.ndarray:
         """One text → float32 vector ``(dim,)``, unit length."""

@@ -10,9 +10,19 @@ scored (docs/limits.md).
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 
-__all__ = ["MAX_PASSAGES", "PASSAGE_CHARS", "PASSAGE_LINES", "Passage", "split_passages"]
+__all__ = [
+    "MAX_PASSAGES",
+    "PASSAGE_CHARS",
+    "PASSAGE_LINES",
+    "Passage",
+    "heading_before",
+    "headings",
+    "split_passages",
+]
 
 #: A passage holds at most this many characters ...
 PASSAGE_CHARS = 700
@@ -92,3 +102,39 @@ def split_passages(
     if len(out) < max_passages:
         flush(line_no)
     return out
+
+
+# A line that names what follows it: a Markdown heading, or a definition in the
+# common languages (what a reader of a passage in the middle of a file needs to
+# know where it is). One line, at most 160 characters of it kept.
+_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]+\S|(?:export[ \t]+|pub(?:\([a-z]+\))?[ \t]+|async[ \t]+)*"
+    r"(?:def|class|fn|func|function|struct|enum|trait|impl|interface|module|type)[ \t]+[A-Za-z_])"
+    r"[^\n]{0,400}",
+    re.MULTILINE,
+)
+_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)", re.MULTILINE)
+#: How far back (characters) the nearest heading of a passage is looked for.
+HEADING_REACH = 20_000
+
+
+def headings(text: str, end: int) -> list[tuple[int, str]]:
+    """Every heading or definition line starting before ``end``, as (offset,
+    line stripped and cut to 160 characters), in order: one pass for all the
+    passages of a text (:func:`heading_before` answers one)."""
+    fences = [m.start() for m in _FENCE.finditer(text, 0, end)]
+    out = []
+    for m in _HEADING.finditer(text, 0, end):
+        # a "# comment" inside a fenced code block is not a heading of the page
+        if bisect.bisect_left(fences, m.start()) % 2:
+            continue
+        out.append((m.start(), m.group(0).strip()[:160]))
+    return out
+
+
+def heading_before(text: str, offset: int) -> str:
+    """The nearest heading or definition line that starts before ``offset`` (and
+    within :data:`HEADING_REACH` of it) in ``text``, stripped and cut to 160
+    characters; ``""`` when none."""
+    found = [h for at, h in headings(text, offset) if offset - at <= HEADING_REACH]
+    return found[-1] if found else ""
