@@ -687,7 +687,7 @@ def test_cls_pooling_config(emb: E.OnnxEmbedder, tmp_path: Path) -> None:
 
 
 def test_read_safetensors_dtypes(tmp_path: Path) -> None:
-    from rampart._bert_onnx import _Weights, read_safetensors
+    from rampart.embeddings.bert_onnx import _Weights, read_safetensors
 
     f32 = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     f16 = np.array([1.5, -2.25], dtype=np.float16)

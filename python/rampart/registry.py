@@ -12,7 +12,6 @@ import rampart._core as _core
 import rampart.gates as gates
 import rampart.persistence as persistence
 import rampart.telemetry as _telemetry
-from rampart._embedding import EmbeddingModel, encode_texts, resolve_model
 from rampart._labels import claim_label, label_of, release_label
 from rampart._labels import get_by_label as _get_by_label
 from rampart._ops import (
@@ -21,6 +20,7 @@ from rampart._ops import (
 )
 from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
+from rampart.embeddings.base import EmbeddingModel, encode_texts, resolve_model
 from rampart.errors import InvalidArgumentError, RampartError
 from rampart.gates.policy import GatePolicy
 from rampart.persistence import Persistence

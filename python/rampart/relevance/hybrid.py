@@ -186,7 +186,7 @@ class PassageIndex:
         the query are embedded first when new."""
         import numpy as np
 
-        from rampart._embedding import encode_texts
+        from rampart.embeddings.base import encode_texts
 
         parts = []
         for _, first, n in spans:
@@ -242,7 +242,7 @@ class PassageIndex:
     def _query_vector(self, query: str, embedder: Any) -> Any:
         import numpy as np
 
-        from rampart._embedding import encode_texts
+        from rampart.embeddings.base import encode_texts
 
         cached = self._query
         if cached is not None and cached[0] == id(embedder) and cached[1] == query:

@@ -21,8 +21,8 @@ import asyncio
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
+from rampart.embeddings.base import encode_texts
 
 if TYPE_CHECKING:
     from rampart._view import RegistryView
@@ -119,7 +119,7 @@ def _embed_lock(reg: RegistryView) -> asyncio.Lock:
 
 
 async def aencode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
-    """:func:`rampart._embedding.encode_texts` for coroutines."""
+    """:func:`rampart.embeddings.base.encode_texts` for coroutines."""
     report = getattr(model, "aencode_batch_report", None)
     if report is not None:
         return encode_texts(_Computed(*await report(texts)), texts)

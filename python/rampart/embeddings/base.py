@@ -1,6 +1,9 @@
 """The registry's embedding plumbing: what an embedding model must offer, how
 "default" resolves, and turning any model's output into the float32 matrix the
-core stores (with the per-text truncation flags)."""
+core stores (with the per-text truncation flags).
+
+Imported by every registry at start-up, so it stays light: numpy only when a model
+returns arrays, the ONNX embedder only when "default" or a model name is asked for."""
 
 from __future__ import annotations
 
@@ -87,6 +90,6 @@ def resolve_model(model: Any) -> Any:
 
 
 def default_model() -> Any:
-    """The shared default embedder if it was created, without creating it."""
-    mod = sys.modules.get("rampart.embeddings")
-    return getattr(mod, "_DEFAULT", None) if mod is not None else None
+    """The shared default embedder if it was created, without creating it (nor
+    importing the embedder module, which needs numpy)."""
+    return getattr(sys.modules.get("rampart.embeddings.embedder"), "_DEFAULT", None)
