@@ -60,6 +60,10 @@ def encode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
 
 
 def resolve_model(model: Any) -> Any:
+    """A registry's ``embedding_model`` argument as a model object: ``"default"`` is
+    the shared default embedder, a packaged model name (``NAME`` or
+    ``NAME:VARIANT``) its embedder, an object with ``encode`` itself, and None None.
+    Anything else is an :class:`~rampart.errors.InvalidArgumentError`."""
     if isinstance(model, str):
         if model == "default":
             from rampart.embeddings import default_embedder
