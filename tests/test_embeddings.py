@@ -1,6 +1,7 @@
-"""OnnxEmbedder (SPEC §3 Embeddings): the packaged all-MiniLM-L6-v2 built into ONNX,
-checked against sentence-transformers' own vectors, plus the graph cache, provider
-choice, user model directories, errors and the ``rampart model`` commands.
+"""OnnxEmbedder (docs/specification.md §3 Embeddings): the packaged all-MiniLM-L6-v2
+built into ONNX, checked against sentence-transformers' own vectors, plus the graph
+cache, provider choice, user model directories, errors and the ``rampart model``
+commands.
 
 The graph is built once per test session into a temporary ``RAMPART_CACHE_DIR``
 (~1 s); tests that exercise the cache itself build into their own directories.

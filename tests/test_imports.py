@@ -1,4 +1,4 @@
-"""``import rampart`` costs nothing it does not use (PEP 562, STYLE.md "Import
+"""``import rampart`` costs nothing it does not use (PEP 562, docs/design.md, House rules, "Import
 costs nothing"): heavy or rarely used dependencies load on first use. Checked in
 a fresh interpreter, by which modules are loaded, not by time."""
 

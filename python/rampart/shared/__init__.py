@@ -1,4 +1,4 @@
-"""Shared registries (SPEC §7; docs/shared.md): one registry's replicas in many
+"""Shared registries (docs/specification.md §7; docs/shared.md): one registry's replicas in many
 processes, coordinated through a journal in a store.
 
 - :mod:`~rampart.shared.replica`: a process's replica (append, apply, fork);

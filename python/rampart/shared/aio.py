@@ -41,7 +41,7 @@ __all__ = [
 
 @runtime_checkable
 class AsyncStore(Protocol):
-    """The calls a coroutine makes on a store (SPEC §7): the sync
+    """The calls a coroutine makes on a store (docs/specification.md §7): the sync
     :class:`~rampart.stores.Store` methods of the same names, awaited on the
     caller's event loop (Redis: redis.asyncio; SQLite: its writer thread).
     PostgreSQL's store has none: :class:`OffLoopStore` serves it."""
