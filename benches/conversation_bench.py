@@ -1,4 +1,4 @@
-"""The whole request (SPEC §9): what compiling a conversation costs, and what the
+"""The whole request (docs/specification.md §9): what compiling a conversation costs, and what the
 policy saves over a long agent run.
 
 (1) Overhead. The same registry (200 corpus blocks, budget 4 096) compiled with

@@ -1,4 +1,5 @@
-"""pytest-benchmark: one shared-registry coordination write (SPEC §3, target <= 2 µs).
+"""pytest-benchmark: one shared-registry coordination write (docs/specification.md §3,
+target <= 2 µs).
 
     python -m pytest benches/test_bench_coordination.py --benchmark-only -p no:cacheprovider -q
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 from rampart import _http
+from rampart.embeddings.openai import OpenAIEmbedder
 from rampart.llm import OpenAIBackend
-from rampart.openai_embedder import OpenAIEmbedder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import fake_openai as fake

@@ -1,4 +1,4 @@
-"""Shared registries (SPEC §7), each against its store's own raw round trip in the
+"""Shared registries (docs/specification.md §7), each against its store's own raw round trip in the
 same run:
 
 - a shared write vs a raw redis-py ``XADD`` + ``XRANGE`` (loopback Redis) and vs a

@@ -1,5 +1,5 @@
 """A planner and an executor in two OS processes, coordinating through shared
-registries (SPEC §7) — one method call, zero coordination tokens, across the
+registries (docs/specification.md §7) — one method call, zero coordination tokens, across the
 process boundary.
 
 The planner (this process) opens its own registry "planner" and the executor's

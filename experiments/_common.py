@@ -1,6 +1,6 @@
 """What the agent experiments share: model options, the backend they pick, seeds.
 
-The experiments live outside the package (STYLE.md, "Experiments outside the
+The experiments live outside the package (docs/design.md, House rules, "Experiments outside the
 package"): run them with ``make agent-demo`` / ``make agent-tools-demo`` or
 ``python experiments/<name>.py --help``; they may read the checkout (tests/data).
 """

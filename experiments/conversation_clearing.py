@@ -1,6 +1,6 @@
 """Does a model still complete its task when rampart clears old tool results?
 
-Issues 24 and 30's probe (SPEC §9, docs/conversation.md, "Task success with and
+Issues 24 and 30's probe (docs/specification.md §9, docs/conversation.md, "Task success with and
 without clearing"). Each task is an agent transcript on real tool output: a user asks
 to see some commits of the repository, the assistant calls ``git_show`` ``--calls``
 times, and every result is what ``mcp-server-git`` really returned for that commit

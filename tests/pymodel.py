@@ -1,4 +1,4 @@
-"""A small pure-Python model of the registry semantics (SPEC §3), built on an
+"""A small pure-Python model of the registry semantics (docs/specification.md §3), built on an
 OrderedDict the straightforward way.
 
 Two uses: the hypothesis state machine drives it beside the Rust core and compares

@@ -321,7 +321,7 @@ def test_openai_sdk_client_sends_the_body_unchanged(every_tool: Any, sdks: Any) 
     assert second["messages"][2] == follow[2]
 
 
-# ---- tool choices and prompt caching (SPEC §8) ------------------------------------------------
+# ---- tool choices and prompt caching (docs/specification.md §8) ----------------------------------
 
 
 def overlap_gate(task: str, blocks: Any) -> list[float]:

@@ -306,7 +306,7 @@ def test_a_query_adapter_that_is_a_fifo_or_a_device_is_a_model_error(tmp_path: P
 
 
 def test_a_model_config_that_is_a_device_is_a_value_error(tmp_path: Path) -> None:
-    from rampart._bert_onnx import BertConfig
+    from rampart.embeddings.bert_onnx import BertConfig
 
     (tmp_path / "config.json").symlink_to("/dev/zero")
     with pytest.raises(ValueError, match=r"config\.json: is not a regular file"):

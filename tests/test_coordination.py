@@ -34,7 +34,8 @@ class World:
         return None if row == "receiver" else getattr(self, row)
 
     def orchestrator_block(self) -> str:
-        # the SPEC's coordination write, with a run id so that rollback has something to try
+        # the specification's coordination write (docs/specification.md §3), with a run id
+        # so that rollback has something to try
         return self.receiver.write_block(
             "plan: fix the parser",
             "plan",

@@ -1,6 +1,7 @@
-"""OnnxEmbedder (SPEC §3 Embeddings): the packaged all-MiniLM-L6-v2 built into ONNX,
-checked against sentence-transformers' own vectors, plus the graph cache, provider
-choice, user model directories, errors and the ``rampart model`` commands.
+"""OnnxEmbedder (docs/specification.md §3 Embeddings): the packaged all-MiniLM-L6-v2
+built into ONNX, checked against sentence-transformers' own vectors, plus the graph
+cache, provider choice, user model directories, errors and the ``rampart model``
+commands.
 
 The graph is built once per test session into a temporary ``RAMPART_CACHE_DIR``
 (~1 s); tests that exercise the cache itself build into their own directories.
@@ -687,7 +688,7 @@ def test_cls_pooling_config(emb: E.OnnxEmbedder, tmp_path: Path) -> None:
 
 
 def test_read_safetensors_dtypes(tmp_path: Path) -> None:
-    from rampart._bert_onnx import _Weights, read_safetensors
+    from rampart.embeddings.bert_onnx import _Weights, read_safetensors
 
     f32 = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     f16 = np.array([1.5, -2.25], dtype=np.float16)

@@ -1,4 +1,4 @@
-"""Redis that fails over (SPEC §7, docs/shared.md "Deploying Redis"): a real
+"""Redis that fails over (docs/specification.md §7, docs/shared.md "Deploying Redis"): a real
 Sentinel set (master + 2 replicas + 3 sentinels) and a real Cluster (3 masters +
 3 replicas), kill -9 of the master under continuous writes from several
 processes. With ``?wait=1`` no acknowledged write is lost after the promotion;

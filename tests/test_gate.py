@@ -172,7 +172,7 @@ def test_gate_semantics_and_report() -> None:
     assert r.included == ["git"]
     reasons = {x.name: x.reason for x in r.report}
     assert reasons == {"git": None, "tests": "budget", "style": "gate", "deploy": "gate"}
-    # A task without a cut does not gate (SPEC: gate only with threshold/top_k).
+    # A task without a cut does not gate (docs/specification.md §3: gate only with threshold/top_k).
     assert reg.compile(task_text=task).included == ["git", "tests", "style", "deploy"]
     assert reg.score_block(reg.get_by_name("git")[0].runtime_id, task) == pytest.approx(
         scores["git"], abs=1e-6

@@ -594,7 +594,7 @@ def test_huge_ints_are_invalid_arguments_not_overflow(
         vreg.evict_by_policy(big)
     with pytest.raises(rampart.InvalidArgumentError, match="default_max_tokens"):
         rampart.BlockRegistry(default_max_tokens=big)
-    # Positions and steps clamp (SPEC §3): any int is fine there.
+    # Positions and steps clamp (docs/specification.md §3): any int is fine there.
     rid = vreg.runtime_ids()[0]
     assert vreg.promote(rid, to_position=big) == 2
     assert vreg.promote(rid, steps=big) == 0

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 from rampart import _http
+from rampart.embeddings.openai import OpenAIEmbedder
 from rampart.errors import InvalidArgumentError, ModelError
 from rampart.llm import BackendError, OpenAIBackend
-from rampart.openai_embedder import OpenAIEmbedder
 
 from tests import fake_openai as fake
 

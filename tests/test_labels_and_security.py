@@ -1,4 +1,5 @@
-"""Labels (process-unique, weak), runtime-id properties (SPEC §4), error hierarchy."""
+"""Labels (process-unique, weak), runtime-id properties (docs/specification.md §4), error
+hierarchy."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tests.conftest import DATA, import_or_skip, required
 
 np = import_or_skip("numpy")
 
-from rampart._bert_onnx import BertConfig, relative_position_buckets  # noqa: E402
+from rampart.embeddings.bert_onnx import BertConfig, relative_position_buckets  # noqa: E402
 from rampart.embeddings.prepare import (  # noqa: E402
     MPNET_DISTRIBUTIONS,
     MPNET_MODEL_NAME,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from rampart import BlockRegistry
+from rampart.embeddings.openai import OpenAIEmbedder
 from rampart.errors import InvalidArgumentError, ModelError
-from rampart.openai_embedder import OpenAIEmbedder
 
 from tests.fake_embeddings import DIM, FakeEmbeddings, embed
 

@@ -61,7 +61,7 @@ blocks = st.lists(
 
 def _may_start_a_block(body: str) -> bool:
     """A rule line whose following text mentions ``name:`` at a line start may be
-    front matter by SPEC (a boundary or a ParseError), outside code fences."""
+    front matter by docs/specification.md §2 (a boundary or a ParseError), outside code fences."""
     lines = body.split("\n")
     fence = False
     for k, ln in enumerate(lines):

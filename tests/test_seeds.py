@@ -1,4 +1,4 @@
-"""Seed files (SPEC §2): front matter, bodies, skills, errors, format registry."""
+"""Seed files (docs/specification.md §2): front matter, bodies, skills, errors, format registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared, durable registries (SPEC §7) against real stores and real processes:
+"""Shared, durable registries (docs/specification.md §7) against real stores and real processes:
 SQLite files, a real redis-server (tests/redis_server.py), a real PostgreSQL
 server (tests/postgres_server.py), kill -9 of writers and of the servers, garbage
 entries, racing creators, and hypothesis driving several replicas against the

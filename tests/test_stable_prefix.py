@@ -1,4 +1,4 @@
-"""SPEC §8 in the core: ungated blocks (``gated=False``) and the stable prefix.
+"""docs/specification.md §8 in the core: ungated blocks (``gated=False``) and the stable prefix.
 
 The gate never removes an ungated block and ungated blocks take no top-k place
 (cosine gate, float32 and int8; callable gates); the flag is set by every route

@@ -1,6 +1,6 @@
 """Stateful property test: a real ``rampart.BlockRegistry`` and the pure-Python
 ``ModelRegistry`` (tests/pymodel.py) driven side by side with random operations,
-compared after every step (SPEC §3).
+compared after every step (docs/specification.md §3).
 
 The registry uses a word-count tokeniser so that the model knows every block's
 cost without cl100k, and ``default_max_tokens=None`` so that ``compile()`` with
@@ -13,7 +13,7 @@ the calls.
 
 Access counts across ``restore``: ``BlockRegistry.restore`` documents that it puts
 the registry back "exactly as the snapshot saw it (blocks, order, metadata, access
-counts)", matching SPEC §3 ("restores blocks, order and metadata"). The model
+counts)", matching docs/specification.md §3 ("restores blocks, order and metadata"). The model
 implements that: a restored block gets the access count its block had when the
 snapshot was taken. (An earlier build documented "access counts stay as the blocks
 have them now"; set ``RESTORE_KEEPS_SNAPSHOT_COUNTS = False`` to model that
@@ -320,7 +320,8 @@ class RegistryMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.model.blocks) > 0)
     @rule(data=st.data(), gated=st.booleans())
     def set_gated(self, data, gated) -> None:
-        """SPEC §8: an ungated block is never removed by the gate; order unchanged."""
+        """docs/specification.md §8: an ungated block is never removed by the gate; order
+        unchanged."""
         rid = self.pick_id(data)
         before = self.reg.runtime_ids()
         self.reg.set_gated(rid, gated)
@@ -392,7 +393,8 @@ class RegistryMachine(RuleBasedStateMachine):
         return prompt, included, excluded, total, inc_ids, costs, admitted, sep_tokens
 
     def _check_stable_prefix(self, res, inc_ids, costs, use_gate, separator) -> None:
-        """SPEC §8: the prefix ends before the first gated block when a gate ran."""
+        """docs/specification.md §8: the prefix ends before the first gated block when a
+        gate ran."""
         ids = self.model.ids()
         first = next((k for k, i in enumerate(ids) if self.model.blocks[i].gated), None)
         if not use_gate or first is None:
@@ -739,8 +741,9 @@ def _names(reg: rampart.BlockRegistry) -> list[str]:
 @pytest.mark.parametrize("start", [0, 1, 2, 3])
 @pytest.mark.parametrize("steps", [-(2**63), -(2**63) + 1, -(2**62) * 3 // 2])
 def test_large_negative_steps_clamp_to_back(start: int, steps: int) -> None:
-    """SPEC §3: positions clamp. Moving "toward the front" by a huge negative number
-    of steps is a move to the back, whatever the start index (i64 edge values)."""
+    """docs/specification.md §3: positions clamp. Moving "toward the front" by a huge
+    negative number of steps is a move to the back, whatever the start index (i64 edge
+    values)."""
     reg, ids = _registry()
     rid = reg.runtime_ids()[start]
     assert reg.promote(rid, steps=steps) == 3
@@ -752,8 +755,9 @@ def test_large_negative_steps_clamp_to_back(start: int, steps: int) -> None:
 
 @pytest.mark.parametrize("value", [2**63, 10**30, -(2**63) - 1, -(10**30)])
 def test_positions_beyond_i64_clamp(value: int) -> None:
-    """SPEC §3: "positions clamp"; §6: every error is a RampartError. An int outside
-    i64 must clamp like any other out-of-range position, not raise OverflowError."""
+    """docs/specification.md §3: "positions clamp"; §6: every error is a RampartError.
+    An int outside i64 must clamp like any other out-of-range position, not raise
+    OverflowError."""
     reg, ids = _registry()
     front = value < 0
     want = 0 if front else 3
@@ -821,8 +825,8 @@ def test_restore_access_counts_of_blocks_evicted_since_the_snapshot() -> None:
 
 
 def test_snapshot_is_immutable_including_access_counts() -> None:
-    """SPEC §3: ``snapshot() -> Snapshot (cheap, immutable)``. The blocks a snapshot
-    shows must be the picture it took, and agree with what ``restore`` puts back:
+    """docs/specification.md §3: ``snapshot() -> Snapshot (cheap, immutable)``. The
+    blocks a snapshot shows must be the picture it took, and agree with what ``restore`` puts back:
     compiling after the snapshot must not change ``snapshot.blocks()``."""
     reg, (a,) = _registry(1)
     reg.compile()

@@ -1,4 +1,4 @@
-"""Real threads on one registry (SPEC §5): compiles alongside writes, promotes,
+"""Real threads on one registry (docs/specification.md §5): compiles alongside writes, promotes,
 evictions and snapshots, with no torn state, no deadlock and no "Already borrowed".
 
 Every worker starts on a ``threading.Barrier`` and the interpreter switches threads
@@ -337,7 +337,7 @@ def test_access_counts_are_not_lost_under_concurrent_changes() -> None:
     """Compile stage 4 increments ``access_count`` of every emitted block. Changing
     a block's priority or wrap while compiles run must not lose those increments:
     with no budget every compile emits every block, so at the end each block's
-    count is exactly the number of compiles (no torn state, SPEC §5)."""
+    count is exactly the number of compiles (no torn state, docs/specification.md §5)."""
     reg = make_registry(2600, seed=3)
     ids = reg.runtime_ids()
     compiles_per_thread, n_compilers = 25, 3

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import rampart
+import rampart.toolgate  # not a lazy name of rampart: this test must import it
 from rampart.errors import ModelError
 
 from tests.conftest import DATA, ROOT, needs_model
@@ -21,7 +22,7 @@ from tests.test_toolgate import hit_rates
 
 np = pytest.importorskip("numpy")
 prepare = pytest.importorskip("rampart.embeddings.prepare")
-bert_onnx = pytest.importorskip("rampart._bert_onnx")
+bert_onnx = pytest.importorskip("rampart.embeddings.bert_onnx")
 
 TOOLS = prepare.TOOLS_MODEL_NAME
 DELTA = Path(prepare.__file__).resolve().parent.parent / "data" / prepare.TOOLS_DELTA_FILE

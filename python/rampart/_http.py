@@ -1,5 +1,5 @@
 """Bounded HTTP for the model clients (:class:`rampart.llm.OpenAIBackend`,
-:class:`rampart.openai_embedder.OpenAIEmbedder`).
+:class:`rampart.embeddings.openai.OpenAIEmbedder`).
 
 The server at the other end is untrusted input like any file: it may answer
 forever, drip a byte a second, nest JSON a million levels deep, send ``NaN`` or a

@@ -1,4 +1,4 @@
-"""The view of a registry that components receive (STYLE.md, "Components take a
+"""The view of a registry that components receive (docs/design.md, House rules, "Components take a
 view, not the façade").
 
 A gate, a cache session, a replica or the asyncio helpers get a registry typed

@@ -81,7 +81,7 @@ ANTHROPIC_CONTEXT_BETA = anthropic.CONTEXT_BETA
 
 def _conversation_messages(res: Result, messages: Any, fmt: str) -> Any:
     """``messages`` as given, or, when omitted, the compiled conversation's
-    (SPEC §9: ``reg.compile(..., conversation=conv)``)."""
+    (docs/specification.md §9: ``reg.compile(..., conversation=conv)``)."""
     if messages is not None:
         return messages
     ctx = getattr(res, "context", None)

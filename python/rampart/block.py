@@ -72,7 +72,7 @@ class InstructionBlock:
     def gated(self) -> bool:
         """Whether the relevance gate may leave this block out (default True).
         ``False``: only the budget can; such a block belongs in the task-independent
-        head that providers cache (SPEC §8)."""
+        head that providers cache (docs/specification.md §8)."""
         return self._b.gated
 
     @property
@@ -188,7 +188,7 @@ class BlockReport:
     reason: str | None
     score: float | None  # relevance score when a gate ran
     detail: str
-    gated: bool = True  # False: the gate never removes it (SPEC §8)
+    gated: bool = True  # False: the gate never removes it (docs/specification.md §8)
 
 
 def _reports(sel: _core.Selection, notes: Mapping[str, str] | None = None) -> list[BlockReport]:
@@ -255,7 +255,7 @@ class CompileResult:
     def stable_prefix_tokens(self) -> int:
         """Tokens of the prompt before the first block whose presence depends on
         the task (a gated block, when a gate ran); the whole prompt without a gate.
-        What a provider's prompt cache can serve across tasks (SPEC §8)."""
+        What a provider's prompt cache can serve across tasks (docs/specification.md §8)."""
         return self._sel.stable_prefix_tokens
 
     @property
@@ -365,7 +365,7 @@ class CompileResult:
                 out.append(schema.to_format(format))
         return out
 
-    # ---- the conversation part (SPEC §9; compile(..., conversation=conv)) ---------------
+    # ---- the conversation part (docs/specification.md §9; compile(..., conversation=conv)) -------
 
     @property
     def context(self) -> Any:

@@ -1,4 +1,4 @@
-"""The rampart exception hierarchy (SPEC §6).
+"""The rampart exception hierarchy (docs/specification.md §6).
 
 Every error derives from :class:`RampartError` *and* from the builtin an ordinary
 ``except`` clause would name, so ``except KeyError`` catches an unknown block and
@@ -104,4 +104,4 @@ class StoreUnavailableError(RampartError, ConnectionError):
 class ContextOverflowError(RampartError, ValueError):
     """What a compile must send (the compiled instructions and tools, pinned
     messages, the latest user turn) does not fit ``context_window -
-    reply_tokens`` (SPEC §9); names what is pinned and how much room there is."""
+    reply_tokens`` (docs/specification.md §9); names what is pinned and how much room there is."""

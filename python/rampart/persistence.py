@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import rampart._args as _args
 import rampart._core as _core
 import rampart._files as _files
-from rampart._embedding import EmbeddingModel
 from rampart._export import export_text
 from rampart._files import atomic_write
+from rampart.embeddings.base import EmbeddingModel
 from rampart.errors import InvalidArgumentError, RegistryFileError
 from rampart.seeds import PathLike
 from rampart.tokens import resolve_tokeniser
@@ -167,7 +167,7 @@ class Persistence:
         # label (the original may still hold its own). The tokeniser travels with
         # it; of embedding models only the shared default one does (vectors
         # always do).
-        from rampart._embedding import default_model
+        from rampart.embeddings.base import default_model
 
         model = (
             "default" if self._embedder is not None and self._embedder is default_model() else None

@@ -1,4 +1,4 @@
-"""Price tables and the prefix-cache cost model (SPEC §8): what a request costs
+"""Price tables and the prefix-cache cost model (docs/specification.md §8): what a request costs
 when a provider bills the longest byte-identical prefix it has seen as cached.
 
 :class:`PriceTable` (one provider's read/write multipliers, TTL and minimum),

@@ -180,7 +180,7 @@ class Primitives:
         force-evict the block or change its content. ``embedding`` supplies the
         block's vector for the relevance gate instead of running the model.
         ``gated=False``: the relevance gate never removes the block (only the budget
-        may): for task-independent text that belongs in the cached head (SPEC §8).
+        may): for task-independent text that belongs in the cached head (docs/specification.md §8).
         """
         # Coordination writes are hot (one per message between agents): the common
         # argument types are checked inline, anything else by the full checks.
@@ -452,7 +452,7 @@ class Primitives:
         ``force=True``, removes them). All or nothing: every definition is
         validated, and a name already loaded here refused, before any block is
         written. ``gated=False``: the relevance gate never drops these tools, so a
-        ``tools`` array built from them stays byte-stable across tasks (SPEC §8).
+        ``tools`` array built from them stays byte-stable across tasks (docs/specification.md §8).
         """
         p = _priority(priority)
         ungated = not _flag(gated, "gated")

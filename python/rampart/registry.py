@@ -12,7 +12,6 @@ import rampart._core as _core
 import rampart.gates as gates
 import rampart.persistence as persistence
 import rampart.telemetry as _telemetry
-from rampart._embedding import EmbeddingModel, encode_texts, resolve_model
 from rampart._labels import claim_label, label_of, release_label
 from rampart._labels import get_by_label as _get_by_label
 from rampart._ops import (
@@ -21,6 +20,7 @@ from rampart._ops import (
 )
 from rampart._view import DEFAULT_SEPARATOR, GateFn
 from rampart.block import CompileResult, DryRunResult, InstructionBlock, Snapshot
+from rampart.embeddings.base import EmbeddingModel, encode_texts, resolve_model
 from rampart.errors import InvalidArgumentError, RampartError
 from rampart.gates.policy import GatePolicy
 from rampart.persistence import Persistence
@@ -117,7 +117,7 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         # query adapter, the tool-example gate.
         self._gate = GatePolicy()
         self._core = _core.Registry(claim_label(label, self), _registry_id)
-        # Set by BlockRegistry.open (SPEC §7): the core then journals every write
+        # Set by BlockRegistry.open (docs/specification.md §7): the core then journals every write
         # through this replica; None for a local registry.
         self._replica: Replica | None = None
         if quantise_embeddings:
@@ -133,7 +133,7 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         kwargs: dict[str, Any],
     ) -> BlockRegistry:
         """A new empty registry under a given registry id (a shared registry's
-        replica: every process's replica is the same registry, SPEC §7)."""
+        replica: every process's replica is the same registry, docs/specification.md §7)."""
         return cls(embedding_model, tokeniser, label=label, _registry_id=registry_id, **kwargs)
 
     def _embed_written(self) -> None:
@@ -411,7 +411,7 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
         ``conversation`` (a :class:`rampart.Conversation`), ``context_window``,
         ``reply_tokens``, ``policy`` (a :class:`rampart.ContextPolicy`): compile the
         messages too, so instructions + tools + messages fit ``context_window -
-        reply_tokens`` (SPEC §9, docs/conversation.md); ``result.messages(format)``
+        reply_tokens`` (docs/specification.md §9, docs/conversation.md); ``result.messages(format)``
         and ``result.message_report`` then hold them.
 
         Example:
@@ -713,7 +713,7 @@ def _conversation_step(
     policy: ContextPolicy | None,
     task_text: str | None,
 ) -> CompileResult:
-    """The conversation part of a compile (SPEC §9), in rampart.conversation.plan
+    """The conversation part of a compile (docs/specification.md §9), in rampart.conversation.plan
     (the registry's embedder scores tool results against the step)."""
     import rampart.conversation.plan as plan
 

@@ -85,7 +85,8 @@ class SeedBlock:
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     path: str = ""
     line: int = 1
-    #: ``gated: false`` in front matter: the relevance gate never drops it (SPEC §8).
+    #: ``gated: false`` in front matter: the relevance gate never drops it
+    #: (docs/specification.md §8).
     gated: bool = True
 
     @property

@@ -239,7 +239,7 @@ pub struct Block {
     pub tool: bool,
     /// `false`: the relevance gate never removes it (only the budget may), so a
     /// task-independent head stays byte-stable for the providers' prompt caches
-    /// (SPEC §8). Fits in the padding after `tool`: no size cost.
+    /// (docs/specification.md §8). Fits in the padding after `tool`: no size cost.
     pub gated: bool,
     /// Filled at most once, on first use; a changed block is a new `Block` and
     /// starts empty, so the cache can never go stale.

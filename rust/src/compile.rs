@@ -53,7 +53,7 @@ pub struct Selection {
     pub total_tokens: u64,
     pub sep_tokens: u32,
     pub budget: Option<u64>,
-    /// The stable prefix (SPEC §8): the first `stable.blocks` included blocks,
+    /// The stable prefix (docs/specification.md §8): the first `stable.blocks` included blocks,
     /// `stable.tokens` tokens, end before the first block whose presence depends
     /// on the task. Found during the walk, so it costs a compile nothing extra.
     pub stable: StablePrefix,
@@ -98,7 +98,7 @@ fn admit(order_len: usize, gate: &Gate) -> Result<Vec<bool>> {
     Ok(admit_scores(&gate.scores, gate.threshold, gate.top_k))
 }
 
-/// `admit` for a callable gate, keeping ungated blocks (SPEC §8): they are
+/// `admit` for a callable gate, keeping ungated blocks (docs/specification.md §8): they are
 /// admitted whatever their score and take no place among the `top_k`.
 fn admit_gated(order: &[Arc<Block>], gate: &Gate) -> Result<Vec<bool>> {
     if order.iter().all(|b| b.gated) {

@@ -1,4 +1,4 @@
-//! The core's error type. `py.rs` maps each variant to one Python exception class
+//! The core's error type. `py/mod.rs` maps each variant to one Python exception class
 //! of `rampart.errors` (which also subclasses the matching builtin), so the
 //! messages are written here once, naming the block, its id and the registry.
 

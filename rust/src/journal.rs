@@ -1,4 +1,4 @@
-//! The journal of a shared registry (SPEC §7): every mutating operation as one
+//! The journal of a shared registry (docs/specification.md §7): every mutating operation as one
 //! compact, versioned byte string, and the replica side that applies them.
 //!
 //! A shared registry is a local replica of an ordered log kept by a store

@@ -2,8 +2,9 @@
 //! the built-in `cl100k_base` token counter.
 //!
 //! Everything here is plain Rust (no pyo3) so `cargo test` and `cargo clippy` run
-//! without Python; `py.rs` is the one file that binds it to the `rampart._core`
-//! extension module.
+//! without Python; the `py` module (`rust/src/py/`, one file per Python class, the
+//! error mapping in `py/mod.rs`) is the one place that binds it to the
+//! `rampart._core` extension module.
 
 pub mod block;
 pub mod compile;

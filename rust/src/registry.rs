@@ -229,7 +229,7 @@ impl Registry {
         Registry::with_id(label, BlockId::random())
     }
 
-    /// A registry under a given id: the replicas of one shared registry (SPEC §7)
+    /// A registry under a given id: the replicas of one shared registry (docs/specification.md §7)
     /// share it, so the blocks it authors are its own in every process.
     pub fn with_id(label: &str, id: BlockId) -> Registry {
         let label: Arc<str> = Arc::from(label);
@@ -541,7 +541,7 @@ impl Registry {
         self.change(id, |old| old.with_priority(priority))
     }
 
-    /// `gated == false`: the relevance gate never removes the block (SPEC §8).
+    /// `gated == false`: the relevance gate never removes the block (docs/specification.md §8).
     pub fn set_gated(&self, id: BlockId, gated: bool) -> Result<()> {
         self.change(id, |old| old.with_gated(gated))
     }
@@ -935,7 +935,7 @@ impl Registry {
     }
 
     /// `install`, keeping the given runtime ids (a shared registry's checkpoint:
-    /// the replicas of one registry share ids, SPEC §7).
+    /// the replicas of one registry share ids, docs/specification.md §7).
     pub fn install_as(&self, saved: SavedRegistry, ids: Option<Vec<BlockId>>) -> Result<usize> {
         self.install_into(saved, ids, false)
     }

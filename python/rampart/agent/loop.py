@@ -1,7 +1,7 @@
 """The agent loop (:class:`Agent`): one generator, ``_loop``, that yields what it
 needs (a compile, a model call, a tool call, a registry step) and two drivers that
 perform it, :meth:`Agent.run` in place and :meth:`Agent.arun` on the event loop
-(STYLE.md, "Sans-IO core, thin drivers"). Learning, the quarantine, the agent's
+(docs/design.md, House rules, "Sans-IO core, thin drivers"). Learning, the quarantine, the agent's
 own tools and the calls of the model's tools live in the modules beside this one;
 the package docstring (:mod:`rampart.agent`) describes the whole."""
 

@@ -628,7 +628,7 @@ def model_info(
     if src.onnx_path is not None:
         info.update(onnx_path=str(src.onnx_path), prepared=True)
         return info
-    from rampart._bert_onnx import BertConfig
+    from rampart.embeddings.bert_onnx import BertConfig
 
     contrib = all(p in _CONTRIB_PROVIDERS for p in chosen) if chosen else True
     try:

@@ -384,7 +384,7 @@ def _cache_paths(
     variant: str | None = None,
     delta: Path | None = None,
 ) -> tuple[Path, Path, Path]:
-    from rampart._bert_onnx import GRAPH_VERSION
+    from rampart.embeddings.bert_onnx import GRAPH_VERSION
 
     cfg_key = hashlib.sha256(repr(cfg).encode()).hexdigest()[:8]
     layout = "ms" if contrib_ops else "std"
@@ -410,7 +410,7 @@ def _cache_valid(onnx_path: Path, data_path: Path, manifest_path: Path) -> bool:
 
 
 def _load_bert(model_dir: Path) -> tuple[Any, Any]:
-    from rampart._bert_onnx import BertConfig, read_safetensors
+    from rampart.embeddings.bert_onnx import BertConfig, read_safetensors
 
     try:
         cfg = BertConfig.from_dir(model_dir)
@@ -422,7 +422,7 @@ def _load_bert(model_dir: Path) -> tuple[Any, Any]:
 
 def _load_delta(model_dir: Path, delta: Path) -> dict[str, Any]:
     """The delta's tensors, checked to be meant for this model's weights."""
-    from rampart._bert_onnx import read_delta
+    from rampart.embeddings.bert_onnx import read_delta
 
     try:
         tensors, meta = read_delta(delta)
@@ -441,7 +441,7 @@ def _load_delta(model_dir: Path, delta: Path) -> dict[str, Any]:
 def _build(
     model_dir: Path, contrib_ops: bool, variant: str | None = None, delta: Path | None = None
 ) -> Any:
-    from rampart._bert_onnx import build_graph
+    from rampart.embeddings.bert_onnx import build_graph
 
     _require("onnx")
     cfg, tensors = _load_bert(model_dir)
@@ -517,7 +517,7 @@ def _prepare(
     variant: str | None = None,
     delta: Path | None = None,
 ) -> PreparedModel:
-    from rampart._bert_onnx import BertConfig
+    from rampart.embeddings.bert_onnx import BertConfig
 
     t0 = time.perf_counter()
     if not (model_dir / "config.json").is_file():

@@ -16,9 +16,9 @@ from typing import Any
 
 import rampart._core as _core
 from rampart._args import text as _text
-from rampart._embedding import encode_texts
 from rampart._view import RegistryView, check_view
 from rampart.block import InstructionBlock
+from rampart.embeddings.base import encode_texts
 from rampart.errors import BlockNotFoundError, InvalidArgumentError, RampartError
 from rampart.gates.lexical import BM25, terms
 from rampart.tools import MAX_EXAMPLE_CHARS, MAX_EXAMPLES, ToolSchema, example_texts

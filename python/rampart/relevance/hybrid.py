@@ -289,7 +289,7 @@ class PassageIndex:
     def _embed(self, rows: list[int], embedder: Any) -> None:
         import numpy as np
 
-        from rampart._embedding import encode_texts
+        from rampart.embeddings.base import encode_texts
 
         try:
             texts = [self._doc(r) for r in rows]
@@ -457,7 +457,7 @@ class PassageIndex:
     def _query_vectors(self, query: str, embedder: Any) -> tuple[Any, Any]:
         import numpy as np
 
-        from rampart._embedding import encode_texts
+        from rampart.embeddings.base import encode_texts
 
         cached = self._query
         if cached is not None and cached[0] == _model_key(embedder) and cached[1] == query:

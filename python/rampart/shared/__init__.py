@@ -1,4 +1,4 @@
-"""Shared registries (SPEC §7; docs/shared.md): one registry's replicas in many
+"""Shared registries (docs/specification.md §7; docs/shared.md): one registry's replicas in many
 processes, coordinated through a journal in a store.
 
 - :mod:`~rampart.shared.replica`: a process's replica (append, apply, fork);
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rampart._embedding import EmbeddingModel
 from rampart._ops import offloaded
+from rampart.embeddings.base import EmbeddingModel
 from rampart.errors import InvalidArgumentError
 from rampart.seeds import BlockSource, PathLike
 

@@ -21,8 +21,8 @@ import asyncio
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rampart._embedding import encode_texts
 from rampart.block import InstructionBlock
+from rampart.embeddings.base import encode_texts
 
 if TYPE_CHECKING:
     from rampart._view import RegistryView
@@ -41,7 +41,7 @@ __all__ = [
 
 @runtime_checkable
 class AsyncStore(Protocol):
-    """The calls a coroutine makes on a store (SPEC §7): the sync
+    """The calls a coroutine makes on a store (docs/specification.md §7): the sync
     :class:`~rampart.stores.Store` methods of the same names, awaited on the
     caller's event loop (Redis: redis.asyncio; SQLite: its writer thread).
     PostgreSQL's store has none: :class:`OffLoopStore` serves it."""
@@ -119,7 +119,7 @@ def _embed_lock(reg: RegistryView) -> asyncio.Lock:
 
 
 async def aencode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
-    """:func:`rampart._embedding.encode_texts` for coroutines."""
+    """:func:`rampart.embeddings.base.encode_texts` for coroutines."""
     report = getattr(model, "aencode_batch_report", None)
     if report is not None:
         return encode_texts(_Computed(*await report(texts)), texts)

@@ -1,6 +1,6 @@
 """The follower: one daemon thread per replica that applies other processes'
 entries as they arrive, publishes access counts, embeds what this process wrote
-and writes due checkpoints (SPEC §7; docs/shared.md)."""
+and writes due checkpoints (docs/specification.md §7; docs/shared.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The replica side of a shared registry (SPEC §7): append, apply, follow.
+"""The replica side of a shared registry (docs/specification.md §7): append, apply, follow.
 
 A shared ``BlockRegistry`` is an ordinary registry whose core has this replica's
 origin attached (``attach_journal``): every write method of the core builds its
@@ -14,7 +14,7 @@ The replica reaches its registry only through ``ReplicaHost`` (below): the
 core object, which never changes (a reload from a checkpoint replaces its
 contents in place), the settings record, and embedding what was written.
 
-Choices SPEC §7 leaves open (docs/shared.md explains them):
+Choices docs/specification.md §7 leaves open (docs/shared.md explains them):
 
 - **Access counts** are counted locally by compile and published by the follower
   every ``FLUSH_INTERVAL`` seconds as one commutative entry (and by ``sync`` and

@@ -1,4 +1,4 @@
-"""Stores that keep the journals of shared registries (SPEC §7).
+"""Stores that keep the journals of shared registries (docs/specification.md §7).
 
 A store keeps, per registry name, an ordered log of opaque entries (the Rust
 core encodes and applies them), a metadata record written once at creation, and

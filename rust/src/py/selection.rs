@@ -167,7 +167,7 @@ impl PySelection {
     fn gated(&self) -> bool {
         self.0.scores.is_some()
     }
-    /// Tokens of the prompt before the first task-dependent block (SPEC §8).
+    /// Tokens of the prompt before the first task-dependent block (docs/specification.md §8).
     #[getter]
     fn stable_prefix_tokens(&self) -> u64 {
         self.0.stable.tokens

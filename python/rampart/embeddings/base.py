@@ -1,6 +1,9 @@
 """The registry's embedding plumbing: what an embedding model must offer, how
 "default" resolves, and turning any model's output into the float32 matrix the
-core stores (with the per-text truncation flags)."""
+core stores (with the per-text truncation flags).
+
+Imported by every registry at start-up, so it stays light: numpy only when a model
+returns arrays, the ONNX embedder only when "default" or a model name is asked for."""
 
 from __future__ import annotations
 
@@ -57,6 +60,10 @@ def encode_texts(model: Any, texts: list[str]) -> tuple[bytes, int, list[bool]]:
 
 
 def resolve_model(model: Any) -> Any:
+    """A registry's ``embedding_model`` argument as a model object: ``"default"`` is
+    the shared default embedder, a packaged model name (``NAME`` or
+    ``NAME:VARIANT``) its embedder, an object with ``encode`` itself, and None None.
+    Anything else is an :class:`~rampart.errors.InvalidArgumentError`."""
     if isinstance(model, str):
         if model == "default":
             from rampart.embeddings import default_embedder
@@ -87,6 +94,6 @@ def resolve_model(model: Any) -> Any:
 
 
 def default_model() -> Any:
-    """The shared default embedder if it was created, without creating it."""
-    mod = sys.modules.get("rampart.embeddings")
-    return getattr(mod, "_DEFAULT", None) if mod is not None else None
+    """The shared default embedder if it was created, without creating it (nor
+    importing the embedder module, which needs numpy)."""
+    return getattr(sys.modules.get("rampart.embeddings.embedder"), "_DEFAULT", None)

@@ -139,6 +139,8 @@ class BertConfig:
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> BertConfig:
+        """The architecture of a sentence-transformers folder: ``config.json``, and the
+        pooling mode from ``1_Pooling/config.json`` when present (mean otherwise)."""
         cfg = _json_file(model_dir / "config.json")
         pooling = "mean"
         pool_file = model_dir / "1_Pooling" / "config.json"
