@@ -162,6 +162,8 @@ class PassageIndex:
     __slots__ = (
         "__weakref__",  # the background worker holds the index weakly
         "_context",
+        "_ctx_doc",
+        "_ctx_lex",
         "_dim",
         "_done",
         "_flight",
@@ -181,7 +183,9 @@ class PassageIndex:
 
     def __init__(self, lexical_weight: float = LEXICAL_WEIGHT) -> None:
         self.lexical_weight = float(lexical_weight)
-        self._lex = LexicalIndex()
+        self._lex = LexicalIndex()  # one document per passage (under its heading)
+        self._ctx_lex = LexicalIndex()  # one document per text: its context
+        self._ctx_doc: dict[str, int] = {}
         self._passages: list[Passage] = []
         self._context: list[str] = []  # per passage: what is put before it
         self._keys: dict[str, tuple[int, int]] = {}  # key -> (first passage, count)
@@ -215,17 +219,24 @@ class PassageIndex:
         ps = split_passages(text, max_passages=max_passages)
         context = " ".join(context.split())[:CONTEXT_CHARS]
         ctx = []
+        heads = []
         marks = headings(text, ps[-1].offset) if ps else []
         at = [m[0] for m in marks]
         for p in ps:
             k = bisect.bisect_left(at, p.offset) - 1  # the last one before the passage
             head = marks[k][1] if k >= 0 and p.offset - at[k] <= HEADING_REACH else ""
+            heads.append(head)
             c = f"{context}\n{head}" if head and context else (head or context)
             ctx.append(c[: 2 * CONTEXT_CHARS])
-        docs = [f"{c}\n{p.text}" if c else p.text for c, p in zip(ctx, ps)]
+        # BM25 reads each passage under its heading; the call's context is one
+        # document of its own whose score every passage of the text shares, so a
+        # file name in the question finds the file without making each of its
+        # passages alike (which would blur the ranking inside it).
+        docs = [f"{h}\n{p.text}" if h else p.text for h, p in zip(heads, ps)]
         with self._lock:
             first = len(self._passages)
             self._lex.add(docs)
+            self._ctx_doc[key] = self._ctx_lex.add([context])
             self._passages.extend(ps)
             self._context.extend(ctx)
             self._keys[key] = (first, len(ps))
@@ -356,6 +367,12 @@ class PassageIndex:
         """Each of ``keys`` (added before) scored against ``query``."""
         lex = self._lex.scores(query)
         spans = [(k, *self._keys[k]) for k in keys if k in self._keys]
+        if self._ctx_doc:
+            ctx = self._ctx_lex.scores(query)
+            for k, f, n in spans:
+                c = ctx[self._ctx_doc[k]]
+                if c > 0:
+                    lex[f : f + n] = [x + c for x in lex[f : f + n]]
         best = [max(lex[f : f + n], default=0.0) for _, f, n in spans]
         n_all = len(lex)
         # BM25's weight of a term one passage holds, at its term frequency's limit
