@@ -295,6 +295,16 @@ def _fit(
     ``grown``: what the messages grew by since the previous compile (the room a
     forced drop leaves for the next call)."""
     need = view.total - budget
+    # A forced step removes at least clear_at_least, and leaves room for one
+    # more call that grows as much as this one did (half the budget at most):
+    # removing only what this call needs forces the next call again, and every
+    # forced step rewrites the cached body from its first changed item on.
+    # Results larger than clear_at_least (3 000 tokens against 2 048) forced
+    # every call of a tool loop before. The room is taken from what goes first
+    # (older results, older steps); the recency floor, the results kept as
+    # relevant and the latest step go only as far as the window needs.
+    # clear_at_least=0 asks for no room: only what the window needs goes.
+    room = min(grown, budget // 2) if pol.clear_at_least > 0 else 0
     # 1. clear tool results (Anthropic clears them itself when native)
     if pol.clear_tool_results and pol.native != "anthropic" and view.results:
         chosen: list[int] = []
@@ -307,7 +317,7 @@ def _fit(
             got = 0
             older = set(clear_candidates(view, pol, False))
             order, keep = clear_order(view, pol, scoring)
-            goal = max(need, pol.clear_at_least)
+            goal = max(need + room, pol.clear_at_least)
             for k in order:
                 if got >= (goal if k in older and k not in keep else need):
                     break
@@ -374,14 +384,7 @@ def _fit(
             need = view.total - budget
     # 3. drop the oldest unprotected steps
     if need > 0 and pol.drop_oldest:
-        # At least clear_at_least, as clearing, and room for one more call that
-        # grows as much as this one did (half the budget at most):
-        # dropping only what this turn needs would force the next call to drop
-        # again, and every forced drop rewrites the cached prefix from the first
-        # dropped item on. A turn larger than clear_at_least (3 000-token
-        # results, clear_at_least 2 048) forced every call of a tool loop before.
-        # clear_at_least=0 asks for no room: only what the window needs goes.
-        room = min(grown, budget // 2) if pol.clear_at_least > 0 else 0
+        # At least clear_at_least and the room, as clearing (above).
         ids, first = _drop_steps(view, max(need + room, pol.clear_at_least), need)
         if ids:
             view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
@@ -514,33 +517,36 @@ def _drop_steps(view: _View, goal: int, need: int) -> tuple[list[str], int]:
 
 def _drop_inside(view: _View, steps: list[tuple[int, int]], need: int, drop: list[int]) -> int:
     """The last resort: the unprotected items of steps that hold a protected one
-    (a pinned message, the latest user text), oldest first, until ``need``
-    tokens are gone; appended to ``drop``. A call goes with its result when
-    neither is protected; the result of a pinned call goes alone (the call is
-    answered by the renderer's stub), and so does the call of a pinned result
-    (the result is sent as text): what must be sent is the pinned items and
-    the latest user message, and when they fit, the compile fits."""
+    (a pinned message, the latest user text, a recall), oldest first, until
+    ``need`` tokens are gone; then the recalls of the standing question (an
+    earlier compile's: they are not what must be sent). Appended to ``drop``.
+    A call goes with its result when neither must stay; the result of a pinned
+    call goes alone (the call is answered by the renderer's stub), and so does
+    the call of a pinned result (the result is sent as text): what must be sent
+    is the pinned items and the latest user message, and when they fit beside
+    the instructions, the compile fits."""
     got = 0
-    for a, b in steps:
-        pairs: dict[str, list[int]] = {}
-        for j in range(a, b):
-            it = view.shown[j].item
-            if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
-                pairs.setdefault(it.call_id, []).append(j)
-        done: set[int] = set()
-        for j in range(a, b):
-            if got >= need:
-                return got
-            if j in done or view.protected(j):
-                continue
-            it = view.shown[j].item
-            unit = [j]
-            if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
-                unit = [i for i in pairs[it.call_id] if not view.protected(i)]
-            for i in unit:
-                done.add(i)
-                drop.append(i)
-                got += view.cost(i)
+    done: set[int] = set()
+    for must_stay in (view.protected, lambda j: j == view.last_user or view.shown[j].item.pinned):
+        for a, b in steps:
+            pairs: dict[str, list[int]] = {}
+            for j in range(a, b):
+                it = view.shown[j].item
+                if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
+                    pairs.setdefault(it.call_id, []).append(j)
+            for j in range(a, b):
+                if got >= need:
+                    return got
+                if j in done or must_stay(j):
+                    continue
+                it = view.shown[j].item
+                unit = [j]
+                if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
+                    unit = [i for i in pairs[it.call_id] if i not in done and not must_stay(i)]
+                for i in unit:
+                    done.add(i)
+                    drop.append(i)
+                    got += view.cost(i)
     return got
 
 
