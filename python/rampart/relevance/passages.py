@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 __all__ = [
     "LINE_BREAKS",
-    "count_breaks",
     "MAX_PASSAGES",
     "PASSAGE_CHARS",
     "PASSAGE_LINES",
     "Passage",
+    "count_breaks",
     "split_passages",
 ]
 
