@@ -101,24 +101,70 @@ def test_bm25_ranks_the_rare_term_first() -> None:
     assert s.index(max(s)) == 1 and s[0] == 0.0
 
 
-@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(st.text(alphabet=st.sampled_from("ab \n\r\t"), max_size=3000), st.integers(5, 50))
-def test_passages_are_slices_with_their_line_numbers(text: str, width: int) -> None:
-    lines = text.split("\n")
-    for p in split_passages(text, max_chars=width, max_lines=4):
+def _line_of(text: str, offset: int) -> int:
+    """The pure-Python model: the 1-based line of ``offset`` as str.splitlines
+    cuts ``text`` (a line break belongs to the line it ends)."""
+    at = 0
+    for n, line in enumerate(text.splitlines(keepends=True), 1):
+        at += len(line)
+        if offset < at:
+            return n
+    return len(text.splitlines()) + 1
+
+
+#: Every line break str.splitlines knows, \r\n, spaces, and words.
+_ODD = st.sampled_from(
+    ["a", "bc", " ", "  ", "\t", "\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e",
+     "\x85", "\u2028", "\u2029", "word ", "é", "x" * 90, "y" * 300]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_ODD, max_size=200).map("".join), st.integers(5, 120), st.integers(1, 12))
+def test_passages_are_slices_with_their_line_numbers(text: str, width: int, lines: int) -> None:
+    """Texts with odd line breaks and long lines: every passage is a slice of the
+    source, at most ``width`` characters, not blank, in order, and its first and
+    last line are those str.splitlines gives."""
+    end = 0
+    for p in split_passages(text, max_chars=width, max_lines=lines):
         assert text[p.offset : p.offset + len(p.text)] == p.text
-        assert 1 <= p.start <= p.end <= len(lines)
-        assert text.count("\n", 0, p.offset) + 1 in (p.start, p.start - 1)
-        assert len(p.text) <= width * 4 + 3
+        assert p.text.strip() and len(p.text) <= width and p.offset >= end
+        assert p.start == _line_of(text, p.offset)
+        assert p.end == _line_of(text, p.offset + len(p.text) - 1)
+        end = p.offset + len(p.text)
+
+
+def test_a_long_line_is_cut_at_a_space_near_the_end_of_a_piece() -> None:
+    text = "lorem ipsum dolor " * 100_000  # 1.8 MB, one line
+    ps = split_passages(text)
+    assert len(ps) == MAX_PASSAGES and all(p.start == p.end == 1 for p in ps)
+    assert all(p.text.endswith(" ") and len(p.text) > 700 * 3 // 4 for p in ps)
+    assert all(text[p.offset - 1] == " " for p in ps[1:])  # each starts on a word
+    # no space in reach: cut where the passage is full
+    assert [len(p.text) for p in split_passages("x" * 2_000)] == [700, 700, 600]
 
 
 def test_passages_of_hostile_text_are_bounded() -> None:
-    for text in ("x" * 20_000_000, "\n" * 5_000_000, "a\n" * 2_000_000):
+    """At most MAX_PASSAGES passages, and at most MAX_PASSAGES x 700 x 4
+    characters looked at: text past that is not scored (blank lines make no
+    passage, so a text of them alone is read only that far)."""
+    for text in (
+        "x" * 20_000_000,
+        "\n" * 5_000_000,
+        "a\n" * 2_000_000,
+        "\u2028" * 5_000_000,
+        " \r" * 3_000_000,
+        "\r\n" * 3_000_000 + "needle",
+    ):
         ps = split_passages(text)
         assert len(ps) <= MAX_PASSAGES
         assert sum(len(p.text) for p in ps) <= MAX_PASSAGES * 700
+        assert all(p.offset < MAX_PASSAGES * 700 * 4 for p in ps)
     one = split_passages("x" * 50_000)
     assert all(p.start == p.end == 1 for p in one) and one[1].offset == 700
+    # blank lines are skipped in runs, their lines still counted
+    tail = split_passages("\n\n\r\n\u2028 \n" + "last")
+    assert [(p.start, p.text) for p in tail] == [(6, "last")]
 
 
 def test_passage_index_lexical_only() -> None:

@@ -483,3 +483,90 @@ def test_the_summarisers_view_is_bounded(lexreg: rampart.BlockRegistry) -> None:
 def test_policy_arguments_are_typed_errors(kw: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError, match="ContextPolicy"):
         ContextPolicy(**kw)
+
+
+# ---- excerpts and recalls of long lines and odd line breaks ---------------------------------
+
+_FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit. "
+_KEY = "The deploy key rotates every seventeen days on the bastion host."
+
+
+def _one_line(chars: int, at: int) -> str:
+    """A single line of ``chars`` characters with ``_KEY`` near ``at``."""
+    head = _FILLER * (at // len(_FILLER))
+    return (head + _KEY + " " + _FILLER * ((chars - at) // len(_FILLER) + 1))[:chars]
+
+
+def test_a_recall_of_a_long_line_says_which_characters_and_what_was_cut(
+    lexreg: rampart.BlockRegistry,
+) -> None:
+    """A 2 MB single-line result cleared, then a question it answers: the recall
+    names the characters of line 1 it brings back and how many it leaves out,
+    its pieces cut at spaces and marked where they cut the line (before: "lines
+    1 of 1", a 700-character piece cut mid-word, no note of the cut)."""
+    big = _one_line(2_000_000, 100_000)
+    conv = Conversation()
+    conv.append({"role": "user", "content": "Read the notes, then wait."})
+    _call(conv, "c0", "read_file", {"path": "notes.txt"}, big)
+    lexreg.compile(conversation=conv, context_window=4000, reply_tokens=256)
+    conv.append({"role": "user", "content": "How often does the deploy key rotate on the bastion?"})
+    r = lexreg.compile(conversation=conv, context_window=4000, reply_tokens=256)
+    text = r.messages()[-1]["content"]
+    header, body = text.split("\n", 1)
+    assert header.startswith("[recalled for the current step: characters ")
+    assert "of line 1 (2 000 000 characters) of the result of tool read_file" in header
+    assert "lines 1 of 1" not in header
+    shown = sum(len(p) for p in body.replace("[...] ", "\n").replace(" [...]", "\n").split("\n"))
+    assert f"; {2_000_000 - shown} of 2000000 characters not shown" in header
+    assert _KEY in body and body.startswith("[...] ") and body.endswith(" [...]")
+    for piece in body.split("\n[...]\n"):
+        inner = piece.removeprefix("[...] ").removesuffix(" [...]")
+        at = big.index(inner)
+        assert big[at - 1] == " " and inner.endswith(" ")  # whole words
+
+
+def test_an_excerpt_header_counts_the_characters_of_the_line() -> None:
+    from rampart.conversation import retention
+    from rampart.relevance import split_passages
+
+    big = _one_line(2_000_000, 1_500)
+    conv = Conversation()
+    conv.append({"role": "user", "content": "go"})
+    _call(conv, "c0", "read_file", {}, big)
+    it = conv.items[-1]
+    p = split_passages(big)[2]
+    spans = [[p.start, p.end, p.offset, len(p.text)]]
+    text = retention.excerpt_text(conv, it, spans)
+    a, b = p.offset + 1, p.offset + len(p.text)
+    num = retention._num
+    assert f"; characters {num(a)}–{num(b)} of line 1 (2 000 000 characters) kept" in text
+    assert f"{2_000_000 - len(p.text)} of 2000000 characters cut" in text
+    assert text.endswith("\n[...] " + p.text + " [...]")
+    # a whole line keeps the lines form, counted as str.splitlines counts
+    small = "one\rtwo\rthree\r"
+    assert retention.lines_of(replace_content(it, small), [[2, 2, 4, 3]]) == "lines 2 of 3"
+
+
+def replace_content(it: Any, text: str) -> Any:
+    from dataclasses import replace
+
+    return replace(it, content=text)
+
+
+@pytest.mark.parametrize("sep", ["\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b"])
+def test_the_recall_tool_numbers_lines_as_the_text_breaks_them(sep: str) -> None:
+    """A result whose lines end in CR, CRLF, U+2028 and the rest: the recall
+    tool's line numbers are those str.splitlines gives, and the lines it shows
+    are those lines (before: one line of a CR-only text, "lines 1 of 1")."""
+    lines = [f"entry {i}: {_FILLER}" for i in range(600)]
+    lines[451] = f"entry 451: {_KEY}"
+    text = sep.join(lines) + sep
+    conv = Conversation()
+    conv.append({"role": "user", "content": "read"})
+    _call(conv, "c0", "read_file", {"path": "log"}, text)
+    answer = answer_recall(conv, {"call_id": "c0", "query": "deploy key rotates bastion"})
+    header, body = answer.split("\n", 1)
+    assert "of 600 of the result of tool read_file" in header
+    first = int(header.split("lines ", 1)[1].split("-", 1)[0].split(",", 1)[0].split(" ")[0])
+    assert body.splitlines()[0] == lines[first - 1]
+    assert _KEY in body

@@ -116,29 +116,35 @@ def compile_conversation(
             # new results are indexed now and embedded while the model is called
             # (the question's compile finds their vectors made)
             retention.relevance_of(conv).prepare(conv, embedder)
-        # The steps are planned on a copy of the state (made only when a step
-        # runs) and recorded in the conversation once they all succeeded: a
-        # compile that overflows after a clear leaves the conversation as it was.
-        plan = _Plan(conv)
         if window is not None:
             budget = math.floor((window - reply - constant) / scale) - fixed
             if budget < 0 or _pinned_tokens(view) > budget:
                 _overflow(conv, view, fixed, budget, window, reply, scale, result)
         recalled: list[str] = []
         recalls = scoring is not None and pol.recall and pol.native != "anthropic"
-        if recalls:
-            view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
-        if budget is not None:
-            n = len(plan.entries)
-            view = _fit(plan, view, budget, pol, cold, notes, scoring)
-            if recalls and len(plan.entries) > n:
-                # What this compile removed may be what the question needs (a
-                # drop takes whole turns, whatever they hold): look again, and
-                # fit again (a recall is never removed while its question stands).
-                k = len(recalled)
-                view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
-                if len(recalled) > k:
-                    view = _fit(plan, view, budget, pol, cold, notes, scoring)
+        # What the messages grew by since the last compile for this provider:
+        # the next call will likely grow as much, so a forced drop leaves that
+        # much room (see _fit).
+        grown = 0
+        if last is not None and last[0] == pol.provider:
+            grown = max(0, int(fixed + view.total - last[1]))
+        try:
+            plan, view = _steps(
+                conv, view, budget, pol, cold, notes, scoring, recalls, recalled, grown
+            )
+        except ContextOverflowError:
+            if not (recalls and recalled):
+                raise
+            # A recall is never removed while its question stands, so one that
+            # the window cannot hold beside what must be sent (a huge question,
+            # pinned items, results the policy may not remove) would make the
+            # compile fail where the same compile without it fits: plan again
+            # without the recall (what must be sent fits: checked above).
+            notes.clear()
+            recalled.clear()
+            plan, view = _steps(
+                conv, view, budget, pol, cold, notes, scoring, False, recalled, grown
+            )
         if plan.twin is not None:
             if pol.dry_run:
                 target = plan.twin
@@ -169,6 +175,39 @@ def compile_conversation(
             recalled,
             constant,
         )
+
+
+def _steps(
+    conv: Conversation,
+    view: _View,
+    budget: int | None,
+    pol: ContextPolicy,
+    cold: bool,
+    notes: list[RewriteNote],
+    scoring: Scoring | None,
+    recalls: bool,
+    recalled: list[str],
+    grown: int = 0,
+) -> tuple[_Plan, _View]:
+    """The policy's steps and the recall at the tail, planned on a copy of the
+    state (made only when a step runs) and recorded in the conversation by the
+    caller once they all succeeded: a compile that overflows after a clear
+    leaves the conversation as it was."""
+    plan = _Plan(conv)
+    if recalls:
+        view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
+    if budget is not None:
+        n = len(plan.entries)
+        view = _fit(plan, view, budget, pol, cold, notes, scoring, grown)
+        if recalls and len(plan.entries) > n:
+            # What this compile removed may be what the question needs (a
+            # drop takes whole turns, whatever they hold): look again, and
+            # fit again (a recall is never removed while its question stands).
+            k = len(recalled)
+            view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
+            if len(recalled) > k:
+                view = _fit(plan, view, budget, pol, cold, notes, scoring, grown)
+    return plan, view
 
 
 def _pinned_tokens(view: _View) -> int:
@@ -253,10 +292,23 @@ def _fit(
     cold: bool,
     notes: list[RewriteNote],
     scoring: Scoring | None = None,
+    grown: int = 0,
 ) -> _View:
     """The view after the policy's steps, each recorded in ``conv`` (the twin of
-    a dry run). Fast path: fits, and clearing cannot pay → O(keep)."""
+    a dry run). Fast path: fits, and clearing cannot pay → O(keep).
+    ``grown``: what the messages grew by since the previous compile (the room a
+    forced drop leaves for the next call)."""
     need = view.total - budget
+    # A forced step removes at least clear_at_least, and leaves room for one
+    # more call that grows as much as this one did (half the budget at most):
+    # removing only what this call needs forces the next call again, and every
+    # forced step rewrites the cached body from its first changed item on.
+    # Results larger than clear_at_least (3 000 tokens against 2 048) forced
+    # every call of a tool loop before. The room is taken from what goes first
+    # (older results, older steps); the recency floor, the results kept as
+    # relevant and the latest step go only as far as the window needs.
+    # clear_at_least=0 asks for no room: only what the window needs goes.
+    room = min(grown, budget // 2) if pol.clear_at_least > 0 else 0
     # 1. clear tool results (Anthropic clears them itself when native)
     if pol.clear_tool_results and pol.native != "anthropic" and view.results:
         chosen: list[int] = []
@@ -269,7 +321,7 @@ def _fit(
             got = 0
             older = set(clear_candidates(view, pol, False))
             order, keep = clear_order(view, pol, scoring)
-            goal = max(need, pol.clear_at_least)
+            goal = max(need + room, pol.clear_at_least)
             for k in order:
                 if got >= (goal if k in older and k not in keep else need):
                     break
@@ -336,10 +388,8 @@ def _fit(
             need = view.total - budget
     # 3. drop the oldest unprotected steps
     if need > 0 and pol.drop_oldest:
-        # At least clear_at_least, as clearing: dropping only what this turn
-        # needs would force the next call to drop again, and every forced drop
-        # rewrites the cached prefix from the first dropped item on.
-        ids, first = _drop_steps(view, max(need, pol.clear_at_least))
+        # At least clear_at_least and the room, as clearing (above).
+        ids, first = _drop_steps(view, max(need + room, pol.clear_at_least), need)
         if ids:
             view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
             need = view.total - budget
@@ -434,28 +484,74 @@ _SUMMARY_ITEM_CHARS = 4_000
 _CUT = " [...]"
 
 
-def _drop_steps(view: _View, need: int) -> tuple[list[str], int]:
-    """Ids of the oldest whole steps to drop until ``need`` tokens are gone. A
-    step runs from a cut to the next cut (a user text, or an assistant item
-    after a non-assistant one) where no call is split from its result; one
-    holding a protected item stays."""
+def _drop_steps(view: _View, goal: int, need: int) -> tuple[list[str], int]:
+    """Ids of the oldest whole steps to drop until ``goal`` tokens are gone (the
+    latest step only as far as ``need``, what the window needs: the room beyond
+    it is taken from older steps, never from the result the agent just got),
+    and the index of the first. A step runs from a cut to the next cut (a user
+    text, or an assistant item after a non-assistant one) where no call is
+    split from its result; one holding a protected item stays, unless dropping
+    every other step is not enough: then its unprotected items go too (see
+    :func:`_drop_inside`)."""
     closed = boundaries(view)
     n = len(view.shown)
-    ids: list[str] = []
+    drop: list[int] = []
+    kept: list[tuple[int, int]] = []  # steps holding a protected item
     got = 0
-    first = -1
     k = 0
-    while k < n and got < need:
+    while k < n and got < goal:
         e = k + 1
         while e < n and not (closed[e] and _step_start(view, e)):
             e += 1
-        if not any(view.protected(j) for j in range(k, e)):
-            if first < 0:
-                first = k
-            ids.extend(view.shown[j].item.id for j in range(k, e))
+        if e == n and got >= need:
+            break  # the latest step: only what the window needs
+        if any(view.protected(j) for j in range(k, e)):
+            kept.append((k, e))
+        else:
+            drop.extend(range(k, e))
             got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
         k = e
-    return ids, first
+    if got < need:
+        got += _drop_inside(view, kept, need - got, drop)
+    if not drop:
+        return [], -1
+    drop.sort()
+    return [view.shown[j].item.id for j in drop], drop[0]
+
+
+def _drop_inside(view: _View, steps: list[tuple[int, int]], need: int, drop: list[int]) -> int:
+    """The last resort: the unprotected items of steps that hold a protected one
+    (a pinned message, the latest user text, a recall), oldest first, until
+    ``need`` tokens are gone; then the recalls of the standing question (an
+    earlier compile's: they are not what must be sent). Appended to ``drop``.
+    A call goes with its result when neither must stay; the result of a pinned
+    call goes alone (the call is answered by the renderer's stub), and so does
+    the call of a pinned result (the result is sent as text): what must be sent
+    is the pinned items and the latest user message, and when they fit beside
+    the instructions, the compile fits."""
+    got = 0
+    done: set[int] = set()
+    for must_stay in (view.protected, lambda j: j == view.last_user or view.shown[j].item.pinned):
+        for a, b in steps:
+            pairs: dict[str, list[int]] = {}
+            for j in range(a, b):
+                it = view.shown[j].item
+                if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
+                    pairs.setdefault(it.call_id, []).append(j)
+            for j in range(a, b):
+                if got >= need:
+                    return got
+                if j in done or must_stay(j):
+                    continue
+                it = view.shown[j].item
+                unit = [j]
+                if it.kind in ("tool_call", "tool_result") and it.call_id is not None:
+                    unit = [i for i in pairs[it.call_id] if i not in done and not must_stay(i)]
+                for i in unit:
+                    done.add(i)
+                    drop.append(i)
+                    got += view.cost(i)
+    return got
 
 
 def _step_start(view: _View, e: int) -> bool:

@@ -18,9 +18,11 @@ Everything here reads the conversation's view; nothing here records: the plan
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from rampart.relevance import ItemScore, Passage, PassageIndex
+from rampart.relevance.passages import LINE_BREAKS, count_breaks
 
 if TYPE_CHECKING:
     from rampart.conversation.items import ConversationItem
@@ -163,16 +165,66 @@ def _call_args(conv: Conversation, it: ConversationItem) -> str:
     return args if len(args) <= _ARGS_CHARS else args[:_ARGS_CHARS] + "..."
 
 
+@lru_cache(maxsize=16)
+def _line_count(content: str) -> int:
+    """Lines of ``content`` as str.splitlines counts them (at least 1): what
+    the passages number. Cached: a header is built a few times per compile, and
+    counting a 50 MB result's breaks takes milliseconds."""
+    n = count_breaks(content) + 1
+    if content and content[-1] in LINE_BREAKS:
+        n -= 1  # a final break ends the last line, it does not start one
+    return max(n, 1)
+
+
 def _lines(it: ConversationItem) -> int:
-    return it.content.count("\n", 0, 50_000_000) + 1
+    return _line_count(it.content)
+
+
+def _breaks_in(content: str) -> str:
+    """The line-break characters ``content`` holds (a search looks for these)."""
+    return "".join(c for c in LINE_BREAKS if c in content) if content else ""
+
+
+_breaks_of = lru_cache(maxsize=16)(_breaks_in)
+
+
+def _line_part(content: str, offset: int, length: int) -> tuple[int, int, int] | None:
+    """Where a span lies in its line when it is not the whole line: (its first
+    character, 1-based, its last, the line's length); None for whole lines.
+    O(1) for whole lines; a part searches its line's ends (C-speed finds)."""
+    end = offset + length
+    starts_line = offset == 0 or content[offset - 1] in LINE_BREAKS
+    ends_line = end >= len(content) or content[end] in LINE_BREAKS
+    if starts_line and ends_line:
+        return None
+    seps = _breaks_of(content)
+    a = max((content.rfind(c, 0, offset) for c in seps), default=-1) + 1
+    ends = [i for i in (content.find(c, end) for c in seps) if i >= 0]
+    b = min(ends) if ends else len(content)
+    return offset - a + 1, end - a, b - a
+
+
+def _num(n: int) -> str:
+    """``2 000 000``: thousands apart, as the docs write them."""
+    return f"{n:,}".replace(",", " ")
 
 
 def spans_text(it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
     """The text of ``spans`` ([first line, last line, offset, length] each) of
-    ``it``'s content, in order, a ``[...]`` line between gaps."""
+    ``it``'s content, in order, a ``[...]`` line between gaps; a span that
+    starts or ends inside a line (a piece of a long one) is marked ``[...]``
+    on that side, so the cut shows where it is."""
+    c = it.content
     out = []
     for s in spans:
-        out.append(it.content[s[2] : s[2] + s[3]])
+        off, end = s[2], s[2] + s[3]
+        piece = c[off:end]
+        if s[0] == s[1] and _line_part(c, off, s[3]) is not None:
+            if off > 0 and c[off - 1] not in LINE_BREAKS:
+                piece = "[...] " + piece
+            if end < len(c) and c[end] not in LINE_BREAKS:
+                piece = piece + " [...]"
+        out.append(piece)
     return "\n[...]\n".join(out)
 
 
@@ -182,7 +234,8 @@ def _ranges(spans: Sequence[Sequence[int]]) -> str:
 
 def excerpt_text(conv: Conversation, it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
     """What an excerpted result is shown as: a header naming the tool, the call,
-    the lines kept and what was cut, then the kept lines."""
+    the lines kept (the characters kept of a long line) and what was cut, then
+    the kept lines."""
     kept = sum(s[3] for s in spans)
     return (
         f"[excerpt of a tool result, cut to save context: tool {it.tool_name or 'unknown'}, "
@@ -194,8 +247,40 @@ def excerpt_text(conv: Conversation, it: ConversationItem, spans: Sequence[Seque
 
 
 def lines_of(it: ConversationItem, spans: Sequence[Sequence[int]]) -> str:
-    """``"lines 3-9, 40 of 120"``: where ``spans`` lie in ``it``'s content."""
-    return f"lines {_ranges(spans)} of {_lines(it)}"
+    """Where ``spans`` lie in ``it``'s content: ``"lines 3-9, 40 of 120"``, or,
+    where a span is part of a line longer than a passage, ``"characters
+    1 401–2 100 of line 1 (2 000 000 characters)"`` (``", of 120 lines"``
+    after it when the result has more than one)."""
+    c = it.content
+    parts: list[str] = []
+    lines: list[Sequence[int]] = []
+    chars: list[str] = []  # ranges within line ``at`` (``n`` characters)
+    at = n = 0
+
+    def close() -> None:
+        nonlocal lines, chars
+        if lines:
+            parts.append(f"lines {_ranges(lines)}")
+        if chars:
+            parts.append(f"characters {', '.join(chars)} of line {at} ({_num(n)} characters)")
+        lines, chars = [], []
+
+    for s in spans:
+        part = _line_part(c, s[2], s[3]) if s[0] == s[1] else None
+        if part is None:
+            if chars:
+                close()
+            lines.append(s)
+            continue
+        if lines or (chars and at != s[0]):
+            close()
+        at, n = s[0], part[2]
+        chars.append(f"{_num(part[0])}–{_num(part[1])}")
+    total = _lines(it)
+    if not chars and not parts:
+        return f"lines {_ranges(lines)} of {total}"
+    close()
+    return "; ".join(parts) + (f", of {_num(total)} lines" if total > 1 else "")
 
 
 def describe(conv: Conversation, it: ConversationItem, where: str) -> str:
@@ -213,9 +298,13 @@ def recall_text(conv: Conversation, it: ConversationItem, spans: Sequence[Sequen
     result an earlier compile cleared, and the result (or its relevant lines)."""
     where = lines_of(it, spans) if spans else "the whole result"
     body = spans_text(it, spans) if spans else it.content
+    cut = ""
+    if spans:
+        left = len(it.content) - sum(s[3] for s in spans)
+        cut = f"; {left} of {len(it.content)} characters not shown"
     return (
         f"[recalled for the current step: {describe(conv, it, where)}, which was cleared "
-        "earlier to save context]\n" + body
+        f"earlier to save context{cut}]\n" + body
     )
 
 

@@ -1,11 +1,19 @@
 """A text cut into passages: what the relevance scorer scores, what an excerpt
 keeps and what a recall brings back, each with its line range.
 
+Lines are what :meth:`str.splitlines` calls lines: ``\\n``, ``\\r\\n`` and a lone
+``\\r`` end one, and so do ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028
+and U+2029 (:data:`LINE_BREAKS`), so a CR-only or U+2028-separated text has its
+lines numbered as an editor shows them. A passage's text is the source itself
+(``source[offset : offset + len(text)]``), its line breaks as they were.
+
 Bounded for hostile input (a 50 MB single-line tool result): a line longer than
-a passage is cut into pieces (its line number kept), and no more than
-``max_passages`` passages are made, so the work is O(max_passages x
-max_chars) whatever the text's size. What lies past the last passage is not
-scored (docs/limits.md).
+a passage is cut into pieces (its line number kept), at a space when one lies
+in the piece's last quarter, else mid-word; no more than ``max_passages``
+passages are made, and no more than ``max_passages × max_chars × 4``
+characters are looked at (50 MB of blank lines makes no passage and costs no
+more than that), so the work is O(max_passages × max_chars) whatever the
+text's size. What lies past the last passage is not scored (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -15,10 +23,12 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "LINE_BREAKS",
     "MAX_PASSAGES",
     "PASSAGE_CHARS",
     "PASSAGE_LINES",
     "Passage",
+    "count_breaks",
     "heading_before",
     "headings",
     "split_passages",
@@ -30,17 +40,62 @@ PASSAGE_CHARS = 700
 PASSAGE_LINES = 12
 #: Passages made of one text at most (the rest of the text is not scored).
 MAX_PASSAGES = 256
+#: The characters that end a line (``\r\n`` ends one line): str.splitlines' set.
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+_BREAK = re.compile("\r\n|[" + re.escape(LINE_BREAKS) + "]")
+_SPACE = re.compile(r"\s")
+#: White space, line breaks included: a run of blank lines is skipped in one
+#: step (50 MB of blank lines would otherwise cost a step a line).
+_BLANKS = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
 class Passage:
     """Lines ``start`` .. ``end`` (1-based, inclusive) of a text, and their text,
-    which is ``source[offset : offset + len(text)]``."""
+    which is ``source[offset : offset + len(text)]``. A piece of a line longer
+    than a passage has ``start == end``."""
 
     start: int
     end: int
     text: str
     offset: int = 0
+
+
+def _cut(text: str, pos: int, hard: int, max_chars: int) -> int:
+    """Where a piece of a long line starting at ``pos`` ends: after the last
+    whitespace in its last quarter (before ``hard``), else at ``hard``."""
+    last = -1
+    for m in _SPACE.finditer(text, pos + max_chars - max_chars // 4, hard):
+        last = m.end()
+    return last if last > pos else hard
+
+
+def _blank_lines(text: str, pos: int, limit: int) -> int:
+    """The end of the run of blank lines at ``pos`` (after its last line break)
+    when it holds two or more, else 0."""
+    ws = _BLANKS.match(text, pos, limit)
+    if ws is None:
+        return 0
+    e = ws.end()
+    last = max(text.rfind(c, pos, e) for c in LINE_BREAKS)
+    if last < 0:
+        return 0
+    if text[last] == "\r" and last + 1 < len(text) and text[last + 1] == "\n":
+        last += 1  # the run ends inside a \r\n (at the limit): keep the pair whole
+    return last + 1 if count_breaks(text, pos, last + 1) >= 2 else 0
+
+
+def count_breaks(text: str, start: int = 0, stop: int | None = None) -> int:
+    """Line breaks in ``text[start:stop]`` (``\r\n`` counts one), in C-speed
+    passes: a text's line count is this plus one (less one when it ends with a
+    break, as str.splitlines counts)."""
+    stop = len(text) if stop is None else stop
+    n = 0
+    for c in LINE_BREAKS:
+        if c < "\x80" or not text.isascii():
+            n += text.count(c, start, stop)
+    return n - text.count("\r\n", start, stop)
 
 
 def split_passages(
@@ -51,56 +106,68 @@ def split_passages(
 ) -> list[Passage]:
     """``text`` in order as passages of whole lines (a longer line in pieces)."""
     out: list[Passage] = []
-    buf: list[str] = []
-    size = 0
-    first = 1
-    first_at = 0  # offset of the buffer's first line
-    line_no = 0
-    pos = 0
     n = len(text)
+    limit = min(n, max(max_passages, 1) * max(max_chars, 1) * 4)
+    # the buffer: lines first..last, text[at:end]
+    first = last = 0
+    at = end = -1
+    count = 0
+    filled = False  # holds a line that is not blank
 
-    def flush(last: int) -> None:
-        nonlocal buf, size
-        if buf and any(s.strip() for s in buf):
-            out.append(Passage(first, last, "\n".join(buf), first_at))
-        buf, size = [], 0
+    def flush() -> None:
+        nonlocal at, count, filled
+        if at >= 0 and filled:
+            out.append(Passage(first, last, text[at:end], at))
+        at, count, filled = -1, 0, False
 
-    while pos < n and len(out) < max_passages:
-        nl = text.find("\n", pos, pos + max_chars * 4 + 1)
-        end = nl if nl >= 0 else min(n, pos + max_chars * 4)
-        line = text[pos:end]
-        at = pos
-        line_no += 1
-        if nl >= 0:
-            pos = nl + 1
-        elif end >= n:
-            pos = n
-        else:  # a very long line: what follows keeps its line number
-            pos = end
-        if len(line) > max_chars:
-            flush(line_no - 1)
-            for k in range(0, len(line), max_chars):
-                if len(out) >= max_passages:
-                    break
-                if line[k : k + max_chars].strip():
-                    out.append(Passage(line_no, line_no, line[k : k + max_chars], at + k))
-            if nl < 0 and pos < n:
-                line_no -= 1  # the rest of this line comes next, under the same number
-            first = line_no + 1
+    line_no = 1
+    pos = 0
+    col = 0  # where pos lies in its line (> 0: the rest of a long line)
+    while pos < limit and len(out) < max_passages:
+        if not col:
+            run = _blank_lines(text, pos, limit)
+            if run:
+                # two or more blank lines: a paragraph break
+                flush()
+                line_no += count_breaks(text, pos, run)
+                pos = run
+                continue
+        m = _BREAK.search(text, pos, min(n, pos + max_chars + 1))
+        if m is None and pos + max_chars < n:
+            # a line longer than a passage: a piece of it, a passage of its own
+            flush()
+            stop = _cut(text, pos, pos + max_chars, max_chars)
+            if text[pos:stop].strip():
+                out.append(Passage(line_no, line_no, text[pos:stop], pos))
+            col += stop - pos
+            pos = stop
             continue
-        if not buf:
-            first, first_at = line_no, at
-        if buf and (size + len(line) + 1 > max_chars or len(buf) >= max_lines):
-            flush(line_no - 1)
-            first, first_at = line_no, at
-        if not line.strip() and size >= max_chars // 3:
-            flush(line_no - 1)
-            first = line_no + 1
-            continue
-        buf.append(line)
-        size += len(line) + 1
+        stop = m.start() if m is not None else n
+        after = n if m is None else m.end()
+        if m is not None and m.group() == "\r" and after < n and text[after] == "\n":
+            after += 1  # a \r\n split by the search window's end
+        line = text[pos:stop]
+        if col:
+            # the rest of a long line: a piece of its own, under the line's number
+            flush()
+            if line.strip():
+                out.append(Passage(line_no, line_no, line, pos))
+        else:
+            if at >= 0 and (stop - at > max_chars or count >= max_lines):
+                flush()
+            if not line.strip() and at >= 0 and end - at >= max_chars // 3:
+                flush()
+            elif line.strip() or at >= 0:
+                if at < 0:
+                    first, at = line_no, pos
+                if line.strip():  # a passage ends with its last line that is not blank
+                    last, end, filled = line_no, stop, True
+                count += 1
+        pos, col = after, 0
+        if m is not None:
+            line_no += 1
     if len(out) < max_passages:
-        flush(line_no)
+        flush()
     return out
 
 
