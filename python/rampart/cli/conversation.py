@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import rampart._files as _files
-
 from rampart.cli.common import CliError
 from rampart.conversation import Conversation
 from rampart.conversation.codec import FORMAT, MAX_FILE_BYTES
