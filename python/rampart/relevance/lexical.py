@@ -59,7 +59,17 @@ def terms(text: str) -> list[str]:
     try:
         return _core.terms(text)
     except (TypeError, UnicodeEncodeError) as exc:  # checked only on failure: free
-        raise _args.not_text(exc, text=text) from None
+        raise _refused(exc, "text", text) from None
+
+
+def _refused(exc: Exception, what: str, value: Any) -> InvalidArgumentError:
+    """The InvalidArgumentError naming ``what`` for a string argument the core
+    refused (``exc``: its TypeError or UnicodeEncodeError)."""
+    try:
+        _args.text(value, what)
+    except InvalidArgumentError as err:
+        return err
+    return InvalidArgumentError(f"{what} is not text: {exc}")
 
 
 class LexicalIndex:
@@ -100,7 +110,7 @@ class LexicalIndex:
         try:
             return self._ix.scores(query)
         except (TypeError, UnicodeEncodeError) as exc:
-            raise _args.not_text(exc, query=query) from None
+            raise _refused(exc, "query", query) from None
 
 
 class BM25:
