@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import re
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "not_text",
     "number",
     "priority",
+    "repaired",
     "tags",
     "text",
     "vector",
@@ -152,6 +154,17 @@ def text(value: Any, what: str) -> str:
     return value
 
 
+# A UTF-16 surrogate alone: what JSON's "\ud800" escape decodes to. Not text.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repaired(value: str) -> str:
+    """``value`` with each lone surrogate replaced by U+FFFD: the rule for text a
+    *model* wrote (tool-call arguments, a recall query), which is taken as
+    written, where a caller's argument is refused (:func:`text`). O(1) for ASCII."""
+    return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+
+
 def file_path(value: Any, what: str = "path") -> Path:
     """A file name the operating system can take: a ``str``, ``bytes`` or
     ``os.PathLike``. A name holding a lone surrogate other than the ones
@@ -180,14 +193,20 @@ def file_path(value: Any, what: str = "path") -> Path:
     return Path(raw)
 
 
-def not_text(exc: UnicodeEncodeError, **values: Any) -> InvalidArgumentError:
-    """The InvalidArgumentError for a UnicodeEncodeError the core raised while
-    taking string arguments: names the first of ``values`` that is not text."""
+def not_text(exc: Exception, **values: Any) -> InvalidArgumentError:
+    """The InvalidArgumentError for a UnicodeEncodeError (or TypeError) the core
+    raised while taking string arguments: names the first of ``values`` that is
+    not text (``documents[3]`` for the fourth string of a list)."""
     for what, value in values.items():
-        items = [value] if isinstance(value, str) else list(value or ())
-        for v in items:
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple, set, frozenset)):
+            items = [(f"{what}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            items = [(what, value)]
+        for name, v in items:
             try:
-                text(v, what)
+                text(v, name)
             except InvalidArgumentError as err:
                 return err
     return InvalidArgumentError(f"an argument is not text: {exc}")

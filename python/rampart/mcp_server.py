@@ -488,6 +488,130 @@ def build_server(
     return server
 
 
+# ---- every request gets a reply ------------------------------------------------------------
+#
+# The SDK's stdio transport drops a line it cannot validate without a word to the
+# client (its dispatcher logs the error at debug level): a tool call whose
+# arguments hold a lone-surrogate escape ("\ud800", which pydantic's JSON parser
+# refuses), or a request whose params are not an object, left the client waiting
+# forever. The lines are mended in front of the SDK, in a thread between the
+# client's stdin and a pipe the SDK reads, so no part of the SDK is replaced:
+#
+# - a lone-surrogate escape becomes "\ufffd" (U+FFFD), byte for byte in place:
+#   tool arguments are model text, repaired as rampart repairs model text
+#   everywhere (a pair of escapes that makes one character is left alone);
+# - a request the SDK would drop (not JSON-RPC 2.0, a method that is not a
+#   string, params that are not an object) becomes a ``ping``
+#   with bad params under the same id, which the SDK answers with a JSON-RPC
+#   error (-32602): the client gets a reply; stderr says what was wrong;
+# - a line that is not JSON, a notification or a request whose id no reply can
+#   carry is dropped, with one line on stderr (there is no one to answer).
+
+_LONE_ESCAPE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.S)
+_log = logging.getLogger("rampart.mcp")
+
+
+def mend_surrogate_escapes(line: bytes) -> bytes:
+    """``line`` (JSON text) with every escape of a lone UTF-16 surrogate replaced
+    by ``\\ufffd``; escaped pairs and everything else left byte for byte. Linear."""
+    if _LONE_ESCAPE_HINT.search(line) is None:
+        return line
+    out: list[bytes] = []
+    last = 0
+    escapes = list(_ESCAPE.finditer(line))  # in order: "\\\\" is one escape, so parity holds
+    i = 0
+    while i < len(escapes):
+        m = escapes[i]
+        cp = int(m.group(1), 16) if m.group(1) else -1
+        if 0xD800 <= cp <= 0xDBFF and i + 1 < len(escapes):
+            n = escapes[i + 1]
+            low = int(n.group(1), 16) if n.group(1) else -1
+            if n.start() == m.end() and 0xDC00 <= low <= 0xDFFF:
+                i += 2  # a surrogate pair: one character
+                continue
+        if 0xD800 <= cp <= 0xDFFF:
+            out += [line[last : m.start()], b"\\ufffd"]
+            last = m.end()
+        i += 1
+    return b"".join([*out, line[last:]]) if out else line
+
+
+def mend_line(line: bytes) -> tuple[bytes | None, str | None]:
+    """What the SDK is given for one line a client sent (None: nothing), and why
+    it differs (None: it does not)."""
+    if not line.strip():
+        return None, None
+    line = mend_surrogate_escapes(line)
+    try:
+        msg = json.loads(line.decode("utf-8", "replace"))  # as the SDK decodes it
+    except RecursionError:
+        return line, None  # deeper than Python's parser goes: the SDK's to judge
+    except ValueError as exc:
+        return None, f"a line that is not JSON was dropped ({exc})"
+    if not isinstance(msg, dict) or "method" not in msg:
+        return line, None  # a response to the server, or something the SDK answers itself
+    problem = None
+    if msg.get("jsonrpc") != "2.0":
+        problem = 'jsonrpc must be "2.0"'
+    elif not isinstance(msg["method"], str):
+        problem = "method must be a string"
+    elif msg.get("params") is not None and not isinstance(msg["params"], dict):
+        problem = "params must be an object"
+    if problem is None:
+        return line, None
+    rid = msg.get("id")
+    if "id" not in msg:
+        return None, f"a notification was dropped: {problem}"
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        return None, f"a request was dropped: {problem}, and its id {rid!r:.40} cannot be answered"
+    # a request the SDK answers with "Invalid request parameters" under the same id
+    reply = {"jsonrpc": "2.0", "id": rid, "method": "ping", "params": {"_meta": 0}}
+    return json.dumps(reply).encode() + b"\n", f"request {rid!r:.40} refused: {problem}"
+
+
+def _pump(source: int, sink: int) -> None:
+    """Copy the client's lines from ``source`` to ``sink``, mended (:func:`mend_line`)."""
+    with os.fdopen(source, "rb") as src, os.fdopen(sink, "wb") as dst:
+        for raw in src:
+            # the SDK reads text lines: a lone \r ends one too
+            for line in raw.splitlines():
+                try:
+                    out, why = mend_line(line)
+                except Exception as exc:  # never lose the channel over one line
+                    out, why = line, f"a line passed unchecked ({type(exc).__name__}: {exc})"
+                if why is not None:
+                    _log.warning(why)
+                if out is None:
+                    continue
+                try:
+                    dst.write(out if out.endswith(b"\n") else out + b"\n")
+                    dst.flush()
+                except (OSError, ValueError):
+                    return  # the server is gone
+
+
+@contextmanager
+def _mended_stdin() -> Iterator[None]:
+    """fd 0 is a pipe fed by :func:`_pump` from the client's stdin, while served."""
+    try:
+        saved, wire = os.dup(0), os.dup(0)
+        read_end, write_end = os.pipe()
+    except OSError:  # no stdin to speak of: nothing to mend
+        yield
+        return
+    os.dup2(read_end, 0)
+    os.close(read_end)
+    threading.Thread(
+        target=_pump, args=(wire, write_end), name="rampart-mcp-stdin", daemon=True
+    ).start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 0)  # closes the pipe's read end: the pump stops at its next write
+        os.close(saved)
+
+
 def open_registry(
     paths: Sequence[str],
     *,
@@ -540,7 +664,8 @@ def serve(
     try:
         # stdout is the protocol channel: nothing else may be printed to it.
         print(f"rampart mcp: serving {len(reg)} blocks ({reg.label})", file=sys.stderr)
-        build_server(reg, conversations=source).run("stdio")
+        with _mended_stdin():
+            build_server(reg, conversations=source).run("stdio")
     finally:
         if source is not None:
             source.close()

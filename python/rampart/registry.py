@@ -424,6 +424,10 @@ class BlockRegistry(Primitives, SharedRegistry, Persistence):
             return _telemetry.traced_compile(self, locals())  # OpenTelemetry is set up
         if relevance_threshold is None and top_k is None and tools_in_prompt is True:
             # The hot path, kept flat: agents call this before every model call.
+            if task_text is not None and (type(task_text) is not str or not task_text.isascii()):
+                # unused without a gate, but the conversation scores with it: one
+                # rule for the argument whatever the path (a gate checks it too)
+                task_text = _text(task_text, "task_text")
             budget = self.default_max_tokens if max_tokens is None else max_tokens
             if budget is not None and (type(budget) is not int or not 0 <= budget <= _MAX_INT):
                 budget = _check_budget(budget)

@@ -86,6 +86,72 @@ def prepare(raw_calls: Iterable[Any], step: int) -> list[tuple[ToolCall, str | N
     return out
 
 
+_MAX_WAITING = 4096  # call ids remembered for pairing their outputs, at most
+
+
+class RawCall:
+    """A call as :func:`prepare` reads one (``id``, ``name``, ``arguments``)."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, cid: Any, name: Any, arguments: Any) -> None:
+        self.id, self.name, self.arguments = cid, name, arguments
+
+
+def _key(cid: Any) -> Any:
+    return cid if cid is None or isinstance(cid, (str, int)) else repr(cid)
+
+
+def repair_items(
+    items: list[Any], step: int, waiting: dict[Any, list[str]] | None = None
+) -> list[Any]:
+    """Responses-shape items (``function_call`` / ``function_call_output`` dicts,
+    what the Agents SDK stores) with the repair :func:`prepare` makes for the
+    :class:`~rampart.agent.Agent`: each run of consecutive ``function_call``
+    items is one reply, whose ids and names are repaired as ``prepare`` does;
+    an output names the call it answered by the id the model wrote, so it is
+    given the repaired id of the first call of that id not answered yet (in
+    order, so two calls the model gave one id keep their own outputs). Items
+    that need nothing are returned as they are (the same objects).
+
+    ``waiting`` (the id the model wrote -> the repaired ids of its calls not
+    answered yet, in order) carries the pairing from one batch to the next:
+    a session is given a call and its output in separate batches."""
+    out = list(items)
+    waiting = {} if waiting is None else waiting
+    i = 0
+    while i < len(out):
+        it = out[i]
+        kind = it.get("type") if isinstance(it, dict) else None
+        if kind == "function_call_output":
+            key = _key(it.get("call_id"))
+            ids = waiting.get(key)
+            if ids:
+                new = ids.pop(0)
+                if not ids:
+                    del waiting[key]
+                if new != it.get("call_id"):
+                    out[i] = {**it, "call_id": new}
+            i += 1
+            continue
+        if kind != "function_call":
+            i += 1
+            continue
+        j = i
+        while j < len(out) and isinstance(out[j], dict) and out[j].get("type") == "function_call":
+            j += 1
+        reply = out[i:j]
+        raw = [RawCall(c.get("call_id"), c.get("name"), c.get("arguments")) for c in reply]
+        for k, (c, (call, _)) in enumerate(zip(reply, prepare(raw, step))):
+            waiting.setdefault(_key(c.get("call_id")), []).append(call.id)
+            if (call.id, call.name) != (c.get("call_id"), c.get("name")):
+                out[i + k] = {**c, "call_id": call.id, "name": call.name}
+        while len(waiting) > _MAX_WAITING:  # calls never answered: the oldest go
+            del waiting[next(iter(waiting))]
+        i = j
+    return out
+
+
 def assistant_message(text: Any, prepared: Iterable[tuple[ToolCall, Any]]) -> dict[str, Any]:
     """The assistant message a reply is recorded as: its text, and its calls as
     :func:`prepare` made them."""

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
+import rampart._files as _files
 from rampart.cli.common import CliError
 from rampart.conversation import Conversation
 from rampart.conversation.codec import FORMAT, MAX_FILE_BYTES
@@ -44,15 +46,13 @@ def load_conversation(path: str) -> Conversation:
     if os.path.isdir(path):
         raise CliError(f"{path}: a directory, not a conversation file")
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise CliError(
-                f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a conversation may hold"
-            )
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise CliError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        # The one reader of untrusted files (docs/limits.md): a regular file only,
+        # opened non-blocking and checked with fstat, so a FIFO without a writer
+        # or a device is refused at once instead of hanging or reading forever;
+        # at most MAX_FILE_BYTES + 1 bytes read, whatever the size claims.
+        raw = _files.read_regular_file(Path(path), MAX_FILE_BYTES)
+    except _files.FileProblem as exc:
+        raise CliError(f"{path}: cannot read it ({exc})") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

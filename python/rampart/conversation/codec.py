@@ -222,6 +222,35 @@ def _loads(text: str) -> Any:
     return json.loads(text, parse_constant=_refuse_constant)
 
 
+def _noting(found: list[str]) -> Any:
+    """A ``parse_constant`` that reads NaN/Infinity as the float and notes the
+    token, so that a file holding one is refused naming where (json's own
+    error names a character offset only)."""
+
+    def constant(token: str) -> float:
+        found.append(token)
+        return float(token)
+
+    return constant
+
+
+def _non_finite_where(data: Any, token: str) -> str:
+    """Where the first non-finite number of a parsed save file is, in the words
+    of the other load errors (``log entry 3: entry.time is NaN, …``)."""
+    log = data.get("log") if isinstance(data, dict) else None
+    for k, entry in enumerate(log if isinstance(log, list) else ()):
+        stack: list[tuple[Any, str]] = [(entry, "entry")]
+        while stack:
+            node, where = stack.pop()
+            if isinstance(node, float) and not math.isfinite(node):
+                return f"log entry {k}: {where} is {token}, not a JSON number"
+            if isinstance(node, dict):
+                stack.extend((v, f"{where}.{key}") for key, v in reversed(node.items()))
+            elif isinstance(node, list):
+                stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return f"not a conversation file ({token} is not a JSON number)"
+
+
 def encode_entry(e: dict[str, Any]) -> bytes:
     """One log entry as a journal entry's bytes (compact JSON, UTF-8). Strict:
     a lone surrogate or a non-finite number anywhere in it is an
@@ -278,10 +307,13 @@ def decode_file(path: Path, max_bytes: int) -> tuple[str, str, list[dict[str, An
         raise RegistryFileError(
             f"{path}: cannot read the conversation file ({exc}; max_bytes={max_bytes})"
         ) from None
+    found: list[str] = []  # the NaN/Infinity tokens read: named below, by entry
     try:
-        data = _loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_constant=_noting(found))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RegistryFileError(f"{path}: not a conversation file ({exc})") from None
+    if found:
+        raise RegistryFileError(f"{path}: {_non_finite_where(data, found[0])}")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RegistryFileError(f"{path}: not a rampart conversation file")
     if data.get("version") != VERSION:

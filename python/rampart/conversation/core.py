@@ -16,6 +16,7 @@ view once, in O(items).
 from __future__ import annotations
 
 import json
+import operator
 import os
 import threading
 import time as _time
@@ -655,7 +656,15 @@ class Conversation:
         otherwise read as a large scale and shrink every later budget. From one
         observation, a ratio outside [0.7, 1.4] (no tokenizer differs that much)
         puts the excess into the constant; from two or more of different sizes
-        (the last 16), a least-squares line. :meth:`constant` reads it."""
+        (the last 16), a least-squares line. :meth:`constant` reads it.
+
+        One odd count cannot swing the budget: a count no scale in [0.25, 4]
+        and constant in [0, 1e6] can explain (0 tokens for a body we count at
+        7 488, say) is not learned — the scale in force is returned, None when
+        none was learned yet — and one observation moves the scale by at most a
+        factor of :data:`MAX_SCALE_STEP` and the constant by at most
+        :data:`MAX_CONSTANT_STEP` tokens or an eighth of the request, whichever
+        is more: a real change is learned over a few calls."""
         observed = _input_tokens(usage)
         with self._lock:
             self.last_usage = usage  # read by rampart.telemetry (cache read/creation tokens)
@@ -663,9 +672,19 @@ class Conversation:
             if last is None or last[1] <= 0:
                 return None
             prov = last[0] if provider is None else _args.text(provider, "provider")
+            predicted = float(last[1])
+            if not predicted * MIN_SCALE <= observed <= predicted * MAX_SCALE + MAX_CONSTANT:
+                return self._scale.get(prov)  # impossible: not learned, nothing recorded
             obs = self._usage_obs.setdefault(prov, deque(maxlen=16))
-            obs.append((float(last[1]), float(observed)))
+            obs.append((predicted, float(observed)))
             value, constant = _fit_usage(obs)
+            value, constant = _step_bounded(
+                value,
+                constant,
+                self._scale.get(prov, _prior_scale(prov)),
+                self._constant.get(prov, 0.0),
+                predicted,
+            )
             self._commit({"op": "scale", "provider": prov, "value": value, "constant": constant})
             return value
 
@@ -781,6 +800,34 @@ class Conversation:
         return self._counter.count(text)
 
 
+#: The bounds of the learned count model ``observed = scale * predicted + constant``.
+MIN_SCALE, MAX_SCALE, MAX_CONSTANT = 0.25, 4.0, 1e6
+#: How far one observed usage moves the learned scale at most (a factor).
+MAX_SCALE_STEP = 1.25
+#: How far one observed usage moves the learned constant at most (tokens; or an
+#: eighth of the request, when that is more).
+MAX_CONSTANT_STEP = 256.0
+
+
+def _prior_scale(provider: str) -> float:
+    """The scale a compile used for ``provider`` before any usage was learned."""
+    from rampart.conversation.policy import PROVIDERS
+
+    return PROVIDERS[provider][1] if provider in PROVIDERS else 1.0
+
+
+def _step_bounded(
+    scale: float, constant: float, prev_scale: float, prev_constant: float, predicted: float
+) -> tuple[float, float]:
+    """(scale, constant) of a fit moved at most one step from the ones in force."""
+    scale = min(max(scale, prev_scale / MAX_SCALE_STEP), prev_scale * MAX_SCALE_STEP)
+    step = max(MAX_CONSTANT_STEP, predicted / 8)
+    constant = min(max(constant, prev_constant - step), prev_constant + step)
+    scale = min(max(scale, MIN_SCALE), MAX_SCALE)
+    constant = min(max(constant, 0.0), MAX_CONSTANT)
+    return round(scale, 6), round(constant, 3)
+
+
 def _fit_usage(obs: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """(scale, constant) of ``observed = scale * predicted + constant`` over the
     observations (predicted, observed), bounded: scale in [0.25, 4], constant in
@@ -825,8 +872,10 @@ def _input_tokens(usage: Any) -> int:
     if usage is None:
         raise InvalidArgumentError("observe_usage needs a usage object or dict, got None")
     anth = _get(usage, "cache_creation_input_tokens", "cache_read_input_tokens")
-    inp = _get(usage, "input_tokens", "prompt_tokens", "promptTokenCount", "prompt_token_count")
-    if isinstance(inp, bool) or not isinstance(inp, int) or inp < 0:
+    inp = _count(
+        _get(usage, "input_tokens", "prompt_tokens", "promptTokenCount", "prompt_token_count")
+    )
+    if inp is None or inp < 0:
         raise InvalidArgumentError(
             "usage has no input token count (input_tokens, prompt_tokens or promptTokenCount): "
             f"{usage!r:.120}"
@@ -834,7 +883,20 @@ def _input_tokens(usage: Any) -> int:
     total = inp
     if anth is not None:  # Anthropic's input_tokens excludes what the cache wrote and read
         for k in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-            v = _get(usage, k)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            v = _count(_get(usage, k))
+            if v is not None and v > 0:
                 total += v
     return total
+
+
+def _count(v: Any) -> int | None:
+    """A token count as an int (numpy's integers too); None for anything else
+    (bool, float, text)."""
+    if type(v) is int:
+        return v
+    if v is None or isinstance(v, (bool, float, str, bytes)) or type(v).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None

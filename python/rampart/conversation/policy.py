@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import rampart._args as _args
 from rampart.errors import InvalidArgumentError
 
 __all__ = ["PROVIDERS", "ContextPolicy"]
@@ -26,9 +27,12 @@ _NATIVE = (False, "anthropic", "openai")
 
 
 def _nonneg_int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise InvalidArgumentError(f"ContextPolicy.{name} must be an int >= 0, got {v!r}")
-    return v
+    """An int >= 0: a Python int or what ``operator.index`` takes (numpy's
+    integers); bool, float and the rest refused."""
+    try:
+        return _args.int_arg(v, name, minimum=0)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(f"ContextPolicy.{name} must be an int >= 0, got {v!r}") from None
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,9 @@ class ContextPolicy:
             "recall_max_tokens",
             "excerpt_tokens",
         ):
-            _nonneg_int(getattr(self, name), name)
+            # stored as a Python int: a numpy integer would follow into the
+            # budget arithmetic and the JSON of every report
+            object.__setattr__(self, name, _nonneg_int(getattr(self, name), name))
         for name in (
             "clear_tool_results",
             "clear_tool_inputs",
@@ -120,10 +126,10 @@ class ContextPolicy:
                 raise InvalidArgumentError(
                     f"ContextPolicy.{name} must be True or False, got {getattr(self, name)!r}"
                 )
-        if _nonneg_int(self.horizon_calls, "horizon_calls") < 1:
-            raise InvalidArgumentError("ContextPolicy.horizon_calls must be >= 1")
-        if _nonneg_int(self.compact_max_tokens, "compact_max_tokens") < 1:
-            raise InvalidArgumentError("ContextPolicy.compact_max_tokens must be >= 1")
+        for name in ("horizon_calls", "compact_max_tokens"):
+            object.__setattr__(self, name, _nonneg_int(getattr(self, name), name))
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(f"ContextPolicy.{name} must be >= 1")
         ex = self.exclude_tools
         if (
             isinstance(ex, (str, bytes, Mapping))

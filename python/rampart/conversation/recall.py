@@ -11,7 +11,9 @@ other (and the policy keeps it while its question stands).
 
 Every fault is an error *result* (a string starting ``error:``), never an
 exception out of the agent loop: an unknown id, a query past
-:data:`MAX_QUERY_CHARS`, arguments that are not an object.
+:data:`MAX_QUERY_CHARS`, arguments that are not an object. A lone surrogate
+in the arguments (a ``"\ud800"`` escape) is read as U+FFFD, as in every other
+text a model wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rampart._args import repaired as _repaired
 from rampart.conversation import retention
 from rampart.conversation.core import RECALL_TOOL_NAME
 
@@ -136,8 +139,11 @@ def answer_recall(conversation: Conversation, arguments: Any, embedder: Any = No
         return "error: recall's call_id must be a string"
     if query is not None and not isinstance(query, str):
         return "error: recall's query must be a string"
-    call_id = call_id.strip() if call_id else None
-    query = query.strip() if query else None
+    # What the model wrote is taken as written, a lone surrogate (a "\ud800"
+    # escape) as U+FFFD, as the conversation took its call ids at append: the
+    # index and the tokeniser take text only.
+    call_id = _repaired(call_id).strip() if call_id else None
+    query = _repaired(query).strip() if query else None
     if not call_id and not query:
         return "error: recall needs a call_id (named in a cleared result's stub) or a query"
     if query and len(query) > MAX_QUERY_CHARS:

@@ -115,6 +115,8 @@ def select_steps(
     budget, sep = budget_and_separator(reg, max_tokens, separator)
     tools_in_prompt = bool(tools_in_prompt)
     if relevance_threshold is None and top_k is None:
+        if task_text is not None:  # unused here, but refused as on every path
+            _args.text(task_text, "task_text")
         prompt, sel = reg._core.compile(
             budget,
             sep,

@@ -41,6 +41,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from rampart.agent.calls import RawCall, prepare
 from rampart.conversation import ContextPolicy, Conversation, answer_recall
 from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
@@ -153,13 +154,15 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
     # ---- the hooks ---------------------------------------------------------------------
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        """LangChain's hook: the model call with the compiled request."""
-        return handler(self.compile_request(request))
+        """LangChain's hook: the model call with the compiled request; the
+        model's tool calls repaired as the Agent repairs them (:func:`repair_response`)."""
+        return repair_response(handler(self.compile_request(request)), len(request.messages))
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """LangChain's async hook: the compile off the loop, then the model call."""
         # The compile may wait on a shared store or the embedding model: off the loop.
-        return await handler(await asyncio.to_thread(self.compile_request, request))
+        response = await handler(await asyncio.to_thread(self.compile_request, request))
+        return repair_response(response, len(request.messages))
 
     def compile_request(self, request: Any) -> Any:
         """The ``ModelRequest`` with rampart's system prompt, tools and messages."""
@@ -310,6 +313,56 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
         while len(self._threads) > self.max_threads:
             self._threads.popitem(last=False)
         return thread
+
+
+def repair_response(response: Any, step: int) -> Any:
+    """The model's reply with its tool calls repaired as the
+    :class:`~rampart.agent.Agent` repairs them (:func:`rampart.agent.calls.prepare`):
+    a null, empty, repeated or unusable call id becomes ``call_<step>_<n>``,
+    unique in the reply, and a name no tool can have becomes ``invalid_tool_name``
+    (LangChain's tool node then answers it with an error), before the reply
+    enters the agent's state: the tool node answers each call under its own id,
+    and every provider takes the history. ``response``: what a
+    ``wrap_model_call`` handler returns (a ``ModelResponse``, an ``AIMessage``,
+    or an ``ExtendedModelResponse``); one that needs nothing comes back as it is."""
+    inner = getattr(response, "model_response", None)  # ExtendedModelResponse
+    if inner is not None:
+        fixed = repair_response(inner, step)
+        if fixed is not inner:
+            from dataclasses import replace
+
+            return replace(response, model_response=fixed)
+        return response
+    result = getattr(response, "result", None)  # ModelResponse
+    if isinstance(result, list):
+        messages = [_repaired_message(m, step) for m in result]
+        if any(a is not b for a, b in zip(messages, result)):
+            from dataclasses import replace
+
+            return replace(response, result=messages)
+        return response
+    return _repaired_message(response, step)
+
+
+def _repaired_message(message: Any, step: int) -> Any:
+    calls = getattr(message, "tool_calls", None)
+    invalid = getattr(message, "invalid_tool_calls", None)
+    if getattr(message, "type", None) != "ai" or not (calls or invalid):
+        return message
+    calls, invalid = list(calls or ()), list(invalid or ())
+    raw = [RawCall(c.get("id"), c.get("name"), c.get("args")) for c in calls + invalid]
+    fixed = [
+        {**c, "id": call.id, "name": call.name}
+        for c, (call, _) in zip(calls + invalid, prepare(raw, step))
+    ]
+    if all(
+        f["id"] == c.get("id") and f["name"] == c.get("name")
+        for f, c in zip(fixed, calls + invalid)
+    ):
+        return message
+    return message.model_copy(
+        update={"tool_calls": fixed[: len(calls)], "invalid_tool_calls": fixed[len(calls) :]}
+    )
 
 
 def _latest_user_text(messages: Sequence[Any]) -> str:

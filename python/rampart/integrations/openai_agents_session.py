@@ -38,9 +38,11 @@ hide items through the log (a ``drop`` it records), so the log stays append-only
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
+from rampart.agent.calls import repair_items
 from rampart.conversation import ContextPolicy, Conversation, answer_recall
 from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
@@ -96,6 +98,10 @@ class RampartSession:
         # the turn input call_model_input_filter compiled last (the run's own items,
         # which the SDK may not have added to the session yet)
         self._scratch: Conversation | None = None
+        # the ids the model wrote for calls added but not answered yet -> the ids
+        # they were recorded under (repair_items pairs a later output with them)
+        self._waiting: dict[Any, list[str]] = {}
+        self._repair_lock = threading.Lock()
 
     # ---- the Session protocol -----------------------------------------------------------
 
@@ -114,7 +120,18 @@ class RampartSession:
         with an error naming it, and nothing of the call is appended)."""
         if not items:
             return
-        await asyncio.to_thread(self.conversation.append, [_plain(i) for i in items])
+        await asyncio.to_thread(self._add, [_plain(i) for i in items])
+
+    def _add(self, items: list[Any]) -> None:
+        # The model's calls get the Agent's repair (null, empty or repeated ids,
+        # names no tool can have: rampart.agent.calls.prepare), each output
+        # following its own call; the pairing state moves on only once the
+        # append succeeded (a refused batch changes nothing).
+        with self._repair_lock:
+            waiting = {k: list(v) for k, v in self._waiting.items()}
+            fixed = repair_items(items, len(self.conversation), waiting)
+            self.conversation.append(fixed)
+            self._waiting = waiting
 
     async def pop_item(self) -> Any | None:
         """Hide and return the most recent item (the SDK's undo of a turn)."""
@@ -139,7 +156,7 @@ class RampartSession:
         if self.context_window is None:
             return model_data
         scratch = Conversation()
-        scratch.append([_plain(i) for i in model_data.input])
+        scratch.append(repair_items([_plain(i) for i in model_data.input], 0))
         result = self.registry.compile(
             self.max_tokens,
             tools_in_prompt=False,

@@ -19,7 +19,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import rampart._args as _args
 import rampart._core as _core
+from rampart.errors import InvalidArgumentError
 
 __all__ = ["BM25", "LexicalIndex", "py_terms", "terms"]
 
@@ -126,8 +128,23 @@ def py_terms(text: str) -> list[str]:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased, stemmed word terms; ``snake_case`` and ``camelCase`` split."""
-    return _core.terms(text)
+    """Lower-cased, stemmed word terms; ``snake_case`` and ``camelCase`` split.
+    ``text`` that is not a str, or holds a lone surrogate, is an
+    InvalidArgumentError (as every string argument of rampart)."""
+    try:
+        return _core.terms(text)
+    except (TypeError, UnicodeEncodeError) as exc:  # checked only on failure: free
+        raise _refused(exc, "text", text) from None
+
+
+def _refused(exc: Exception, what: str, value: Any) -> InvalidArgumentError:
+    """The InvalidArgumentError naming ``what`` for a string argument the core
+    refused (``exc``: its TypeError or UnicodeEncodeError)."""
+    try:
+        _args.text(value, what)
+    except InvalidArgumentError as err:
+        return err
+    return InvalidArgumentError(f"{what} is not text: {exc}")
 
 
 class LexicalIndex:
@@ -144,12 +161,31 @@ class LexicalIndex:
         return len(self._ix)
 
     def add(self, documents: Sequence[str]) -> int:
-        """Add ``documents`` in order; returns the index of the first."""
-        return self._ix.add(list(documents))
+        """Add ``documents`` in order; returns the index of the first. A
+        document that is not text is an InvalidArgumentError naming it, and
+        none of them is added."""
+        if isinstance(documents, (str, bytes)):
+            raise InvalidArgumentError(
+                f"documents must be a list of strings, not one {type(documents).__name__}"
+            )
+        try:
+            docs = list(documents)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"documents must be a list of strings, got {type(documents).__name__}"
+            ) from None
+        try:
+            return self._ix.add(docs)
+        except (TypeError, UnicodeEncodeError) as exc:
+            raise _args.not_text(exc, documents=docs) from None
 
     def scores(self, query: str) -> list[float]:
-        """Every document's BM25 score for ``query``."""
-        return self._ix.scores(query)
+        """Every document's BM25 score for ``query`` (InvalidArgumentError when
+        it is not text)."""
+        try:
+            return self._ix.scores(query)
+        except (TypeError, UnicodeEncodeError) as exc:
+            raise _refused(exc, "query", query) from None
 
 
 class BM25:
