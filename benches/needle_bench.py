@@ -50,6 +50,13 @@ warm and a few minutes cold, on one core.
 
     python benches/needle_bench.py [--split tune|holdout|all] [--strategies ...]
         [--windows 16000,8000] [--out needle_bench.json] [--md needle_bench.md]
+        [--data tests/data/needles2/tasks.json]
+
+``--data`` runs another task set of the same shape: ``tests/data/needles2`` (issue 35)
+is 48 tasks on recorded ``mcp-server-fetch``, ``mcp-server-git`` and ``mcp-alchemy``
+results, half of its questions in Chinese, Japanese, Spanish, German or Russian; it
+names its own system prompt and tools, and evidence is also reported by the question's
+language (English, other, cross-language).
 """
 
 from __future__ import annotations
