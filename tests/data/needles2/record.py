@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "outputs.json.gz"
 VENV = Path(sys.executable).parent
 PORT = 8765
+DB_PATH = Path("/tmp/needles2-record/Chinook_Sqlite.sqlite")
 BASE = f"http://127.0.0.1:{PORT}"
 
 REPOS = {
@@ -437,7 +438,9 @@ def main() -> int:
                     "text": text,
                 }
             )
-        db = Path(tmp) / "Chinook_Sqlite.sqlite"
+        # a fixed path: mcp-alchemy names the database file in its tools' descriptions
+        db = DB_PATH
+        db.parent.mkdir(parents=True, exist_ok=True)
         db.write_bytes(
             subprocess.run(
                 [
@@ -477,6 +480,7 @@ def main() -> int:
                     "text": text,
                 }
             )
+    DB_PATH.unlink(missing_ok=True)
     for o in outputs:
         o["sha256"] = hashlib.sha256(o["text"].encode()).hexdigest()
     versions = {}
