@@ -50,11 +50,19 @@ warm and a few minutes cold, on one core.
 
     python benches/needle_bench.py [--split tune|holdout|all] [--strategies ...]
         [--windows 16000,8000] [--out needle_bench.json] [--md needle_bench.md]
+        [--data tests/data/needles2/tasks.json]
+
+``--data`` runs another task set of the same shape: ``tests/data/needles2`` (issue 35)
+is 48 tasks on recorded ``mcp-server-fetch``, ``mcp-server-git`` and ``mcp-alchemy``
+results, half of its questions in Chinese, Japanese, Spanish, German or Russian; it
+names its own system prompt and tools, and evidence is also reported by the question's
+language (English, other, cross-language).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import statistics
@@ -129,6 +137,15 @@ def load(path: Path = NEEDLES) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _outputs(file: str) -> list[dict[str, Any]]:
+    """A file of recorded tool outputs (``{"outputs": [...]}``), gzipped or not."""
+    path = ROOT / file
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return json.load(f)["outputs"]
+    return json.loads(path.read_text(encoding="utf-8"))["outputs"]
+
+
 def materialise(doc: dict[str, Any]) -> dict[str, str]:
     """Source id -> the tool result's text, exactly as the server returned it."""
     outputs: dict[str, list[dict[str, Any]]] = {}
@@ -139,7 +156,7 @@ def materialise(doc: dict[str, Any]) -> dict[str, str]:
             texts[sid] = _head(text, s["arguments"].get("head"))
         else:
             if s["file"] not in outputs:
-                outputs[s["file"]] = json.loads((ROOT / s["file"]).read_text())["outputs"]
+                outputs[s["file"]] = _outputs(s["file"])
             (hit,) = [
                 o["text"]
                 for o in outputs[s["file"]]
@@ -203,14 +220,22 @@ def evidence(msgs: Sequence[dict[str, Any]], task: dict[str, Any]) -> list[bool]
 # ---- the request: system prompt and tools --------------------------------------------------
 
 
-def registry(embedder: Any = None) -> rampart.BlockRegistry:
+def registry(embedder: Any = None, doc: dict[str, Any] | None = None) -> rampart.BlockRegistry:
+    """The request's fixed part: a data set may name its own system prompt and tools
+    (the second set's agent fetches pages, reads git and queries SQL); the first set's
+    are the filesystem and git servers' tools."""
+    doc = doc or {}
     reg = rampart.BlockRegistry(
         embedding_model=embedder, tokeniser="o200k_base", default_max_tokens=None
     )
-    reg.write_block(SYSTEM, "agent")
-    fs = json.loads((cr.DATA / "mcp_filesystem_tools.json").read_text())["result"]["tools"]
-    git = json.loads((cr.DATA / "mcp_git_tools.json").read_text())["tools"]
-    tools = [t for t in fs if t["name"] in FS_TOOLS] + [t for t in git if t["name"] in GIT_TOOLS]
+    reg.write_block(doc.get("system", SYSTEM), "agent")
+    if "tools" in doc:
+        tools = doc["tools"]
+    else:
+        fs = json.loads((cr.DATA / "mcp_filesystem_tools.json").read_text())["result"]["tools"]
+        git = json.loads((cr.DATA / "mcp_git_tools.json").read_text())["tools"]
+        tools = [t for t in fs if t["name"] in FS_TOOLS]
+        tools += [t for t in git if t["name"] in GIT_TOOLS]
     reg.load_tools(tools, gated=False)
     return reg
 
@@ -363,6 +388,7 @@ def run_task(
         "kind": task["kind"],
         "split": task["split"],
         "label": task["label"],
+        **{k: task[k] for k in ("lang", "cross_language") if k in task},
         "compiles": len(run_steps),
         "evidence_kept": kept,
         "needles_kept": final["evidence"],
@@ -390,6 +416,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"evidence_{k}"] = share([r for r in rows if r["kind"] == k], "evidence_kept")
     for lab in ("paraphrase", "lexical"):
         out[f"evidence_{lab}"] = share([r for r in rows if r["label"] == lab], "evidence_kept")
+    if any("lang" in r for r in rows):
+        # sets with questions in several languages: by the question's language
+        out["evidence_english"] = share([r for r in rows if r["lang"] == "en"], "evidence_kept")
+        out["evidence_non_english"] = share([r for r in rows if r["lang"] != "en"], "evidence_kept")
+        out["evidence_cross_language"] = share(
+            [r for r in rows if r.get("cross_language")], "evidence_kept"
+        )
     out["final_tokens_mean"] = round(statistics.mean(tokens)) if tokens else None
     out["final_held"] = share(rows, "final_held")
     out["held_all"] = share(rows, "held_all")
@@ -415,6 +448,18 @@ def table_md(out: dict[str, Any]) -> str:
             f"{pct(s['held_all'])} | {s['prefix_rewrites_mean']} | "
             f"{s['cost_anthropic_mean']:,} | {s['cost_openai_mean']:,} |"
         )
+    if any("evidence_non_english" in s for s in out["summary"]):
+        lines += [
+            "",
+            "| window | split | strategy | English questions | other languages | cross-language |",
+            "|---:|---|---|---:|---:|---:|",
+        ]
+        for s in out["summary"]:
+            lines.append(
+                f"| {s['window']:,} | {s['split']} ({s['tasks']}) | {s['strategy']} | "
+                f"{pct(s['evidence_english'])} | {pct(s['evidence_non_english'])} | "
+                f"{pct(s['evidence_cross_language'])} |"
+            )
     notes = out.get("notes") or []
     return "\n".join(lines + [""] + [f"- {n}" for n in notes])
 
@@ -425,11 +470,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
     ap.add_argument("--tasks", default=None, help="comma list of task ids (default: all)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=NEEDLES,
+        help="the task set (default tests/data/needles/tasks.json; the second set is "
+        "tests/data/needles2/tasks.json)",
+    )
     ap.add_argument("--no-embed", action="store_true", help="registry without MiniLM (BM25 only)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
     args = ap.parse_args(argv)
-    doc = load()
+    doc = load(args.data)
     texts = materialise(doc)
     tasks = [t for t in doc["tasks"] if args.split in ("all", t["split"])]
     if args.tasks:
@@ -440,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if s not in STRATEGIES:
             ap.error(f"unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
     embedder = None if args.no_embed else rampart.OnnxEmbedder(threads=1)
-    reg = registry(embedder)
+    reg = registry(embedder, doc)
     head = head_chunks(reg)
     head_tokens = sum(n for _, n in head)
     notes: list[str] = []
@@ -476,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     out = {
-        "data": str(NEEDLES.relative_to(ROOT)),
+        "data": str(args.data.resolve().relative_to(ROOT)),
         "split": args.split,
         "reply_tokens": REPLY,
         "head_tokens": head_tokens,
