@@ -22,12 +22,14 @@ from rampart.conversation.result import ContextResult
 from rampart.conversation.shapes import Shown
 from rampart.conversation.steps import (
     STUB_ESTIMATE,
+    MakeRoom,
     Scoring,
     boundaries,
     clear_candidates,
     clear_order,
     recall,
     removal,
+    room_for_recall,
 )
 from rampart.errors import ContextOverflowError, InvalidArgumentError
 
@@ -121,20 +123,15 @@ def compile_conversation(
             if budget < 0 or _pinned_tokens(view) > budget:
                 _overflow(conv, view, fixed, budget, window, reply, scale, result)
         recalled: list[str] = []
-        recalls = scoring is not None and pol.recall and pol.native != "anthropic"
-        if recalls:
-            view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
         if budget is not None:
-            n = len(plan.entries)
             view = _fit(plan, view, budget, pol, cold, notes, scoring)
-            if recalls and len(plan.entries) > n:
-                # What this compile removed may be what the question needs (a
-                # drop takes whole turns, whatever they hold): look again, and
-                # fit again (a recall is never removed while its question stands).
-                k = len(recalled)
-                view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
-                if len(recalled) > k:
-                    view = _fit(plan, view, budget, pol, cold, notes, scoring)
+        if scoring is not None and pol.recall and pol.native != "anthropic":
+            # After the fit, into the room it left: the body before the recall is
+            # what the same compile without the recall sends (the price check
+            # never sees the recall; a result this fit removed can be recalled).
+            view = recall(
+                plan, view, pol, scoring, budget, recalled, _recall_room(plan, pol, scoring, notes)
+            )
         if plan.twin is not None:
             if pol.dry_run:
                 target = plan.twin
@@ -348,6 +345,44 @@ def _fit(
             "(drop_oldest=False, no compact); nothing was recorded"
         )
     return view
+
+
+def _recall_room(
+    plan: _Plan, pol: ContextPolicy, scoring: Scoring, notes: list[RewriteNote]
+) -> MakeRoom:
+    """How the recall makes room when the fit left too little, rewriting the
+    fewest cached tokens: a clear of the results nearest the tail that the
+    question does not need (:func:`room_for_recall`), recorded as a window
+    clear; failing that, a drop of the oldest steps only where this compile's
+    fit already rewrote the body (nothing more is lost); else nothing, and the
+    recall takes the room there is."""
+
+    def make(view: _View, need: int) -> _View:
+        chosen: list[int] = []
+        if pol.clear_tool_results and pol.native != "anthropic":
+            chosen = room_for_recall(view, pol, scoring, need)
+        if not chosen:
+            # Results too small to clear (a stub is no shorter): drop whole steps,
+            # but only where this compile's fit already rewrote the body from (the
+            # cache of what follows is lost with or without the recall).
+            ids, first = _drop_steps(view, max(need, pol.clear_at_least))
+            start = min((n.at_index for n in notes), default=-1)
+            if ids and pol.drop_oldest and 0 <= start <= first:
+                entry = {"op": "drop", "ids": ids, "reason": "window"}
+                return _record(plan, view, entry, first, notes)
+            return view
+        ids = [view.shown[k].item.id for k in chosen]
+        sc = scoring.task_scores()
+        entry: dict[str, Any] = {
+            "op": "clear",
+            "ids": ids,
+            "inputs": pol.clear_tool_inputs,
+            "reason": "window",
+            "scores": {i: round(sc[i].score, 4) for i in ids if i in sc},
+        }
+        return _record(plan, view, entry, chosen[0], notes)
+
+    return make
 
 
 def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
