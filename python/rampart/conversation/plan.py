@@ -368,8 +368,9 @@ def _recall_room(
             ids, first = _drop_steps(view, max(need, pol.clear_at_least))
             start = min((n.at_index for n in notes), default=-1)
             if ids and pol.drop_oldest and 0 <= start <= first:
-                entry = {"op": "drop", "ids": ids, "reason": "window"}
-                return _record(plan, view, entry, first, notes)
+                return _record(
+                    plan, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes
+                )
             return view
         ids = [view.shown[k].item.id for k in chosen]
         sc = scoring.task_scores()
