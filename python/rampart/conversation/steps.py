@@ -255,7 +255,7 @@ def recall(
     recalled: list[str],
     make_room: MakeRoom | None = None,
 ) -> _View:
-    """Append at the tail the cleared results the step needs (SPEC §9): for the
+    """Append at the tail the cleared results the step needs: for the
     question (or each of its parts, :func:`retention.query_parts`) the
     best-scoring results that are not shown in full, when they are relevant,
     not already recalled for this question, and the tail is not inside a call.
