@@ -230,8 +230,9 @@ def removal(
 #: (and less than the recall needs), the latest results the question does not
 #: need are cleared to make it (:func:`room_for_recall`); with more, the recall
 #: takes the room there is and rewrites nothing. A passage or two is too little
-#: to hold the line a paraphrased question needs: 256 kept 83 % of the tune
-#: half's needles, 768 kept 88 % (benches/needle_tune.py).
+#: to hold the line a paraphrased question needs: on the needle set's tune half
+#: in an 8 000-token window, asking no room kept 73 % of the evidence, 256 kept
+#: 77 %, 768 and 1 200 kept 85 % (benches/needle_bench.py; at 16 000, 92 % for all).
 MIN_RECALL_TOKENS = 768
 
 #: A recalled result shares the tail with the others recalled for the same step.
