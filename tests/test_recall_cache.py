@@ -159,21 +159,26 @@ def test_every_tune_task_sends_the_dry_runs_body_before_the_recall(
     assert made_room <= 2, made_room
 
 
-def test_a_price_clear_keeps_its_own_schedule(lexreg: rampart.BlockRegistry) -> None:
-    # 16k: what the question's compile clears for price (or not) is what it clears
-    # without the recall; the recall never brings a clear with it
-    for window in (6000, 9000, 16_000, 24_000):
-        conv = trajectory(lexreg, ContextPolicy(), window)
-        conv.append({"role": "user", "content": QUESTION})
-        dry = _compile(lexreg, conv, window, recall=False, dry_run=True)
-        r = _compile(lexreg, conv, window)
-        assert [
-            (n.action, n.reason, n.at_index, n.tokens_removed) for n in r._context.rewrites
-        ] == [(n.action, n.reason, n.at_index, n.tokens_removed) for n in dry._context.rewrites], (
-            window
-        )
-        msgs = r.messages()
-        assert msgs[: len(dry.messages())] == dry.messages()
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_price_clear_keeps_its_own_schedule(lexreg: rampart.BlockRegistry, fmt: str) -> None:
+    # The question's compile clears for price on its own (seven large results
+    # arrived since the last compile): the recall changes neither that clear
+    # nor anything else before it, and does not count in the price check.
+    conv = Conversation()
+    conv.append({"role": "user", "content": "Read the files, then wait."})
+    _call(conv, "c0", "read_file", {"path": "slack"}, SLACK.read_text())
+    _compile(lexreg, conv, 1500, excerpts=False)  # a small window clears it
+    for i, o in enumerate(GIT[:7]):
+        _call(conv, f"g{i}", "git_show", o["arguments"], o["text"])
+    conv.append({"role": "user", "content": QUESTION})
+    dry = _compile(lexreg, conv, 24_000, recall=False, dry_run=True)
+    r = _compile(lexreg, conv, 24_000)
+    assert [n.reason for n in dry._context.rewrites] == ["price"]
+    assert r._context.rewrites == dry._context.rewrites  # the same clear, same tokens
+    assert r._context.recalled
+    body = json.dumps(r.messages(fmt))
+    assert body.startswith(_open(json.dumps(dry.messages(fmt))))
+    assert NEEDLE in body
 
 
 def test_room_for_the_recall_clears_the_latest_result_the_question_does_not_need(
