@@ -62,6 +62,7 @@ language (English, other, cross-language).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -265,6 +266,17 @@ def rampart_builder(reg: rampart.BlockRegistry, pol: rampart.ContextPolicy, wind
         if len(msgs) > appended:
             conv.append(msgs[appended:])
             appended = len(msgs)
+        if pol.recall and msgs and msgs[-1].get("role") == "user" and len(msgs) > 1:
+            # the question: what the same compile without the recall sends (a dry run),
+            # to tell what the recall itself rewrote (run_task's "recall_rewrote")
+            dry = reg.compile(
+                conversation=conv,
+                context_window=window,
+                reply_tokens=REPLY,
+                policy=dataclasses.replace(pol, recall=False, dry_run=True),
+                tools_in_prompt=False,
+            )
+            DRY[id(build)] = [dict(m) for m in dry.messages("openai_chat")]
         result = reg.compile(
             conversation=conv,
             context_window=window,
@@ -275,6 +287,11 @@ def rampart_builder(reg: rampart.BlockRegistry, pol: rampart.ContextPolicy, wind
         return [dict(m) for m in result.messages("openai_chat")]
 
     return build
+
+
+#: A rampart builder's dry run of the question without the recall, by id(build).
+DRY: dict[int, list[dict[str, Any]]] = {}
+RECALLED = "[recalled for the current step"
 
 
 def baseline_builder(name: str, window: int, head_tokens: int) -> Builder:
@@ -368,20 +385,35 @@ def run_task(
         last = i == len(run_steps) - 1
         if msgs is None:
             if last:
-                final = {"tokens": None, "held": False, "evidence": [False] * len(task["needles"])}
+                final = {
+                    "tokens": None,
+                    "held": False,
+                    "evidence": [False] * len(task["needles"]),
+                    "rewrote": None,
+                    "recall_rewrote": None,
+                }
             continue
         request = head_tokens + sum(message_tokens(m) for m in msgs)
         held = request <= window - REPLY
         held_all &= held
         keys = [cr._key(m) for m in msgs]
-        if prev is not None and keys[: len(prev)] != prev:
-            rewrites += 1
+        rewrote = prev is not None and keys[: len(prev)] != prev
+        rewrites += rewrote
         prev = keys
         for t, cache in caches.items():
             usage = cache.request(chunks(head, msgs, cache.table.explicit), now=i * CALL_INTERVAL_S)
             cost[t] += usage.cost
         if last:
-            final = {"tokens": request, "held": held, "evidence": evidence(msgs, task)}
+            dry = DRY.pop(id(build), None)
+            # the body before the recall is what the compile without it sends
+            before = [m for m in msgs if not str(m.get("content") or "").startswith(RECALLED)]
+            final = {
+                "recall_rewrote": None if dry is None else before != dry,
+                "tokens": request,
+                "held": held,
+                "evidence": evidence(msgs, task),
+                "rewrote": rewrote,
+            }
     kept = all(final["evidence"])
     return {
         "task": task["id"],
@@ -398,6 +430,8 @@ def run_task(
         "held_all": held_all,
         "overflow_errors": overflow_errors,
         "prefix_rewrites": rewrites,
+        "question_rewrote": final["rewrote"],
+        "recall_rewrote": final["recall_rewrote"],
         "cost": {t: round(c) for t, c in cost.items()},
     }
 
@@ -427,6 +461,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["final_held"] = share(rows, "final_held")
     out["held_all"] = share(rows, "held_all")
     out["prefix_rewrites_mean"] = round(statistics.mean(r["prefix_rewrites"] for r in rows), 2)
+    out["question_rewrote"] = share(rows, "question_rewrote")
+    with_dry = [r for r in rows if r.get("recall_rewrote") is not None]
+    out["recall_rewrote"] = share(with_dry, "recall_rewrote") if with_dry else None
     for t in TABLES:
         out[f"cost_{t}_mean"] = round(statistics.mean(r["cost"][t] for r in rows))
     return out

@@ -23,12 +23,14 @@ from rampart.conversation.result import ContextResult
 from rampart.conversation.shapes import Shown
 from rampart.conversation.steps import (
     STUB_ESTIMATE,
+    MakeRoom,
     Scoring,
     boundaries,
     clear_candidates,
     clear_order,
     recall,
     removal,
+    room_for_recall,
 )
 from rampart.errors import ContextOverflowError, InvalidArgumentError
 
@@ -194,19 +196,21 @@ def _steps(
     caller once they all succeeded: a compile that overflows after a clear
     leaves the conversation as it was."""
     plan = _Plan(conv)
-    if recalls:
-        view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
     if budget is not None:
-        n = len(plan.entries)
         view = _fit(plan, view, budget, pol, cold, notes, scoring, grown)
-        if recalls and len(plan.entries) > n:
-            # What this compile removed may be what the question needs (a
-            # drop takes whole turns, whatever they hold): look again, and
-            # fit again (a recall is never removed while its question stands).
-            k = len(recalled)
-            view = recall(plan, view, pol, scoring, budget, recalled)  # type: ignore[arg-type]
-            if len(recalled) > k:
-                view = _fit(plan, view, budget, pol, cold, notes, scoring, grown)
+    if recalls:
+        # After the fit, into the room it left: the body before the recall is
+        # what the same compile without the recall sends (the price check never
+        # sees the recall; a result this fit removed can be recalled).
+        view = recall(
+            plan,
+            view,
+            pol,
+            scoring,  # type: ignore[arg-type]
+            budget,
+            recalled,
+            _recall_room(plan, pol, scoring, notes),  # type: ignore[arg-type]
+        )
     return plan, view
 
 
@@ -402,6 +406,45 @@ def _fit(
             "(drop_oldest=False, no compact); nothing was recorded"
         )
     return view
+
+
+def _recall_room(
+    plan: _Plan, pol: ContextPolicy, scoring: Scoring, notes: list[RewriteNote]
+) -> MakeRoom:
+    """How the recall makes room when the fit left too little, rewriting the
+    fewest cached tokens: a clear of the results nearest the tail that the
+    question does not need (:func:`room_for_recall`), recorded as a window
+    clear; failing that, a drop of the oldest steps only where this compile's
+    fit already rewrote the body (nothing more is lost); else nothing, and the
+    recall takes the room there is."""
+
+    def make(view: _View, need: int) -> _View:
+        chosen: list[int] = []
+        if pol.clear_tool_results and pol.native != "anthropic":
+            chosen = room_for_recall(view, pol, scoring, need)
+        if not chosen:
+            # Results too small to clear (a stub is no shorter): drop whole steps,
+            # but only where this compile's fit already rewrote the body from (the
+            # cache of what follows is lost with or without the recall).
+            ids, first = _drop_steps(view, max(need, pol.clear_at_least), need)
+            start = min((n.at_index for n in notes), default=-1)
+            if ids and pol.drop_oldest and 0 <= start <= first:
+                return _record(
+                    plan, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes
+                )
+            return view
+        ids = [view.shown[k].item.id for k in chosen]
+        sc = scoring.task_scores()
+        entry: dict[str, Any] = {
+            "op": "clear",
+            "ids": ids,
+            "inputs": pol.clear_tool_inputs,
+            "reason": "window",
+            "scores": {i: round(sc[i].score, 4) for i in ids if i in sc},
+        }
+        return _record(plan, view, entry, chosen[0], notes)
+
+    return make
 
 
 def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:

@@ -56,9 +56,10 @@ class ContextPolicy:
        must go keeps its best passages as an excerpt (``excerpts``). False: by
        age alone, oldest first (the behaviour before relevance).
        ``recall`` (default True): a result the step needs that an earlier compile
-       cleared is appended at the tail (after the latest user message; at most
-       ``recall_max_tokens``, default 2 000), not restored in place, so the cached
-       prefix stays; it is kept while its question stands.
+       cleared is appended at the tail (after the latest user message; everything
+       recalled in one compile, headers included, at most ``recall_max_tokens``,
+       default 2 000), not restored in place, so the cached prefix stays; it is
+       kept while its question stands.
     2. ``compact`` (default None): a callable ``(items) -> str`` or a rampart LLM
        backend (``.chat``) that summarises the oldest span into one summary item
        (the last ``compact_keep_recent`` items, default 8, stay as they are).

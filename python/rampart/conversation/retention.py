@@ -17,6 +17,7 @@ Everything here reads the conversation's view; nothing here records: the plan
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ __all__ = [
     "Relevance",
     "excerpt_text",
     "is_relevant",
+    "query_parts",
     "recall_text",
     "step_query",
 ]
@@ -98,6 +100,83 @@ def step_query(view: _View, task_text: str | None = None, *, calls: bool = True)
             elif it.group < group:
                 break
     return "\n".join(parts)[:MAX_QUERY_CHARS]
+
+
+#: A question is split into this many parts at most (the rest joins the last).
+MAX_PARTS = 4
+# Sentence ends (a full stop, question or exclamation mark before a space; the
+# CJK ones anywhere), semicolons and line breaks end a part.
+# (a full stop before a lower-case letter is an abbreviation: "e.g. this").
+_SENTENCES = re.compile(r"(?<=[.!?])\s+(?![a-z])|[。？！；;\n]+")
+# Words that join two parts of one question: English (any case), and the cheap
+# equivalents, lower case between spaces (German und, French et, Spanish y,
+# Russian и: "x and Y" keeps its variable), and Chinese 以及, 和, 及.
+_JOINS = re.compile(
+    r"\s*,?\s*\b(?i:and|or|also|as well as)\b\s*|\s+(?:und|et|y|и)\s+|\s*(?:以及|和|及)\s*"
+)
+# ... and in a sentence that has such a word, commas list parts too ("A, B and C").
+_COMMAS = re.compile(r"\s*[,，、]\s*")
+# A part starting with one of these is a bare phrase that leans on the first
+# part's head ("the timeouts of A and of B": "of B" is "the timeouts of B").
+_LEANING = frozenset(
+    "of for in on at from to with by about under into "
+    "de del des du von vom für im в на о об для из у по".split()
+)
+#: A part of this many words or fewer is bare too ("... of A and B": "B").
+_BARE_WORDS = 3
+
+
+def query_parts(text: str) -> list[str]:
+    """The parts of a question that asks for several things, each scored on its
+    own so that the recall brings back every part's result (one part: the
+    question itself).
+
+    The rule, small on purpose: sentences, and clauses joined by *and*, *or*,
+    *also*, *as well as* (und, et, y, и; 以及, 和, 及), or by commas in a
+    sentence that has such a word, are parts; at most :data:`MAX_PARTS` (the
+    rest joins the last). A later part that is a bare phrase — it starts with a
+    preposition (*of B*) or has at most three words (*B*) — carries the first
+    part's head words: *the timeouts of A and of B* gives *the timeouts of A*
+    and *the timeouts of B*. Bounded: the text is cut to
+    :data:`MAX_QUERY_CHARS` first."""
+    text = text[:MAX_QUERY_CHARS]
+    raw: list[str] = []
+    for sentence in _SENTENCES.split(text):
+        pieces = _JOINS.split(sentence)
+        if len(pieces) > 1:
+            pieces = [q for p in pieces for q in _COMMAS.split(p)]
+        raw.extend(p.strip() for p in pieces)
+    parts: list[str] = []
+    for p in raw:
+        if any(ch.isalnum() for ch in p) and p not in parts:
+            parts.append(p)
+    if len(parts) > MAX_PARTS:
+        parts = [*parts[: MAX_PARTS - 1], " ".join(parts[MAX_PARTS - 1 :])]
+    if len(parts) < 2:
+        return [text.strip()] if text.strip() else []
+    first = parts[0].split()
+    out = [parts[0]]
+    for p in parts[1:]:
+        q = _with_head(first, p)
+        if q not in out:
+            out.append(q)
+    return out
+
+
+def _with_head(first: list[str], part: str) -> str:
+    """``part`` with the head words of the first part when it is a bare phrase."""
+    words = part.split()
+    if not words or len(first) < 2:
+        return part
+    lead = words[0].lower()
+    if lead in _LEANING:
+        low = [w.lower() for w in first]
+        if lead in low[1:]:  # "the timeouts of A" + "of B": the words before "of"
+            j = len(low) - 1 - low[::-1].index(lead)
+            return " ".join(first[:j] + words)
+    if len(words) <= _BARE_WORDS < len(first):  # "timeouts of A" + "B": A's place
+        return " ".join(first[: len(first) - len(words)] + words)
+    return part
 
 
 class Relevance:

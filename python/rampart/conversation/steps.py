@@ -7,6 +7,7 @@ runs them; they record only through the plan they are handed.
 from __future__ import annotations
 
 import time as _time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rampart.conversation import retention
@@ -17,6 +18,7 @@ from rampart.relevance import ItemScore
 
 if TYPE_CHECKING:
     from rampart.conversation.core import Conversation, _View
+    from rampart.conversation.items import ConversationItem
 
 __all__ = [
     "STUB_ESTIMATE",
@@ -26,6 +28,7 @@ __all__ = [
     "clear_order",
     "recall",
     "removal",
+    "room_for_recall",
 ]
 
 #: The stub of a cleared result, for planning (the exact count is taken when
@@ -223,26 +226,25 @@ def removal(
     return max(cost - STUB_ESTIMATE, 0)
 
 
-#: A recall smaller than this is not worth sending: below it, a recall takes this
-#: much and the window's steps make room (a passage or two is too little to hold
-#: the line a paraphrased question needs: 256 kept 83 % of the tune half's needles,
-#: 768 kept 88 %; benches/needle_tune.py).
+#: The room a recall asks the window for: when the fit leaves less than this
+#: (and less than the recall needs), the latest results the question does not
+#: need are cleared to make it (:func:`room_for_recall`); with more, the recall
+#: takes the room there is and rewrites nothing. A passage or two is too little
+#: to hold the line a paraphrased question needs: on the needle set's tune half
+#: in an 8 000-token window, asking no room kept 73 % of the evidence, 256 kept
+#: 77 %, 768 and 1 200 kept 85 % (benches/needle_bench.py; at 16 000, 92 % for all).
 MIN_RECALL_TOKENS = 768
-
-
-def _without_worst(
-    spans: list[list[int]], score: ItemScore, passages: list[Any]
-) -> list[list[int]]:
-    """``spans`` less the one whose passage ranks lowest for the query."""
-    rank = {passages[j].offset: r for r, j in enumerate(score.best)}
-    worst = max(range(len(spans)), key=lambda i: rank.get(spans[i][2], len(rank)))
-    return spans[:worst] + spans[worst + 1 :]
-
 
 #: A recalled result shares the tail with the others recalled for the same step.
 _RECALL_TOP = 2
 #: ... and is recalled only when it scores this close to the best result.
 _RECALL_RATIO = 0.6
+#: The least a recall shows beside its header (tokens): less is not sent.
+_RECALL_LEAST_BODY = 16
+
+#: Makes ``need`` tokens of room in the view (a clear recorded by the plan);
+#: the view after it.
+MakeRoom = Callable[["_View", int], "_View"]
 
 
 def recall(
@@ -252,10 +254,20 @@ def recall(
     scoring: Scoring,
     budget: int | None,
     recalled: list[str],
+    make_room: MakeRoom | None = None,
 ) -> _View:
-    """Append at the tail the cleared results the step needs (SPEC §9): the
+    """Append at the tail the cleared results the step needs: for the
+    question (or each of its parts, :func:`retention.query_parts`) the
     best-scoring results that are not shown in full, when they are relevant,
-    not already recalled for this question, and the tail is not inside a call."""
+    not already recalled for this question, and the tail is not inside a call.
+
+    Runs after the fit, into the room the fit left: what comes before the tail
+    is what the same compile without the recall sends. Everything recalled
+    together is at most ``pol.recall_max_tokens`` (headers and framing
+    included) and a quarter of the budget, shared among the picks by need (a
+    short result leaves the rest to the others). When the room left is under
+    :data:`MIN_RECALL_TOKENS` and under what the picks need, ``make_room`` may
+    clear results the question does not need (the plan records it)."""
     c = conv.conv
     # A question recalls: only a compile whose latest item is the user's text
     # (an agent's later steps call the recall tool themselves). O(transformations)
@@ -270,73 +282,239 @@ def recall(
         return view
     if not boundaries(view)[len(view.shown)]:
         return view
+    picks = _recall_picks(c, view, scoring)
+    if not picks:
+        c._recall_checked = key
+        return view
+    rel = retention.relevance_of(c)
+    items = [c._items[c._index[x.key]] for x in picks]
+    cap = pol.recall_max_tokens
+    if budget is not None:
+        cap = min(cap, max(budget // 4, 0))
+    needs = [_recall_need(c, rel, it, x, cap) for it, x in zip(items, picks, strict=True)]
+    want = min(cap, sum(needs))
+    if budget is not None:
+        room = budget - view.total
+        floor = min(want, MIN_RECALL_TOKENS)
+        if room < floor and make_room is not None:
+            view = make_room(view, floor - room)
+            room = budget - view.total
+        want = min(want, max(room, 0))
+    # Shared by need: the smallest first, each at most an even share of what is
+    # left, so what a short result does not use goes to the longer ones.
+    chosen: dict[int, list[list[int]]] = {}
+    left = want
+    order = sorted(range(len(picks)), key=lambda i: (needs[i], i))
+    for pos, i in enumerate(order):
+        share = min(needs[i], left // (len(order) - pos))
+        got = _recall_spans(c, rel, items[i], picks[i], share)
+        if got is not None:
+            chosen[i], used = got
+            left -= used
+    for i, x in enumerate(picks):  # at the tail in the order they were picked
+        if i not in chosen:
+            continue
+        entry = {
+            "op": "recall",
+            "ids": [x.key],
+            "spans": chosen[i],
+            "reason": "relevance",
+            "scores": {x.key: round(x.score, 4)},
+            "time": round(_time.time(), 3),
+        }
+        view = conv.record(entry)
+        recalled.append(view.shown[-1].item.id)
+    return view
+
+
+def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[ItemScore]:
+    """What the question recalls: a question of one part (the common case) its
+    ``_RECALL_TOP`` best results scoring within ``_RECALL_RATIO`` of the best;
+    a question of several parts the best of each part
+    (:func:`retention.query_parts`, at most :data:`retention.MAX_PARTS`) — each
+    a result that is relevant, hidden (cleared, dropped, or excerpted without
+    its best passage) and not recalled for this question yet."""
     partial = {s.item.id: s.content for s in view.shown if s.content is not s.item.content}
     full = {s.item.id for s in view.shown if s.content is s.item.content}
-    hidden = [
+    hidden = {
         it.id
         for it in c._items
         if it.kind == "tool_result" and it.native is None and it.id not in full
-    ]
+    }
     already = {
         view.shown[k].item.covers[0]
         for k in range(view.last_user + 1, len(view.shown))
         if view.shown[k].item.kind == "recall" and view.shown[k].item.covers
     }
-    sc = scoring.scores()
-    ranked = sorted(sc.values(), key=lambda x: -x.score)
-    if not ranked:
-        return view
-    top = ranked[0].score
-    hidden_set = set(hidden)
     rel = retention.relevance_of(c)
 
-    def shown_in_part(x: ItemScore) -> bool:
+    def wanted(x: ItemScore, top: float) -> bool:
+        if x.key not in hidden or x.key in already or x.score < _RECALL_RATIO * top:
+            return False
+        if not retention.is_relevant(x):
+            return False
         # an excerpt that already holds the best passage needs no recall
         text = partial.get(x.key)
-        return bool(text and x.best and rel.index.passages(x.key)[x.best[0]].text in text)
+        return not (text and x.best and rel.index.passages(x.key)[x.best[0]].text in text)
 
-    picks = [
-        x
-        for x in ranked[:_RECALL_TOP]
-        if x.key in hidden_set
-        and x.key not in already
-        and retention.is_relevant(x)
-        and x.score >= _RECALL_RATIO * top
-        and not shown_in_part(x)
-    ]
-    n = max(len(picks), 1)
-    cap = pol.recall_max_tokens // n
-    if budget is not None:
-        cap = min(cap, max(budget // 4, 0) // n)
-        # Within the room the window has left, when that holds a useful recall: a
-        # recall that forces a clear rewrites the cached body from the cleared item.
-        free = (budget - view.total) // n
-        if free >= MIN_RECALL_TOKENS:
-            cap = min(cap, free)
+    def ranked(scores: dict[str, ItemScore]) -> list[ItemScore]:
+        return sorted(scores.values(), key=lambda x: (-x.score, x.key))
+
+    whole = ranked(scoring.scores())
+    if not whole:
+        return []
+    parts = retention.query_parts(scoring.task_query)
+    if len(parts) < 2:
+        return [x for x in whole[:_RECALL_TOP] if wanted(x, whole[0].score)]
+    # Several parts: each part's best hidden relevant result (no cut at a rank:
+    # the second part's result may rank anywhere for the whole question). Two
+    # parts that want the same result: it goes to the part it scores higher
+    # for, and the other takes its next (parts propose in turn, as in a
+    # stable matching: "which typeface did the brand guide avoid, and which
+    # class puts the brand colours on slides" both score the brand file first).
+    ids = [it.id for it in c._items if it.kind == "tool_result" and it.native is None]
+    wants: list[list[ItemScore]] = []
+    for part in parts:
+        r = ranked(rel.scores(c, part, ids, scoring.embedder))
+        wants.append([x for x in r if wanted(x, r[0].score)][:_PART_CHOICES])
+    held: dict[str, int] = {}  # result -> the part holding it
+    nxt = [0] * len(parts)
+    free = list(range(len(parts)))
+    while free:
+        i = free.pop(0)
+        if nxt[i] >= len(wants[i]):
+            continue
+        x = wants[i][nxt[i]]
+        nxt[i] += 1
+        j = held.get(x.key)
+        if j is None:
+            held[x.key] = i
+        elif x.score > next(y.score for y in wants[j] if y.key == x.key):
+            held[x.key] = i
+            free.append(j)
         else:
-            cap = min(cap, MIN_RECALL_TOKENS)
-    if cap <= 0:
-        picks = []
-    for x in picks:
-        it = c._items[c._index[x.key]]
-        spans: list[list[int]] = []
-        if it.tokens > cap:
-            spans = retention.best_spans(rel, it, x, max(cap * 3, 200))
-            # the header and the framing count too: fewer passages until it fits
-            while len(spans) > 1 and (
-                c._count(retention.recall_text(c, it, spans)) + ITEM_OVERHEAD > cap
-            ):
-                spans = _without_worst(spans, x, rel.index.passages(it.id))
-        entry = {
-            "op": "recall",
-            "ids": [it.id],
-            "spans": spans,
-            "reason": "relevance",
-            "scores": {it.id: round(x.score, 4)},
-            "time": round(_time.time(), 3),
-        }
-        view = conv.record(entry)
-        recalled.append(view.shown[-1].item.id)
-    if not picks:
-        c._recall_checked = key
-    return view
+            free.append(i)
+    by_part = {i: k for k, i in held.items()}
+    return [
+        next(x for x in wants[i] if x.key == by_part[i]) for i in range(len(parts)) if i in by_part
+    ]
+
+
+#: Results a part may fall back to when another part holds its best.
+_PART_CHOICES = 4
+
+
+def _recall_cost(c: Conversation, it: ConversationItem, spans: list[list[int]]) -> int:
+    """Tokens of the recall item of ``spans`` of ``it`` (its header and framing included)."""
+    return c._count(retention.recall_text(c, it, spans)) + ITEM_OVERHEAD
+
+
+def _recall_need(
+    c: Conversation, rel: retention.Relevance, it: ConversationItem, x: ItemScore, cap: int
+) -> int:
+    """What recalling ``it`` would take, at most ``cap``: the whole result when it
+    fits, else its relevant lines (the passages that scored above zero)."""
+    header = _recall_cost(c, it, [[1, 1, 0, 0]])
+    if it.tokens + header <= cap:
+        return it.tokens + header
+    ps = rel.index.passages(it.id)
+    need = header
+    for j in x.best:
+        need += c._count(ps[j].text) + _GAP_TOKENS
+        if need >= cap:
+            return cap
+    return need
+
+
+#: What the ``[...]`` line between two recalled passages takes (about).
+_GAP_TOKENS = 3
+#: Passages a recall tries at most (each is counted once).
+_RECALL_TRIES = 64
+
+
+def _recall_spans(
+    c: Conversation, rel: retention.Relevance, it: ConversationItem, x: ItemScore, share: int
+) -> tuple[list[list[int]], int] | None:
+    """The spans of ``it`` to recall within ``share`` tokens and what they take:
+    the whole result (no spans) when it fits, else its best passages in rank
+    order while they fit, else the first lines of its best passage; None when
+    not even a line's worth fits beside the header."""
+    if it.tokens <= share:
+        n = _recall_cost(c, it, [])
+        if n <= share:
+            return [], n
+    ps = rel.index.passages(it.id)
+    room = share - _recall_cost(c, it, [[1, 1, 0, 0]])
+    ranked: list[Any] = []
+    for j in x.best[:_RECALL_TRIES]:
+        n = c._count(ps[j].text) + _GAP_TOKENS
+        if n <= room:
+            ranked.append(ps[j])
+            room -= n
+    # counted apart, a little off together: the exact count decides, and the
+    # lowest-ranked passage goes until it fits
+    while ranked:
+        spans = sorted(
+            ([p.start, p.end, p.offset, len(p.text)] for p in ranked), key=lambda s: s[2]
+        )
+        n = _recall_cost(c, it, spans)
+        if n <= share:
+            return spans, n
+        ranked.pop()
+    if not x.best:
+        return None
+    return _recall_head(c, it, ps[x.best[0]], share)
+
+
+def _recall_head(
+    c: Conversation, it: ConversationItem, p: Any, share: int
+) -> tuple[list[list[int]], int] | None:
+    """The longest start of passage ``p`` (whole lines, else the first line's
+    first characters) whose recall fits ``share``; None when too little fits."""
+    if _recall_cost(c, it, [[p.start, p.start, p.offset, 0]]) + _RECALL_LEAST_BODY > share:
+        return None
+    text = it.content[p.offset : p.offset + len(p.text)]
+    ends = [m for m in range(len(text)) if text[m] == "\n"] + [len(text)]
+    lo, hi = 0, len(ends)  # whole lines: the most that fit, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _recall_cost(c, it, [[p.start, p.start + mid - 1, p.offset, ends[mid - 1]]]) <= share:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo:
+        span = [p.start, p.start + lo - 1, p.offset, ends[lo - 1]]
+        return [span], _recall_cost(c, it, [span])
+    lo, hi = 0, ends[0]  # a first line longer than the share: its first characters
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _recall_cost(c, it, [[p.start, p.start, p.offset, mid]]) <= share:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    span = [p.start, p.start, p.offset, lo]
+    return [span], _recall_cost(c, it, [span])
+
+
+def room_for_recall(view: _View, pol: ContextPolicy, scoring: Scoring, need: int) -> list[int]:
+    """The results to clear so a recall has ``need`` more tokens of room,
+    rewriting the fewest cached tokens: the latest of the older results (not
+    the recency floor, errors or excluded tools) that the question does not
+    need (not relevant to it), taken from the tail back. Empty when those
+    cannot make the room: then the recall takes the room there is and nothing
+    is rewritten."""
+    ts = scoring.task_scores()
+    chosen: list[int] = []
+    got = 0
+    for k in reversed(clear_candidates(view, pol, False)):
+        if retention.is_relevant(ts.get(view.shown[k].item.id)):
+            continue
+        r = view.cost(k) - STUB_ESTIMATE
+        if r > 0:
+            chosen.append(k)
+            got += r
+            if got >= need:
+                return sorted(chosen)
+    return []

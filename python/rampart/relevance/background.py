@@ -58,7 +58,7 @@ def wait_idle(timeout: float | None = None) -> bool:
     with _idle:
         if _state["pid"] != os.getpid():
             return True
-        return _idle.wait_for(lambda: _state["busy"] == 0, timeout)
+        return bool(_idle.wait_for(lambda: _state["busy"] == 0, timeout))
 
 
 def _run(q: queue.SimpleQueue[Any]) -> None:
