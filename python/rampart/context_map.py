@@ -465,7 +465,7 @@ class ContextMap:
                 x
                 for x in (
                     r.id,
-                    f"{r.role} {what}".strip(),
+                    f"{r.role} {what}" if r.kind == "text" else what,
                     r.name,
                     f"call {r.call_id}" if r.call_id else "",
                     r.action,
