@@ -473,6 +473,7 @@ class ContextMap:
                 )
                 if x
             )
+            head = _SURROGATES.sub("\ufffd", head)  # the page is UTF-8 (names: checked at append)
             if found is None:
                 out.append({"head": head, "text": "", "note": "no text: not in this request"})
                 continue
