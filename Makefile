@@ -261,6 +261,14 @@ docs: $(STAMPS)/docs-tools
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d site
 	$(BIN)/python scripts/check_docstrings.py
 
+# Rewrite the outputs README.md and docs/ show (the blocks marked <!-- output -->)
+# from a real run of their examples, after a change to what they print; the docs
+# test (tests/test_docs_examples.py) fails until they match. Read the diff after:
+# the words around an output may need changing too. FILES= limits it to some pages.
+.PHONY: docs-output
+docs-output: setup
+	$(BIN)/python -m tests.test_docs_examples --update $(FILES)
+
 # The portable wheel (abi3, manylinux2014: glibc >= 2.17, linked by zig) and the
 # sdist, checked by auditwheel and twine.
 dist: $(STAMPS)/release-tools

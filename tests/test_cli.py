@@ -109,6 +109,39 @@ def test_compile_text_report_budget() -> None:
     assert "━━━━" not in out.stdout
 
 
+def test_conversation_reports_name_the_providers_calls(tmp_path: Path) -> None:
+    """--json, --html and --no-prompt name each call as the provider does (call id,
+    tool, arguments) beside rampart's item id, so a user finds their own call."""
+    conv = str(ROOT / "examples" / "conversations" / "release-notes.json")
+    args = ("compile", str(SEEDS / "core_rules.md"), "--conversation", conv, "--window", "20000")
+    page = tmp_path / "map.html"
+    out = run(*args, "--json", "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["context_map"]["messages"]
+    old = {"type", "index", "id", "name", "role", "kind", "action", "reason", "tokens"}
+    assert all(old | {"call_id", "tool_name", "arguments"} <= set(r) for r in rows)
+    # the git_log call of the transcript: its call, its cleared result, its recall
+    mine = [r for r in rows if r["call_id"] == "call_02"]
+    assert [(r["kind"], r["action"]) for r in mine] == [
+        ("tool_call", "kept"),
+        ("tool_result", "cleared"),
+        ("recall", "recalled"),
+    ]
+    assert {r["tool_name"] for r in mine} == {"git_log"}
+    assert {r["arguments"] for r in mine} == {'{"repo_path": "/repo", "max_count": 30}'}
+    assert all(r["call_id"] is None for r in rows if r["kind"] == "text")
+    html = page.read_text("utf-8")
+    assert '<td data-key="call_id">call_02</td>' in html
+    texts = re.search(r'<script type="application/json" id="texts">(.*?)</script>', html, re.S)
+    assert texts is not None
+    stubs = [t for t in json.loads(texts.group(1)) if "call call_02 · cleared" in t["head"]]
+    assert len(stubs) == 1 and 'recall(call_id="call_02")' in stubs[0]["text"]
+    listed = run(*args, "--no-prompt")
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(" ~ i6 "))
+    assert "git_log call_02" in line and "cleared" in line
+
+
 def test_task_without_a_cut_warns() -> None:
     out = run("compile", str(SEEDS), "--task", "fix the bug", "--no-prompt")
     assert out.returncode == 0

@@ -51,10 +51,27 @@ from rampart.pricing import Chunk, PrefixCacheModel, PriceTable, price_table
 # build(), so importing rampart.block here would close a circle.
 CompileResult = Any
 
-__all__ = ["CATEGORIES", "CELLS", "Category", "ContextMap", "CostRow", "ItemRow", "Part", "build"]
+__all__ = [
+    "CATEGORIES",
+    "CELLS",
+    "PAGE_TEXT_CHARS",
+    "ROW_TEXT_CHARS",
+    "Category",
+    "ContextMap",
+    "CostRow",
+    "ItemRow",
+    "Part",
+    "RowText",
+    "build",
+]
 
 #: Glyphs in the grid: one per 1 % of the window.
 CELLS = 100
+#: The HTML page shows at most this much of one row's text (characters) ...
+ROW_TEXT_CHARS = 4_000
+#: ... and of all rows' texts together: a 50 MB tool result, or 100 000 messages,
+#: never make a page that size (what is cut is noted where it is cut).
+PAGE_TEXT_CHARS = 400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +143,12 @@ class ItemRow:
     it; a message: its stub when cleared, 0 when compacted or dropped);
     ``original_tokens``: a message's cost as appended. ``score`` and ``rank``: a
     block's gate score and rank, a tool result's relevance and rank (None where
-    nothing was scored)."""
+    nothing was scored).
+
+    A message's provider names, so a reader finds their own call: ``call_id``,
+    ``tool_name`` and ``arguments`` (the call's arguments as one line, at most
+    120 characters) on a tool call, its result and a recall of it; None on text
+    and on blocks (``name`` is kept as it was: the block's or the tool's name)."""
 
     type: str  # "block" or "message"
     index: int
@@ -141,6 +163,20 @@ class ItemRow:
     score: float | None
     rank: int | None
     category: str
+    call_id: str | None = None
+    tool_name: str | None = None
+    arguments: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowText:
+    """What a row holds, for the page to show on click: ``label`` says which text
+    it is (as sent, the stub sent in its place, ...), ``text`` is the whole of it
+    (a reference to the string the compile holds; :meth:`ContextMap.html` shows a
+    bounded preview)."""
+
+    label: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +223,8 @@ class ContextMap:
     stable_prefix_tokens: int = 0
     max_tokens: int | None = None
     query: str | None = None
+    #: each row's text by "block:<id>" / "message:<id>" (the page's click; not in to_dict)
+    texts: Mapping[str, RowText] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- plain data ----------------------------------------------------------------------
 
@@ -370,23 +408,26 @@ class ContextMap:
             for c in self.costs
         )
         cols = (
-            "type", "index", "id", "name", "role", "kind", "action", "reason",
-            "tokens", "original_tokens", "score", "rank",
+            "type", "index", "id", "name", "call_id", "arguments", "role", "kind", "action",
+            "reason", "tokens", "original_tokens", "score", "rank",
         )  # fmt: skip
         numeric = {"index", "tokens", "original_tokens", "score", "rank"}
         head = "".join(
             f'<th data-col="{i}" data-num="{int(c in numeric)}">{e(c)}</th>'
             for i, c in enumerate(cols)
         )
+        rows = [*self.blocks, *self.messages]
+        texts = self._page_texts(rows)
         body = "".join(
-            f'<tr class="{e(r.type)}" data-category="{e(r.category)}">'
+            f'<tr class="{e(r.type)}" data-category="{e(r.category)}" data-text="{k}" '
+            'tabindex="0">'
             + "".join(
                 f'<td data-key="{c}"{" class=num" if c in numeric else ""}>'
                 f"{e(_plain(getattr(r, c)))}</td>"
                 for c in cols
             )
             + "</tr>"
-            for r in [*self.blocks, *self.messages]
+            for k, r in enumerate(rows)
         )
         rewrites = "".join(
             f"<li>from {e(r['at_item'])} ({e(r['reason'])}, {e(r['action'])}): "
@@ -395,12 +436,7 @@ class ContextMap:
         )
         summary = e(self._headline())
         # Inside <script>: no "<", ">" or "&" at all (JSON's \u escapes read the same).
-        data = (
-            json.dumps(d, ensure_ascii=True)
-            .replace("<", "\\u003c")
-            .replace(">", "\\u003e")
-            .replace("&", "\\u0026")
-        )
+        data = _script_json(d)
         return _PAGE.format(
             title=e(title),
             summary=summary,
@@ -414,7 +450,37 @@ class ContextMap:
             head=head,
             body=body,
             data=data,
+            texts=_script_json(texts, ensure_ascii=False),
         )
+
+    def _page_texts(self, rows: Sequence[ItemRow]) -> list[dict[str, str]]:
+        """Each row's text for the page, bounded: at most ``ROW_TEXT_CHARS`` of one
+        row and ``PAGE_TEXT_CHARS`` of all, in the table's order, each cut noted."""
+        left = PAGE_TEXT_CHARS
+        out = []
+        for r in rows:
+            found = self.texts.get(f"{r.type}:{r.id}")
+            what = _NOUNS.get(r.kind, r.kind or r.type)
+            head = " · ".join(
+                x
+                for x in (
+                    r.id,
+                    f"{r.role} {what}" if r.kind == "text" else what,
+                    r.name,
+                    f"call {r.call_id}" if r.call_id else "",
+                    r.action,
+                    found.label if found is not None else "",
+                )
+                if x
+            )
+            head = _SURROGATES.sub("\ufffd", head)  # the page is UTF-8 (names: checked at append)
+            if found is None:
+                out.append({"head": head, "text": "", "note": "no text: not in this request"})
+                continue
+            text, note = _bounded(found.text, min(ROW_TEXT_CHARS, left), left < ROW_TEXT_CHARS)
+            left -= len(text)
+            out.append({"head": head, "text": text, "note": note})
+        return out
 
 
 # ---- building -----------------------------------------------------------------------------
@@ -434,6 +500,7 @@ def build(result: CompileResult, prices: str | PriceTable | None = None) -> Cont
     instructions = max(int(ctx.fixed_tokens) - tools, 0)
     items = {it.id: it for it in ctx.conversation.items}
     rows = [_message_row(m, items.get(m.id)) for m in ctx.message_report]
+    texts = {**_block_texts(result), **_message_texts(rows, ctx.shown, items)}
     units = _Units(scale, result, instructions, tools)
     by_cat: dict[str, list[int]] = {}
     for r in rows:
@@ -487,6 +554,7 @@ def build(result: CompileResult, prices: str | PriceTable | None = None) -> Cont
         stable_prefix_tokens=result.stable_prefix_tokens,
         max_tokens=result.max_tokens,
         query=getattr(ctx, "query", None),
+        texts=texts,
     )
 
 
@@ -535,6 +603,7 @@ def _blocks_only(
         everything_tokens=request,
         stable_prefix_tokens=result.stable_prefix_tokens,
         max_tokens=result.max_tokens,
+        texts=_block_texts(result),
     )
 
 
@@ -600,6 +669,10 @@ def _message_row(m: Any, item: Any) -> ItemRow:
     name = ""
     if item is not None:
         name = item.tool_name or ""
+    # The report's provider names; a report without them (another policy's rows)
+    # still has the item's own.
+    call_id = getattr(m, "call_id", None) or (item.call_id if item is not None else None)
+    tool_name = getattr(m, "tool_name", None) or (name or None)
     return ItemRow(
         type="message",
         index=int(getattr(m, "index", 0) or 0),
@@ -614,7 +687,49 @@ def _message_row(m: Any, item: Any) -> ItemRow:
         score=None if score is None else round(float(score), 4),
         rank=getattr(m, "rank", None),
         category=category,
+        call_id=call_id,
+        tool_name=tool_name,
+        arguments=getattr(m, "arguments", None),
     )
+
+
+# What a row's text is, by the item's action (the page's label for it).
+_TEXT_LABELS = {
+    "kept": "as sent",
+    "cleared": "the stub sent in its place",
+    "excerpted": "its relevant lines, as sent",
+    "recalled": "the recalled lines, as sent",
+}
+
+
+def _message_texts(
+    rows: Sequence[ItemRow], shown: Sequence[Any], items: Mapping[str, Any]
+) -> dict[str, RowText]:
+    """Each message's text as this request sends it (the stub, the excerpt, the
+    recalled lines, the text); one not sent, as appended."""
+    sent = {s.item.id: s.content for s in shown}
+    out = {}
+    for r in rows:
+        if r.id in sent:
+            label = _TEXT_LABELS.get(r.action, "as sent")
+            out[f"message:{r.id}"] = RowText(label, sent[r.id])
+        elif r.id in items:
+            out[f"message:{r.id}"] = RowText(
+                f"not sent ({r.action}); as appended", items[r.id].content
+            )
+    return out
+
+
+def _block_texts(result: CompileResult) -> dict[str, RowText]:
+    """The blocks in the prompt and the tools list, as they are there (a block
+    left out has no text in this request)."""
+    sel = result._sel
+    out = {
+        f"block:{b.runtime_id}": RowText("in the prompt", b.content) for b in sel.included_blocks()
+    }
+    for b in sel.tools_only_blocks():
+        out[f"block:{b.runtime_id}"] = RowText("in the tools list", b.content)
+    return out
 
 
 def _message_notes(rows: Sequence[ItemRow]) -> dict[str, str]:
@@ -828,6 +943,41 @@ def _n(x: float) -> str:
     return f"{round(x):,}".replace(",", " ")
 
 
+def _script_json(value: Any, ensure_ascii: bool = True) -> str:
+    """``value`` as JSON to sit inside a <script> element: no "<", ">" or "&" at
+    all (JSON's \\u escapes read the same), so no text can close the element."""
+    return (
+        json.dumps(value, ensure_ascii=ensure_ascii)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+
+
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
+
+
+def _bounded(text: str, limit: int, page_spent: bool) -> tuple[str, str]:
+    """The first ``limit`` characters of ``text`` (a lone surrogate as U+FFFD: the
+    page is UTF-8) and a note of what was cut, "" when nothing was.
+    ``page_spent``: the limit is what is left of the page's, not a row's."""
+    if len(text) <= limit:
+        return _SURROGATES.sub("\ufffd", text), ""
+    rest = len(text) - limit
+    # the lines the cut part runs over (the first one partly shown when cut mid-line)
+    lines = text.count("\n", limit) + (0 if text.endswith("\n") else 1)
+    why = (
+        f"the page shows at most {_n(PAGE_TEXT_CHARS)} characters of text in all"
+        if page_spent
+        else f"the page shows at most {_n(ROW_TEXT_CHARS)} characters of a row"
+    )
+    word = "line" if lines == 1 else "lines"
+    if not limit:
+        return "", f"not shown: {_n(rest)} characters ({_n(lines)} {word}); {why}"
+    shown = _SURROGATES.sub("\ufffd", text[:limit])
+    return shown, f"… cut here: {_n(rest)} more characters ({_n(lines)} {word}) not shown; {why}"
+
+
 def _plain(v: Any) -> str:
     if v is None:
         return ""
@@ -960,6 +1110,11 @@ text-align:left;vertical-align:top}}
 .num{{text-align:right;font-variant-numeric:tabular-nums}}
 th{{cursor:pointer;background:#f3f3f3;position:sticky;top:0}}
 tr.block td{{background:#f7f9fc}} .clear{{clear:both}}
+#items tbody tr{{cursor:pointer}} #items tbody tr.chosen td{{background:#fff3c4}}
+#text{{position:fixed;left:0;right:0;bottom:0;max-height:45vh;overflow:auto;background:#fff;
+border-top:2px solid #888;padding:.5em 1.5em;box-shadow:0 -2px 8px #0002}}
+#text pre{{white-space:pre-wrap;word-break:break-word;margin:.3em 0;font-size:13px}}
+#text-note{{color:#a33}} #text-close{{float:right}} #items{{margin-bottom:50vh}}
 </style></head><body>
 <h1>{title}</h1>
 <p id="summary">{summary}</p>
@@ -975,12 +1130,35 @@ tr.block td{{background:#f7f9fc}} .clear{{clear:both}}
 <p>Cost in uncached-input-token equivalents; next call: this request again, from the cache.</p>
 <h2>Where this compile rewrote the body</h2>
 {rewrites}
-<h2>Every block and message (click a column to sort)</h2>
+<h2>Every block and message (click a column to sort, a row to read its text)</h2>
 <table id="items"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<div id="text" hidden><button id="text-close" type="button">close</button>
+<p id="text-head"></p><pre id="text-body"></pre><p id="text-note"></p></div>
 <script type="application/json" id="data">{data}</script>
+<script type="application/json" id="texts">{texts}</script>
 <script>
 (function(){{
   var t=document.getElementById("items");
+  // A row's text: set as textContent, never parsed as HTML, whatever it holds.
+  var texts=JSON.parse(document.getElementById("texts").textContent);
+  var box=document.getElementById("text"), chosen=null;
+  function show(tr){{
+    var x=texts[+tr.dataset.text]; if(!x) return;
+    document.getElementById("text-head").textContent=x.head;
+    document.getElementById("text-body").textContent=x.text;
+    document.getElementById("text-note").textContent=x.note;
+    if(chosen) chosen.classList.remove("chosen");
+    chosen=tr; tr.classList.add("chosen"); box.hidden=false;
+  }}
+  t.tBodies[0].addEventListener("click",function(ev){{
+    var tr=ev.target.closest("tr"); if(tr) show(tr);
+  }});
+  t.tBodies[0].addEventListener("keydown",function(ev){{
+    if(ev.key==="Enter"&&ev.target.tagName==="TR") show(ev.target);
+  }});
+  document.getElementById("text-close").addEventListener("click",function(){{
+    box.hidden=true; if(chosen) chosen.classList.remove("chosen"); chosen=null;
+  }});
   t.querySelectorAll("th").forEach(function(th){{
     th.addEventListener("click",function(){{
       var col=+th.dataset.col, num=th.dataset.num==="1", body=t.tBodies[0];

@@ -27,6 +27,7 @@ import rampart._files as _files
 from rampart.cli.common import CliError
 from rampart.conversation import Conversation
 from rampart.conversation.codec import FORMAT, MAX_FILE_BYTES
+from rampart.conversation.items import one_line
 from rampart.errors import InvalidArgumentError, UnsupportedFormatError
 
 __all__ = ["load_conversation", "message_rows"]
@@ -127,19 +128,28 @@ def _first_line(exc: BaseException) -> str:
 
 
 def message_rows(result: Any) -> list[str]:
-    """One line per conversation item: its action, tokens (as appended, when that
-    differs), relevance score and rank, and the reason."""
+    """One line per conversation item: its tool and call id (what the provider
+    calls it), action, tokens (as appended, when that differs), relevance score
+    and rank, and the reason."""
     ctx = result.context
     if ctx is None:
         return []
-    items = {it.id: it for it in ctx.conversation.items}
     marks = {"kept": "=", "cleared": "~", "excerpted": "≈", "recalled": "+"}
     report = ctx.message_report
     width = max((len(str(m.id)) for m in report), default=4)
+    # the names a model wrote are one bounded line here (a tool name may hold anything)
+    whats = [
+        " ".join(
+            one_line(x, 24)
+            for x in (getattr(m, "tool_name", None) or m.kind, getattr(m, "call_id", None))
+            if x
+        )
+        for m in report
+    ]
+    # wide enough for the usual "git_show call_12", never wider than a screen allows
+    what_width = min(max((len(w) for w in whats), default=16), 32)
     out = []
-    for m in report:
-        item = items.get(m.id)
-        what = (item.tool_name if item is not None and item.tool_name else None) or m.kind
+    for m, what in zip(report, whats):
         tokens = f"{m.tokens:>6} tok"
         if m.original_tokens != m.tokens:
             tokens += f" (of {m.original_tokens})"
@@ -148,6 +158,7 @@ def message_rows(result: Any) -> list[str]:
         rel = "" if score is None else f"  relevance {score:.2f}" + (f" #{rank}" if rank else "")
         why = f"  {m.reason}" if m.reason else ""
         mark = marks.get(m.action, "-")
-        line = f" {mark} {m.id:<{width}}  {m.role:<9} {what:<16} {tokens}  {m.action}{rel}{why}"
+        line = f" {mark} {m.id:<{width}}  {m.role:<9} {what:<{what_width}} {tokens}  {m.action}"
+        line += rel + why
         out.append(line.rstrip())
     return out

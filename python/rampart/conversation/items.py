@@ -9,10 +9,12 @@ same messages in the same order.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "ARGUMENTS_CHARS",
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_MAX_ITEM_BYTES",
     "KINDS",
@@ -21,6 +23,7 @@ __all__ = [
     "MessageReport",
     "RewriteNote",
     "cleared_stub",
+    "one_line",
 ]
 
 ROLES = ("user", "assistant", "tool", "system", "summary")
@@ -103,6 +106,11 @@ class MessageReport:
     ``rank``: a tool result's relevance to the current step and its rank among
     the results (1 = most relevant; None when not scored: relevance off, or not
     a tool result).
+
+    The provider's names for it, so a reader can find their own call: ``call_id``
+    (the id the request carries), ``tool_name`` and ``arguments`` (the call's
+    arguments as one line of at most :data:`ARGUMENTS_CHARS` characters, cut with
+    "…") on a tool call, its result and a recall of that result; None on text.
     """
 
     id: str
@@ -115,6 +123,9 @@ class MessageReport:
     kind: str = ""
     score: float | None = None
     rank: int | None = None
+    call_id: str | None = None
+    tool_name: str | None = None
+    arguments: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +169,27 @@ class ConversationView(Protocol):
     def tokeniser(self) -> str: ...
     def _check_append(self, groups: list[list[Any]]) -> None: ...
     def _apply(self, entry: dict[str, Any]) -> Any: ...
+
+
+#: The longest preview of a call's arguments in a report row (characters).
+ARGUMENTS_CHARS = 120
+
+# Any run of whitespace (newlines, tabs, U+2028 and U+2029 included) becomes one
+# space; any other character Python calls unprintable (control and format
+# characters, bidi overrides, lone surrogates, which no UTF-8 writer accepts,
+# unassigned code points) becomes U+FFFD, so a preview prints, encodes and greps.
+_SPACES = re.compile(r"\s+")
+
+
+def one_line(text: str, limit: int = ARGUMENTS_CHARS) -> str:
+    """``text`` as one printable line of at most ``limit`` characters, cut with
+    "…" when longer. Bounded work: only the first few times ``limit`` characters
+    are read, whatever the length (a call's arguments may be megabytes)."""
+    limit = max(limit, 1)
+    head = text[: 4 * limit + 1]
+    line = _SPACES.sub(" ", head).strip()
+    if not line.isprintable():
+        line = "".join(c if c.isprintable() else "\ufffd" for c in line)
+    if len(line) > limit or len(head) < len(text):
+        line = line[: limit - 1].rstrip() + "…"
+    return line

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rampart.conversation.counting import ITEM_OVERHEAD
-from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote
+from rampart.conversation.items import ConversationItem, MessageReport, RewriteNote, one_line
 from rampart.conversation.policy import ContextPolicy
 from rampart.conversation.shapes import Shown, render
 from rampart.relevance import ItemScore
@@ -172,8 +172,17 @@ def _report(
                 excerpted.discard(i)
     ranked = sorted(scores.values(), key=lambda x: -x.score)
     rank = {x.key: r for r, x in enumerate(ranked, 1)}
+    # Each call's arguments by its id, as the calls come: a result and a recall
+    # (both after their call) name the call's arguments too. One preview per call.
+    arguments: dict[str, str] = {}
     out = []
     for idx, it in enumerate(items):
+        args = None
+        if it.call_id is not None:
+            if it.kind == "tool_call":
+                args = arguments[it.call_id] = one_line(it.content)
+            else:
+                args = arguments.get(it.call_id)
         act = why.get(it.id)
         s = by_id.get(it.id)
         reason: str | None
@@ -208,6 +217,9 @@ def _report(
                 it.kind,
                 None if scored is None else round(scored.score, 4),
                 rank.get(it.id),
+                it.call_id,
+                it.tool_name,
+                args,
             )
         )
     return out
