@@ -178,7 +178,7 @@ def test_report_shows_the_gate_rule() -> None:
 
 @needs_model
 def test_compile_shows_where_the_stable_prefix_ends(tmp_path: Path) -> None:
-    """SPEC §8: the human view marks the boundary, the summary and --json give it,
+    """docs/specification.md §8: the human view marks the boundary, the summary and --json give it,
     and an ungated block after a gated one is noted."""
     seeds = tmp_path / "seeds"
     seeds.mkdir()

@@ -1,4 +1,4 @@
-"""rampart.Conversation and the compile step (SPEC §9): shapes in and out, one
+"""rampart.Conversation and the compile step (docs/specification.md §9): shapes in and out, one
 budget, the policy's transformations, cache stability, provider-native edits,
 durability (save/load, a shared store across processes) and hostile input."""
 

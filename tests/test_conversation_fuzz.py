@@ -1,4 +1,4 @@
-"""Fuzzing the conversation's shape parser and the compile step (SPEC §9, hostile
+"""Fuzzing the conversation's shape parser and the compile step (docs/specification.md §9, hostile
 input): any sequence of messages in any of the four shapes, well formed or not,
 either appends or is refused with a documented error, and whatever was appended
 compiles (or overflows, typed) and renders to bodies with the structure every

@@ -1,4 +1,4 @@
-"""Keep what the step needs (SPEC §9; issue 30): relevance-aware clearing,
+"""Keep what the step needs (docs/specification.md §9; issue 30): relevance-aware clearing,
 recall at the tail with the cached prefix kept, excerpts, the recall tool
 answered from the log, the usage constant, forced drops in steps, and the
 summariser's bounded view. Real tool output: the SKILL.md files and the

@@ -192,7 +192,7 @@ def _resolve(registry: BlockRegistry, name_or_id: str) -> str:
 
 def tool_choice(result: CompileResult, choice: str) -> dict[str, Any]:
     """``compile_context``'s tool keys for ``tools=choice`` (as the adapters'
-    ``tools=``, SPEC §8): ``tools`` in MCP form, and ``allowed_tools`` (names) when
+    ``tools=``, docs/specification.md §8): ``tools`` in MCP form, and ``allowed_tools`` (names) when
     ``"allowed"`` restricts something."""
     if choice not in TOOL_CHOICES:
         raise InvalidArgumentError(f"tools must be one of {TOOL_CHOICES}, got {choice!r}")
@@ -626,7 +626,7 @@ def open_registry(
         raise InvalidArgumentError("--store and --name go together")
     if store is not None:
         opener = getattr(BlockRegistry, "open", None)
-        if opener is None:  # shared registries (SPEC §7) are not in this build
+        if opener is None:  # shared registries (docs/specification.md §7) are not in this build
             raise RampartError(
                 "this rampart has no shared registries (BlockRegistry.open): "
                 "serve seed files instead of --store/--name"

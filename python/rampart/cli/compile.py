@@ -103,7 +103,8 @@ def _report_rows(result: CompileResult) -> list[dict[str, Any]]:
 def _gate_ranks(report: Sequence[BlockReport]) -> dict[int, int]:
     """Rank of each scored block as the core's gate sees it: higher score first,
     ties by registry position (rust/src/embeddings.rs, ``admit_scores``)."""
-    # Ungated blocks take no top-k place (SPEC §8): ranked apart from the gated ones.
+    # Ungated blocks take no top-k place (docs/specification.md §8): ranked apart from the gated
+    # ones.
     scored = sorted(
         (r for r in report if r.score is not None and r.gated),
         key=lambda r: (-(r.score or 0.0), r.index),
@@ -165,7 +166,7 @@ def _print_blocks(result: CompileResult, separator: str, sep_tokens: int) -> Non
         sys.stdout.write(f"{left} prompt ({result.total_tokens} tokens) {right}\n")
         sys.stdout.write(result.prompt + "\n")
     else:
-        # Where the part no task changes ends (SPEC §8): shown when a gate ran and
+        # Where the part no task changes ends (docs/specification.md §8): shown when a gate ran and
         # something task-dependent follows it.
         stable = result.stable_prefix_blocks if result.stable_prefix_blocks < len(blocks) else -1
         for k, (b, piece, cost) in enumerate(zip(blocks, pieces, result.costs), start=1):
@@ -315,7 +316,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             "threshold": args.threshold,
             "included": [r for r in rows if r["included"]],
             "excluded": [r for r in rows if not r["included"]],
-            # SPEC §8: the front no task changes, and where it is interrupted.
+            # docs/specification.md §8: the front no task changes, and where it is interrupted.
             "stable_prefix_tokens": result.stable_prefix_tokens,
             "stable_prefix_blocks": result.stable_prefix_blocks,
             "cache_notes": result.cache_notes,
@@ -599,7 +600,7 @@ def add_parsers(sub: Any) -> None:
         help="tool definitions (JSON: MCP, OpenAI or Anthropic), loaded ungated and sent in "
         "the tools list; repeatable",
     )
-    conv = c.add_argument_group("the whole request (SPEC §9)")
+    conv = c.add_argument_group("the whole request (docs/specification.md §9)")
     conv.add_argument(
         "--conversation",
         metavar="FILE",

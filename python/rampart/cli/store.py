@@ -42,7 +42,8 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
 
 
 def _journal_kind(meta: bytes | None) -> str:
-    """``"conversation"`` for a conversation's journal (SPEC §9), else ``"registry"``."""
+    """``"conversation"`` for a conversation's journal (docs/specification.md
+    §9), else ``"registry"``."""
     try:
         kind = json.loads(meta or b"{}").get("kind")
     except (ValueError, AttributeError):

@@ -1,5 +1,5 @@
 """The whole request: a conversation compiled beside the instructions and tools
-under one budget, cache-aware (SPEC §9; docs/conversation.md).
+under one budget, cache-aware (docs/specification.md §9; docs/conversation.md).
 
 - :class:`Conversation` (core.py): the items of a session, an append-only log;
   save/load, and shared through a store (shared.py).

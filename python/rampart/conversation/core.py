@@ -104,7 +104,7 @@ def _recall_output(it: ConversationItem) -> bool:
 
 
 class Conversation:
-    """The items of one session in order (SPEC §9), append-only.
+    """The items of one session in order (docs/specification.md §9), append-only.
 
     ``conversation_id``: a name for it (a UUID4 when None). ``max_items`` and
     ``max_item_bytes`` bound it against hostile input: an append past either is
@@ -761,7 +761,7 @@ class Conversation:
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         tokeniser: Any = "o200k_base",
     ) -> Conversation:
-        """A conversation kept in a shared store (SPEC §7): its log is a journal
+        """A conversation kept in a shared store (docs/specification.md §7): its log is a journal
         named ``name`` in ``store`` (a URL or a store object), so another
         process that opens the same (store, name) continues it. Every change
         is appended to the journal and applied in journal order; ``sync()``

@@ -1,4 +1,4 @@
-"""The items of a conversation and the per-item report of a compile (SPEC §9).
+"""The items of a conversation and the per-item report of a compile (docs/specification.md §9).
 
 An item is the unit the context policy acts on: one user or assistant text, one
 tool call, one tool result, one summary. A provider message may hold several

@@ -1,5 +1,5 @@
 """The compile step: fit a conversation into what the window leaves after the
-instructions and tools, by the policy, cache-aware (SPEC §9).
+instructions and tools, by the policy, cache-aware (docs/specification.md §9).
 
 :func:`compile_conversation` is the one hook ``BlockRegistry.compile`` calls.
 The common case — the conversation grew and still fits, and no transformation

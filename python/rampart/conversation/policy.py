@@ -1,5 +1,5 @@
 """``ContextPolicy``: what a compile may do to a conversation that grows past its
-window, and when (SPEC §9; docs/conversation.md explains the defaults)."""
+window, and when (docs/specification.md §9; docs/conversation.md explains the defaults)."""
 
 from __future__ import annotations
 

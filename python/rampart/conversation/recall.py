@@ -1,5 +1,5 @@
 """The ``recall`` tool: what every cleared stub names, answered client-side
-from the conversation's log for every provider (SPEC §9).
+from the conversation's log for every provider (docs/specification.md §9).
 
 ``recall(call_id=...)`` brings back one earlier tool result as it was appended;
 ``recall(query=...)`` finds the results whose passages answer a query (BM25 over

@@ -1,6 +1,6 @@
 """What the compile step did to a conversation: :class:`ContextResult` (the
 view it compiled, rendered in any format on demand) and the per-item report,
-with each result's relevance score and rank (SPEC §9)."""
+with each result's relevance score and rank (docs/specification.md §9)."""
 
 from __future__ import annotations
 

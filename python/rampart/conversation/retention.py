@@ -1,5 +1,5 @@
 """Which tool results the current step needs: the relevance half of the
-context policy (SPEC §9; docs/conversation.md, "Keep what the step needs").
+context policy (docs/specification.md §9; docs/conversation.md, "Keep what the step needs").
 
 The step's query is the latest user message plus the tool calls made since
 (their names and arguments), or the compile's ``task_text``. Each tool result

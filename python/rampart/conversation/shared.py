@@ -1,4 +1,4 @@
-"""A conversation kept in a shared store (SPEC §7, §9): its log is a journal of
+"""A conversation kept in a shared store (docs/specification.md §7, §9): its log is a journal of
 its own name in the same store registries use, so another worker that opens
 (store, name) continues it.
 

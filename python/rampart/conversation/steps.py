@@ -1,4 +1,4 @@
-"""The relevance-aware steps of a compile (SPEC §9; docs/conversation.md, "Keep
+"""The relevance-aware steps of a compile (docs/specification.md §9; docs/conversation.md, "Keep
 what the step needs"): the step's scores, the order the clear step takes tool
 results in, excerpts, and recall at the tail. :mod:`rampart.conversation.plan`
 runs them; they record only through the plan they are handed.
