@@ -211,3 +211,11 @@ def test_hostile_inputs_cost_a_bounded_batch() -> None:
     s = ix.score(question, keys)
     assert set(s) == set(keys)
     assert max(s.values(), key=lambda x: x.score).key == "mixed"
+
+
+def test_add_refuses_what_is_not_text() -> None:
+    ix = PassageIndex()
+    for bad in ((1, "x", ""), ("k", 5, ""), ("k", "x", b"ctx")):
+        with pytest.raises(rampart.InvalidArgumentError, match="must be a str"):
+            ix.add(*bad)  # type: ignore[arg-type]
+    assert len(ix) == 0

@@ -216,6 +216,13 @@ class PassageIndex:
         each passage with ``context`` and its nearest heading before it."""
         if key in self._keys:
             return
+        for v, what in ((key, "key"), (text, "text"), (context, "context")):
+            if not isinstance(v, str):
+                from rampart.errors import InvalidArgumentError
+
+                raise InvalidArgumentError(
+                    f"PassageIndex.add: {what} must be a str, got {type(v).__name__}"
+                )
         ps = split_passages(text, max_passages=max_passages)
         context = " ".join(context.split())[:CONTEXT_CHARS]
         ctx = []
