@@ -252,6 +252,8 @@ def read_e5_q4(path: str | Path) -> E5Q4:
             cp, k = struct.unpack_from("<IB", table, at)
             out = struct.unpack_from(f"<{k}I", table, at + 5)
             at += 5 + 4 * k
+            if any(x > 0x10FFFF or 0xD800 <= x < 0xE000 for x in (cp, *out)):
+                raise ValueError("not a Unicode scalar value")
             normalization[cp] = "".join(chr(x) for x in out)
     except (struct.error, ValueError) as exc:
         raise ValueError(f"{path}: normaliser entry {len(normalization)}: {exc}") from exc
