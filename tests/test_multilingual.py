@@ -167,7 +167,9 @@ def test_fuzzed_files_decode_or_raise_value_error(tmp_path: Path) -> None:
     path = tmp_path / "tiny.bin"
     _tiny_file(path)
     data = path.read_bytes()
-    rng = np.random.default_rng(int(time.time()))
+    seed = int(time.time())
+    print(f"seed {seed}")  # shown when the test fails
+    rng = np.random.default_rng(seed)
     bad = tmp_path / "bad.bin"
     end = time.monotonic() + SECONDS
     runs = 0
@@ -209,7 +211,9 @@ def test_precompiled_charsmap_reads_back_through_tokenizers() -> None:
 
 def test_precompiled_charsmap_fuzzed_maps() -> None:
     normalizers = import_or_skip("tokenizers.normalizers")
-    rng = np.random.default_rng(int(time.time()))
+    seed = int(time.time())
+    print(f"seed {seed}")  # shown when the test fails
+    rng = np.random.default_rng(seed)
     end = time.monotonic() + SECONDS
     runs = 0
     while runs < 5 or time.monotonic() < end:
@@ -235,6 +239,29 @@ def test_precompiled_charsmap_fuzzed_maps() -> None:
             if cp not in mapping and not 0xD800 <= cp < 0xE000:
                 assert pc.normalize_str(chr(cp)) == chr(cp), hex(cp)
         runs += 1
+
+
+def test_small_file_becomes_a_model_folder_rampart_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import_or_skip("onnxruntime")
+    import_or_skip("tokenizers")
+    from rampart.embeddings.embedder import OnnxEmbedder
+
+    monkeypatch.setenv("RAMPART_CACHE_DIR", str(tmp_path / "cache"))
+    _tiny_file(tmp_path / "tiny.bin")
+    folder = e5_q4.write_model_dir(tmp_path / "tiny.bin", tmp_path / "m")
+    cfg = json.loads((folder / "config.json").read_text())
+    assert (cfg["model_type"], cfg["max_position_embeddings"]) == ("xlm-roberta", 8)
+    emb = OnnxEmbedder(folder, vector_cache=False)
+    assert (emb.dim, emb.max_length) == (32, 6)
+    # tab → space (the file's map), "▁b" is no piece: "▁" + "b"; <s> … </s> around
+    assert emb._tok.encode("a\tb").tokens == ["<s>", "\u2581a", "\u2581", "b", "</s>"]
+    assert emb._tok.encode("a\u00adb").ids == [0, 4, 5, 2]  # soft hyphen dropped
+    v = emb.encode_batch(["a b", "b a a"])
+    assert v.shape == (2, 32) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+    with pytest.raises(FileExistsError):  # never writes into an existing folder
+        e5_q4.write_model_dir(tmp_path / "tiny.bin", folder)
 
 
 def test_xlm_roberta_config_has_roberta_positions(tmp_path: Path) -> None:
