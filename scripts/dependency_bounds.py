@@ -107,16 +107,18 @@ def constraints() -> list[str]:
 
 def report() -> list[str]:
     """The installed version of every requirement (and what it was bound to)."""
-    out = []
+    specs: dict[str, list[str]] = {}
     for line in requirements():
         m = _REQ.match(line)
         assert m is not None
-        name = m.group(1)
+        specs.setdefault(m.group(1), []).append(line)
+    out = []
+    for name, lines in specs.items():
         try:
             version = metadata.version(name)
         except metadata.PackageNotFoundError:
             version = "not installed"
-        out.append(f"{name:24} {version:14} ({line})")
+        out.append(f"{name:24} {version:14} ({'; '.join(lines)})")
     return out
 
 
