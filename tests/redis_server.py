@@ -265,6 +265,50 @@ class SentinelSet:
             s.stop()
 
 
+class FreshSentinelSet:
+    """A deployment as it is just after it was started: a master, 1 replica whose
+    initial sync has not happened yet (the master waits 5 s before it sends the
+    first snapshot: ``repl-diskless-sync-delay``, Redis's default, set here
+    explicitly) and 1 sentinel. ``url(*hosts)`` puts ``hosts`` (host:port) before
+    the live sentinel."""
+
+    NAME = "rampart"
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.nodes: list[RedisServer] = []
+
+    def start(self) -> None:
+        delay = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "5")
+        self.master = self._start("m", *delay)
+        self.replica = self._start("r", "--replicaof", "127.0.0.1", str(self.master.port))
+        conf = f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 1\n"
+        self.sentinel = self._start("s", sentinel=conf)
+
+    def _start(self, tag: str, *extra: str, sentinel: str | None = None) -> RedisServer:
+        d = self.dir / tag
+        d.mkdir()
+        node = RedisServer(d, *extra, sentinel=sentinel)
+        self.nodes.append(node)
+        node.start()
+        return node
+
+    def url(self, *hosts: str, query: str = "wait=1") -> str:
+        netloc = ",".join([*hosts, f"127.0.0.1:{self.sentinel.port}"])
+        return f"redis+sentinel://{netloc}/{self.NAME}?{query}"
+
+    def replica_state(self) -> str:
+        """The replica's state as the master reports it (wait_bgsave, online…)."""
+        for line in _cli(self.master.port, "INFO", "replication").splitlines():
+            if line.startswith("slave0:"):
+                return dict(kv.split("=", 1) for kv in line[7:].split(","))["state"]
+        return "absent"
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
 class ClusterSet:
     """A Redis Cluster of 3 masters + 3 replicas. ``url(wait)`` is the
     ``redis+cluster://`` URL (every node); ``kill_master_of(key)`` is kill -9 of

@@ -10,6 +10,7 @@ benches/test_bench_shared.py: it is a measurement, not a property.)"""
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 import rampart
 from conftest import ROOT
 from rampart.errors import StoreUnavailableError
-from redis_server import ClusterSet, SentinelSet, skip_without_redis
+from redis_server import ClusterSet, FreshSentinelSet, SentinelSet, _cli, skip_without_redis
 from test_shared import state
 
 # Writes until it has `n` acknowledged ones (or `limit` seconds passed, or the stop
@@ -235,6 +236,75 @@ def test_wait_needs_replicas(sentinel_set: SentinelSet) -> None:
         reg.close()
 
 
+class DeadSentinel:
+    """A sentinel address whose host accepts connections and drops them at once
+    (a crashed sentinel behind a live host); counts the attempts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.attempts = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            self.attempts += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def fresh_set(tmp_path: Path) -> Iterator[FreshSentinelSet]:
+    skip_without_redis()
+    s = FreshSentinelSet(tmp_path)
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+def test_wait_on_a_fresh_deployment_behind_a_dead_sentinel(fresh_set: FreshSentinelSet) -> None:
+    """redis+sentinel://DEAD,LIVE/name?wait=1 opened the moment the deployment is
+    up: the replica has not had its first sync, so WAIT cannot count it yet. The
+    store waits for that sync before its first write (redis-py 8 used to refuse
+    it: "only 0 of 1 replicas"; redis-py 7 passed only because it retried the
+    dead sentinel for ~12 s on every new connection), and asks the dead sentinel
+    once, without retries."""
+    dead = DeadSentinel()
+    try:
+        assert fresh_set.replica_state() != "online"  # the case under test
+        reg = rampart.BlockRegistry.open(fresh_set.url(dead.address), "agent", label=None)
+        try:
+            rid = reg.write_block("acknowledged by the replica", "fresh")
+            assert rid in reg.runtime_ids()
+        finally:
+            reg.close()
+        # Acknowledged with wait=1: the replica holds the registry and the entry.
+        assert int(_cli(fresh_set.replica.port, "XLEN", "rampart:{agent}:log")) >= 1
+        assert dead.attempts == 1  # then discovery asks the live sentinel first
+    finally:
+        dead.close()
+
+
+def test_short_wait_names_replicas_in_their_initial_sync(fresh_set: FreshSentinelSet) -> None:
+    """With sync_timeout=0 the store does not wait for the first sync: the
+    refusal says why the replica did not count."""
+    url = fresh_set.url(query="wait=1&wait_timeout=0.05&sync_timeout=0")
+    assert fresh_set.replica_state() != "online"
+    with pytest.raises(StoreUnavailableError, match=r"only 0 of 1 .*initial sync: wait_bgsave"):
+        rampart.BlockRegistry.open(url, "agent", label=None)
+
+
 def test_failover_urls_are_checked() -> None:
     from rampart.errors import InvalidArgumentError
     from rampart.stores import open_store
@@ -247,6 +317,8 @@ def test_failover_urls_are_checked() -> None:
         "redis+cluster://127.0.0.1:1/0",  # a cluster has one database
         "redis://127.0.0.1:1/0?wait=-1",
         "redis://127.0.0.1:1/0?wait=1&wait_timeout=x",
+        "redis://127.0.0.1:1/0?wait=1&sync_timeout=-1",
+        "redis://127.0.0.1:1/0?wait=1&sync_timeout=nan",
     ):
         with pytest.raises(InvalidArgumentError):
             open_store(bad)

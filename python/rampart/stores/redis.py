@@ -80,7 +80,10 @@ _POLL = 0.05
 
 
 # Our options, taken out of the URL before redis-py sees it.
-_OPTIONS = ("wait", "wait_timeout", "pool_max", "timeout")
+_OPTIONS = ("wait", "wait_timeout", "sync_timeout", "pool_max", "timeout")
+
+#: How often a store waiting for replicas in their initial sync asks the master.
+_SYNC_POLL = 0.1
 
 #: redis-py's message when a blocking pool had no connection to give in time.
 _NO_CONNECTION = "No connection available."
@@ -172,12 +175,13 @@ class RedisStore:
         try:
             self.replicas = int(ours.get("wait", "0"))
             self.wait_timeout = float(ours.get("wait_timeout", "1"))
+            self.sync_timeout = float(ours.get("sync_timeout", "30"))
             self.pool_max = int(ours.get("pool_max", "100"))
             self.timeout = float(ours.get("timeout", "5"))
         except ValueError:
             raise InvalidArgumentError(
-                f"{self._where!r}: wait and pool_max are whole numbers, wait_timeout and "
-                "timeout seconds"
+                f"{self._where!r}: wait and pool_max are whole numbers, wait_timeout, "
+                "sync_timeout and timeout seconds"
             ) from None
         if not 0 <= self.replicas <= 100 or not 0 < self.wait_timeout <= 60:
             raise InvalidArgumentError(
@@ -191,6 +195,8 @@ class RedisStore:
                 f"{self._where!r}: wait_timeout={self.wait_timeout:g} is below WAIT's "
                 "resolution of 1 ms (0 would mean wait forever): give 0.001-60 seconds"
             )
+        if not 0 <= self.sync_timeout <= 3600:
+            raise InvalidArgumentError(f"{self._where!r}: sync_timeout is 0-3600 seconds")
         if not 1 <= self.pool_max <= 10_000 or not 0 < self.timeout <= 3600:
             raise InvalidArgumentError(
                 f"{self._where!r}: pool_max is 1-10000 connections and timeout 0-3600 seconds"
@@ -210,6 +216,8 @@ class RedisStore:
         # No silent retries: see the module doc.
         kwargs.setdefault("retry", Retry(NoBackoff(), 0))
         self.cluster = scheme == "redis+cluster"
+        # Whether the last WAIT counted enough replicas (see _await_replicas).
+        self._replicas_ready = False
         try:
             if scheme == "redis+sentinel":
                 self._r = self._sentinel_client(netloc, path, theirs, kwargs)
@@ -261,6 +269,11 @@ class RedisStore:
         sentinel_kwargs = {
             "socket_timeout": kwargs["socket_timeout"],
             "socket_connect_timeout": kwargs["socket_connect_timeout"],
+            # One try per sentinel: discovery moves on to the next one by itself.
+            # redis-py before 8 gave the sentinel clients its default retry (3
+            # retries, exponential backoff), so a dead first sentinel cost ~12 s
+            # on every new connection, and hid the initial sync below.
+            "retry": kwargs["retry"],
         }
         # Sentinels may have their own credentials; the URL's are the data nodes'.
         for k in ("sentinel_username", "sentinel_password"):
@@ -310,6 +323,8 @@ class RedisStore:
         # At most: load a script the (new) master lacks, learn a moved slot, run.
         for attempt in range(3):
             node = self._node_for(keys[0])
+            if self.replicas and not self._replicas_ready:
+                self._await_replicas(node)
             pipe = node.pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             if self.replicas:
@@ -343,14 +358,64 @@ class RedisStore:
                 if isinstance(acked, Exception):
                     raise acked
                 if int(acked) < self.replicas:
+                    self._replicas_ready = False
                     raise StoreUnavailableError(
                         f"Redis store {self._where}: registry {name!r}: only {acked} of "
-                        f"{self.replicas} replicas acknowledged within {self.wait_timeout} s; "
-                        "the entry is on the master and is applied everywhere unless the "
-                        "master fails before a replica has it"
+                        f"{self.replicas} replicas acknowledged within {self.wait_timeout} s"
+                        f"{self._syncing_note(node)}; the entry is on the master and is "
+                        "applied everywhere unless the master fails before a replica has it"
                     )
+                self._replicas_ready = True
             return first
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _replica_states(self, node: Any) -> tuple[int, list[str]]:
+        """The master's replicas: how many are online, and the others' states
+        (``wait_bgsave``, ``send_bulk``…: attached, in their initial sync)."""
+        info = node.info("replication")
+        states = [
+            str(v.get("state", "")) for k, v in info.items()
+            if k.startswith("slave") and isinstance(v, dict)
+        ]  # fmt: skip
+        return states.count("online"), [s for s in states if s != "online"]
+
+    def _await_replicas(self, node: Any) -> None:
+        """Before the first replicated write (and after a short ``WAIT``): while
+        replicas that would make up ``wait`` are attached but in their initial
+        sync, wait for it to end, up to ``sync_timeout``.
+
+        WAIT counts online replicas only, and a replica that has just attached
+        holds nothing until the master has sent it a snapshot (Redis waits
+        ``repl-diskless-sync-delay``, 5 s by default, before it starts one): a
+        store opened on a fresh deployment would have its first writes refused
+        for those seconds. Waiting here, before the write, changes nothing of
+        what an acknowledgement means: the WAIT after the write still decides."""
+        deadline = time.monotonic() + self.sync_timeout
+        while True:
+            try:
+                online, syncing = self._replica_states(node)
+            except self._redis.ResponseError:
+                return  # INFO refused (an ACL, a proxy): the WAIT alone decides
+            except (self._redis.ConnectionError, self._redis.TimeoutError, OSError):
+                return  # the write below meets the failure and handles it
+            if online >= self.replicas or online + len(syncing) < self.replicas:
+                return  # enough now, or never without another replica: WAIT says so
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(_SYNC_POLL)
+
+    def _syncing_note(self, node: Any) -> str:
+        """For the short-WAIT message: replicas still in their initial sync."""
+        try:
+            _, syncing = self._replica_states(node)
+        except (self._redis.RedisError, OSError):
+            return ""
+        if not syncing:
+            return ""
+        return (
+            f" ({len(syncing)} more attached but in their initial sync: "
+            f"{', '.join(sorted(set(syncing)))}; sync_timeout={self.sync_timeout:g} s)"
+        )
 
     def _refresh_slots(self) -> None:
         if self.cluster:
