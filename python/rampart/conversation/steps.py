@@ -244,7 +244,7 @@ _RECALL_LEAST_BODY = 16
 
 #: Makes ``need`` tokens of room in the view (a clear recorded by the plan);
 #: the view after it.
-MakeRoom = Callable[["_View", int], "_View"]
+MakeRoom = Callable[["_View", int, float], "_View"]
 
 
 def recall(
@@ -297,7 +297,8 @@ def recall(
         room = budget - view.total
         floor = min(want, MIN_RECALL_TOKENS)
         if room < floor and make_room is not None:
-            view = make_room(view, floor - room)
+            # what scores under every pick is less needed than what is recalled
+            view = make_room(view, floor - room, min(x.score for x in picks))
             room = budget - view.total
         want = min(want, max(room, 0))
     # Shared by need: the smallest first, each at most an even share of what is
@@ -498,18 +499,24 @@ def _recall_head(
     return [span], _recall_cost(c, it, [span])
 
 
-def room_for_recall(view: _View, pol: ContextPolicy, scoring: Scoring, need: int) -> list[int]:
+def room_for_recall(
+    view: _View, pol: ContextPolicy, scoring: Scoring, need: int, below: float = -1.0
+) -> list[int]:
     """The results to clear so a recall has ``need`` more tokens of room,
-    rewriting the fewest cached tokens: the latest of the older results (not
-    the recency floor, errors or excluded tools) that the question does not
-    need (not relevant to it), taken from the tail back. Empty when those
-    cannot make the room: then the recall takes the room there is and nothing
-    is rewritten."""
+    rewriting the fewest cached tokens: the latest of the results a
+    window-forced clear may take (the recency floor and errors included; never
+    excluded tools or the standing question's recalls) that the question needs
+    less than what is recalled — not relevant to it, or scoring under ``below`` (the
+    weakest pick's score: a result kept at an earlier step must not hold the
+    room that the question's best result needs) — taken from the tail back.
+    Empty when those cannot make the room: then the recall takes the room there
+    is and nothing is rewritten."""
     ts = scoring.task_scores()
     chosen: list[int] = []
     got = 0
-    for k in reversed(clear_candidates(view, pol, False)):
-        if retention.is_relevant(ts.get(view.shown[k].item.id)):
+    for k in sorted(clear_candidates(view, pol, True), reverse=True):
+        s = ts.get(view.shown[k].item.id)
+        if retention.is_relevant(s) and (s is None or s.score >= below):
             continue
         r = view.cost(k) - STUB_ESTIMATE
         if r > 0:

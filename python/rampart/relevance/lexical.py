@@ -67,6 +67,17 @@ def _stem(word: str) -> str:
     return word
 
 
+_HEX = re.compile(r"[0-9a-f]{16,}")
+
+
+def _hex_prefixes(w: str) -> list[str]:
+    """A word of 16 or more hex digits with a digit and a letter (a commit or
+    object id) also gives its prefixes of 7..12 characters: the short forms."""
+    if _HEX.fullmatch(w) and any(c.isdigit() for c in w) and any(c.isalpha() for c in w):
+        return [w[:n] for n in range(7, 13)]
+    return []
+
+
 def _word_char(c: str) -> bool:
     return unicodedata.category(c)[0] in "LMN"
 
@@ -82,7 +93,12 @@ def py_terms(text: str) -> list[str]:
     character at a time; scripts without spaces give character bigrams."""
     if text.isascii():  # the common case, by regular expressions (same rule)
         text = _CAMEL.sub(" ", text).replace("_", " ")
-        return [_stem(w) for w in _TOKEN.findall(text.lower()) if w not in STOP]
+        found: list[str] = []
+        for w in _TOKEN.findall(text.lower()):
+            if w not in STOP:
+                found.append(_stem(w))
+                found.extend(_hex_prefixes(w))
+        return found
     out: list[str] = []
     word: list[str] = []
     run: list[str] = []
@@ -93,6 +109,7 @@ def py_terms(text: str) -> list[str]:
             w = "".join(word)
             if w not in STOP:
                 out.append(_stem(w) if w.isascii() else w)
+                out.extend(_hex_prefixes(w))
             word.clear()
         if len(run) == 1:
             out.append(run[0])
