@@ -8,7 +8,7 @@ checks each answer is on its needle line, draws each trajectory (its length, the
 needle positions, the other results) with a seed per task id, and leaves out of a
 trajectory every result that holds one of the task's answers. Rerun:
 
-    python tests/data/task_success/make_tasks.py
+    python tests/data/task_success/make_tasks.py [--out PATH]
 """
 
 from __future__ import annotations
@@ -515,7 +515,8 @@ def _pairs(
     return pairs
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    out_path = Path(argv[argv.index("--out") + 1]) if "--out" in argv else OUT
     srcs = sources()
     texts = materialise({"sources": srcs})
     for sid, t in texts.items():
@@ -610,10 +611,10 @@ def main() -> int:
         "sources": {s: srcs[s] for s in used},
         "tasks": tasks,
     }
-    OUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(tasks)} tasks, {len(used)} sources -> {OUT.relative_to(ROOT)}")
+    out_path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(tasks)} tasks, {len(used)} sources -> {out_path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
