@@ -76,28 +76,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts, common, seen = points(ts.read_rows(args.jsonl), args.split)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    rows = ts.read_rows(args.jsonl)
+    pts, common, seen = points(rows, args.split)
+    model = rows[0]["run"]["model"] if rows else "?"
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     for p in pts:
+        # a legend, not labels by the points: conditions often send the same tokens
         ax.errorbar(
             p["tokens"],
             100 * p["rate"],
             yerr=[[100 * (p["rate"] - p["lo"])], [100 * (p["hi"] - p["rate"])]],
             fmt="o",
             capsize=4,
+            label=f"{LABELS[p['condition']]}: {p['success']}/{p['tasks']}",
         )
-        ax.annotate(
-            f"{LABELS[p['condition']]} ({p['success']}/{p['tasks']})",
-            (p["tokens"], 100 * p["rate"]),
-            textcoords="offset points",
-            xytext=(6, 4),
-            fontsize=8,
-        )
+    ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("tokens sent per task (all requests of the run, the model's tokens)")
     ax.set_ylabel("tasks answered right (%), Wilson 95 % interval")
     ax.set_ylim(-5, 105)
     partial = "" if common >= args.total else f" — partial: {common} of {args.total} tasks"
-    ax.set_title(f"Task success, {args.split}, Qwen2.5-Coder-1.5B{partial}", fontsize=10)
+    ax.set_title(f"Task success, {args.split}, {model}{partial}", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
