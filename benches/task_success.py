@@ -425,6 +425,7 @@ def run_task(
         "request_tokens": [],
         "question_tokens": None,
         "tokens_sent": 0,
+        "step_tokens": [],  # every request of the run, transcript steps first
         "fits_window": True,
         "prefix_rewrites": 0,
         "needles_in_question_request": [],
@@ -440,6 +441,7 @@ def run_task(
     def send(msgs: list[dict[str, Any]]) -> int:
         nonlocal prev, sent_count
         n = count(msgs)
+        row["step_tokens"].append(n)
         row["tokens_sent"] += n
         row["fits_window"] = row["fits_window"] and n + reply <= window
         keys = [cr._key(m) for m in msgs]
