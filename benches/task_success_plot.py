@@ -1,0 +1,108 @@
+"""Draw docs/conversation/task-success.png from a task-success JSONL: success against
+tokens sent, one point per condition (mean tokens sent per task on the x axis, the
+share of tasks answered right with its Wilson 95 % interval on the y axis), on the
+tasks every plotted condition has run (so the points compare like with like).
+
+    python benches/task_success_plot.py [--jsonl benches/task_success_runs/qwen-holdout.jsonl]
+        [--split holdout] [--out docs/conversation/task-success.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benches"))
+
+import task_success as ts  # noqa: E402
+
+LABELS = {
+    "full": "full context",
+    "default": "ContextPolicy()",
+    "relevance_off": "ContextPolicy(relevance=False)",
+    "trim_messages": "trim_messages",
+    "clear_tool_uses_edit": "ClearToolUsesEdit",
+    "clear_tool_uses": "clear_tool_uses (client-side)",
+    "default_recall_tool": "ContextPolicy() + recall tool",
+}
+
+
+def points(rows: Sequence[dict], split: str) -> tuple[list[dict], int, int]:
+    """Per condition on the common tasks (temperature 0, trial 0): tasks, right,
+    interval, mean tokens sent; and the common and all task counts."""
+    sel = [r for r in rows if r["split"] == split and r["temperature"] == 0 and r["trial"] == 0]
+    by_cond: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in sel:
+        by_cond[r["condition"]][r["task"]] = r
+    if not by_cond:
+        return [], 0, 0
+    common = set.intersection(*(set(v) for v in by_cond.values()))
+    out = []
+    for cond in ts.CONDITIONS:
+        if cond not in by_cond:
+            continue
+        rs = [by_cond[cond][t] for t in sorted(common)]
+        ok = sum(r["outcome"] in ts.SUCCESS for r in rs)
+        lo, hi = ts.wilson(ok, len(rs))
+        out.append(
+            {
+                "condition": cond,
+                "tasks": len(rs),
+                "success": ok,
+                "rate": ok / len(rs) if rs else 0.0,
+                "lo": lo,
+                "hi": hi,
+                "tokens": sum(r["tokens_sent"] for r in rs) / len(rs) if rs else 0.0,
+            }
+        )
+    return out, len(common), len({r["task"] for r in sel})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--jsonl", type=Path, default=ROOT / "benches/task_success_runs/qwen-holdout.jsonl"
+    )
+    ap.add_argument("--split", default="holdout")
+    ap.add_argument("--total", type=int, default=78, help="tasks in the split (for the title)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs/conversation/task-success.png")
+    args = ap.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ts.read_rows(args.jsonl)
+    pts, common, seen = points(rows, args.split)
+    model = rows[0]["run"]["model"] if rows else "?"
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    for p in pts:
+        # a legend, not labels by the points: conditions often send the same tokens
+        ax.errorbar(
+            p["tokens"],
+            100 * p["rate"],
+            yerr=[[100 * (p["rate"] - p["lo"])], [100 * (p["hi"] - p["rate"])]],
+            fmt="o",
+            capsize=4,
+            label=f"{LABELS[p['condition']]}: {p['success']}/{p['tasks']}",
+        )
+    ax.legend(fontsize=8, loc="best")
+    ax.set_xlabel("tokens sent per task (all requests of the run, the model's tokens)")
+    ax.set_ylabel("tasks answered right (%), Wilson 95 % interval")
+    ax.set_ylim(-5, 105)
+    partial = "" if common >= args.total else f" — partial: {common} of {args.total} tasks"
+    ax.set_title(f"Task success, {args.split}, {model}{partial}", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out)
+    print(f"{args.out}: {len(pts)} conditions on {common} common tasks ({seen} seen)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

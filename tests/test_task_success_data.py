@@ -1,0 +1,134 @@
+"""The task-success dataset (tests/data/task_success, read by benches/task_success.py) is
+intact: every source exists as recorded and is 0.5-3 KB, every answer is on its
+needle line and in no other result of its trajectory, the splits share no needle
+source, no question or request gives an answer away, and the counts are what the
+README says. Data and the bench's pure helpers only: no model, no compile."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benches"))
+_spec = importlib.util.spec_from_file_location("task_success", ROOT / "benches" / "task_success.py")
+assert _spec is not None and _spec.loader is not None
+ts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ts)
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return ts.load()
+
+
+@pytest.fixture(scope="module")
+def texts(doc: dict[str, Any]) -> dict[str, str]:
+    return ts.nb.materialise(doc)
+
+
+def test_sources_exist_as_recorded_and_are_small(
+    doc: dict[str, Any], texts: dict[str, str]
+) -> None:
+    assert set(texts) == set(doc["sources"])
+    for sid, s in doc["sources"].items():
+        if s["kind"] == "file":
+            assert s["tool"] == "read_text_file" and s["arguments"]["path"] == f"/repo/{s['path']}"
+            head = s["arguments"].get("head")
+            assert sid == f"file:{s['path']}" + (f"#head={head}" if head else "")
+        else:
+            assert s["kind"] == "mcp_output" and s["tool"] in ("git_show", "git_log"), sid
+        assert 500 <= len(texts[sid].encode()) <= 3072, (sid, len(texts[sid].encode()))
+
+
+def test_counts_splits_and_families(doc: dict[str, Any]) -> None:
+    tasks = doc["tasks"]
+    assert len({t["id"] for t in tasks}) == len(tasks)
+    by = Counter((t["split"], t["family"]) for t in tasks)
+    assert by[("holdout", "commit")] == 30 and by[("holdout", "file")] == 24
+    assert by[("holdout", "two")] == 24 and sum(by[("tune", f)] for f in ts.FAMILIES) == 28
+    for f in ts.FAMILIES:
+        assert by[("holdout", f)] >= 24 and by[("tune", f)] >= 8
+    needles: dict[str, set[str]] = {"tune": set(), "holdout": set()}
+    for t in tasks:
+        assert t["id"].startswith(t["split"] + "-" + t["family"] + "-")
+        needles[t["split"]].update(n["source"] for n in t["needles"])
+    assert not needles["tune"] & needles["holdout"]  # split by source
+
+
+def test_each_answer_is_on_its_needle_line_and_nowhere_else(
+    doc: dict[str, Any], texts: dict[str, str]
+) -> None:
+    for t in doc["tasks"]:
+        traj = t["trajectory"]
+        assert 6 <= len(traj) <= 8 and len(set(traj)) == len(traj), t["id"]
+        assert len(t["needles"]) == (2 if t["family"] == "two" else 1)
+        for n in t["needles"]:
+            assert traj[n["step"]] == n["source"]
+            for line in n["lines"]:
+                assert line in texts[n["source"]].split("\n"), (t["id"], line)
+        if t["position"] == "recent":
+            assert t["needles"][0]["step"] == len(traj) - 1
+        else:  # old and two: the first half of the run
+            assert all(n["step"] < len(traj) // 2 for n in t["needles"]), t["id"]
+        lines = "\n".join(line for n in t["needles"] for line in n["lines"])
+        for group in t["answers"]:
+            assert any(ts.mentions(lines, a) for a in group), (t["id"], group)
+        for a in t["exclusive"]:
+            holders = [s for s in traj if ts.mentions(texts[s], a)]
+            # a spelling of an answer is in a needle's result or nowhere ("thirty-one")
+            assert set(holders) <= {n["source"] for n in t["needles"]}, (t["id"], a, holders)
+            assert not ts.mentions(t["question"], a) and not ts.mentions(t["task"], a)
+
+
+def test_generator_reproduces_the_file(tmp_path: Path) -> None:
+    """make_tasks.py is what wrote tasks.json: rerun, the same tasks."""
+    script = ROOT / "tests" / "data" / "task_success" / "make_tasks.py"
+    out = tmp_path / "tasks.json"
+    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, cwd=ROOT)
+    assert json.loads(out.read_text()) == ts.load()
+
+
+def test_judge_and_wilson() -> None:
+    assert ts.judge("The limit is 72 characters.", [["72"]], called=False) == "correct"
+    assert ts.judge("1722", [["72"]], called=False) == "wrong"
+    assert ts.judge("Lora, falling back to Georgia", [["lora"], ["georgia"]], True) == (
+        "correct_after_tool"
+    )
+    assert ts.judge("Lora", [["lora"], ["georgia"]], called=False) == "wrong"
+    assert ts.judge("I cannot tell: it was cleared.", [["72"]], called=False) == "unknown"
+    assert ts.mentions("480x480", "480") and not ts.mentions("10.95", "0.95")
+    lo, hi = ts.wilson(21, 24)
+    assert 0.68 < lo < 0.70 and 0.95 < hi < 0.96  # the textbook interval of 21/24
+    assert ts.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_anthropic_clear_tool_uses_semantics() -> None:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for i in range(5):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 100},
+        ]
+
+    def count(ms: list[dict[str, Any]]) -> int:
+        return sum(len(str(m.get("content") or "")) for m in ms)
+
+    assert ts.anthropic_clear_tool_uses(msgs, count, trigger=10_000) is msgs  # under trigger
+    out = ts.anthropic_clear_tool_uses(msgs, count, trigger=100)
+    cleared = [m["tool_call_id"] for m in out if m.get("content") == ts.PLACEHOLDER]
+    assert cleared == ["c0", "c1"]  # the oldest, all but the last 3 uses
+    assert msgs[2]["content"] == "x" * 100  # the history is left as it was
+    assert [m.get("tool_calls") for m in out] == [m.get("tool_calls") for m in msgs]  # inputs stay
+    # clear_at_least: nothing unless that much would go
+    assert ts.anthropic_clear_tool_uses(msgs, count, trigger=100, clear_at_least=500) is msgs
+    excl = ts.anthropic_clear_tool_uses(msgs, count, trigger=100, exclude_tools=("t",))
+    assert excl == msgs
