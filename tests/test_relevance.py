@@ -24,7 +24,7 @@ ALPHABET = st.sampled_from(
     list("aAbBzZ09_ -\n.")
     + ["ing", "ches", "ss", "ed", "the", "K", "İ", "é", "Σ", "ß", "字", "\ud7ff"]
     + ["超时", "時間", "です", "カタカナ", "서버", "ภาษา", "Ключ", "مفتاح", "हिन्दी", "٣", "\u0301"]
-    + ["Ｒｅｄｉｓ", "ｶﾀ", "、", "。", "\u3000", "𠀋", "ǅ"]
+    + ["Ｒｅｄｉｓ", "ｶﾀ", "、", "。", "\u3000", "𠀋", "ǅ", "8e50c42f76c0f7f6543", "abcdef"]
 )
 # every assigned character but lone surrogates (which the wrappers repair or refuse)
 ANY_CHAR = st.characters(blacklist_categories=("Cs", "Cn"))

@@ -57,6 +57,19 @@ fn stem(w: &str) -> &str {
     w
 }
 
+/// Lengths of the prefixes a long hexadecimal word also gives as terms.
+const HEX_PREFIXES: std::ops::RangeInclusive<usize> = 7..=12;
+
+/// A word of 16 or more hexadecimal digits with at least one digit and one
+/// letter: a commit, object or request id.
+fn is_long_hex(w: &str) -> bool {
+    w.len() >= 16
+        && w.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && w.bytes().any(|b| b.is_ascii_digit())
+        && w.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
 /// Whether a non-ASCII character belongs to a script written without spaces
 /// between words (its runs are indexed as character bigrams).
 pub fn is_bigram_script(c: char) -> bool {
@@ -110,6 +123,13 @@ pub fn for_each_term(text: &str, mut f: impl FnMut(&str)) {
                 } else {
                     word.as_str()
                 });
+                if is_long_hex(word) {
+                    // a commit or object id: also the short forms people and
+                    // tools write it in (git's 7 characters, up to 12)
+                    for n in HEX_PREFIXES {
+                        f(&word[..n]);
+                    }
+                }
             }
             word.clear();
         }
@@ -275,6 +295,19 @@ mod tests {
         );
         assert_eq!(terms("使用Redis缓存"), ["使用", "redi", "缓存"]);
         assert_eq!(terms("超时时间"), ["超时", "时时", "时间"]);
+        assert_eq!(
+            terms("commit 8e50c42f76c0f7f65430cb81ed45ac664096d1d9"),
+            [
+                "commit",
+                "8e50c42f76c0f7f65430cb81ed45ac664096d1d9",
+                "8e50c42",
+                "8e50c42f",
+                "8e50c42f7",
+                "8e50c42f76",
+                "8e50c42f76c",
+                "8e50c42f76c0"
+            ]
+        );
         assert_eq!(terms("猫 Ключ مفتاح"), ["猫", "ключ", "مفتاح"]);
         assert!(terms("").is_empty());
     }
