@@ -186,7 +186,8 @@ def test_room_for_the_recall_clears_the_latest_result_the_question_does_not_need
 ) -> None:
     # The fit leaves less room than a useful recall: the room comes from the
     # newest older results the question does not need, so the body is rewritten
-    # from as late as it can be (never a result it needs, never the recency floor).
+    # from as late as it can be (never a result it needs, not the recency floor
+    # while older results can make the room).
     # (no clear for price here: clear_at_least past what clearing could remove;
     # no excerpt: the small window clears the GIF skill whole)
     kw: dict[str, Any] = {"clear_at_least": 100_000, "excerpts": False}

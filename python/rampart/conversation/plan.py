@@ -418,10 +418,10 @@ def _recall_room(
     fit already rewrote the body (nothing more is lost); else nothing, and the
     recall takes the room there is."""
 
-    def make(view: _View, need: int, below: float) -> _View:
+    def make(view: _View, need: int, below: float, floor_too: bool) -> _View:
         chosen: list[int] = []
         if pol.clear_tool_results and pol.native != "anthropic":
-            chosen = room_for_recall(view, pol, scoring, need, below)
+            chosen = room_for_recall(view, pol, scoring, need, below, floor_too)
         if not chosen:
             # Results too small to clear (a stub is no shorter): drop whole steps,
             # but only where this compile's fit already rewrote the body from (the

@@ -244,7 +244,7 @@ _RECALL_LEAST_BODY = 16
 
 #: Makes ``need`` tokens of room in the view (a clear recorded by the plan);
 #: the view after it.
-MakeRoom = Callable[["_View", int, float], "_View"]
+MakeRoom = Callable[["_View", int, float, bool], "_View"]
 
 
 def recall(
@@ -298,8 +298,15 @@ def recall(
         floor = min(want, MIN_RECALL_TOKENS)
         if room < floor and make_room is not None:
             # what scores under every pick is less needed than what is recalled
-            view = make_room(view, floor - room, min(x.score for x in picks))
+            below = min(x.score for x in picks)
+            view = make_room(view, floor - room, below, False)
             room = budget - view.total
+            if room < MIN_USEFUL_RECALL:
+                # the older results could not make it: the recency floor too, as
+                # a window-forced clear would take it (what is recalled is needed
+                # more than what it clears)
+                view = make_room(view, floor - room, below, True)
+                room = budget - view.total
         want = min(want, max(room, 0))
     # Shared by need: the smallest first, each at most an even share of what is
     # left, so what a short result does not use goes to the longer ones.
@@ -499,14 +506,23 @@ def _recall_head(
     return [span], _recall_cost(c, it, [span])
 
 
+#: Under this much room, a recall may clear the recency floor for itself.
+MIN_USEFUL_RECALL = 256
+
+
 def room_for_recall(
-    view: _View, pol: ContextPolicy, scoring: Scoring, need: int, below: float = -1.0
+    view: _View,
+    pol: ContextPolicy,
+    scoring: Scoring,
+    need: int,
+    below: float = -1.0,
+    floor_too: bool = False,
 ) -> list[int]:
     """The results to clear so a recall has ``need`` more tokens of room,
-    rewriting the fewest cached tokens: the latest of the results a
-    window-forced clear may take (the recency floor and errors included; never
-    excluded tools or the standing question's recalls) that the question needs
-    less than what is recalled — not relevant to it, or scoring under ``below`` (the
+    rewriting the fewest cached tokens: the latest of the older results (with
+    ``floor_too``, also the recency floor and errors, as a window-forced clear
+    takes them; never excluded tools or the standing question's recalls) that
+    the question needs less than what is recalled — not relevant to it, or scoring under ``below`` (the
     weakest pick's score: a result kept at an earlier step must not hold the
     room that the question's best result needs) — taken from the tail back.
     Empty when those cannot make the room: then the recall takes the room there
@@ -514,7 +530,7 @@ def room_for_recall(
     ts = scoring.task_scores()
     chosen: list[int] = []
     got = 0
-    for k in sorted(clear_candidates(view, pol, True), reverse=True):
+    for k in sorted(clear_candidates(view, pol, floor_too), reverse=True):
         s = ts.get(view.shown[k].item.id)
         if retention.is_relevant(s) and (s is None or s.score >= below):
             continue

@@ -75,7 +75,7 @@ RARE_HALF = 1.0
 #: Passages the second stage reads with the question (the best of stage 1).
 RERANK_K = 24
 #: Weight of the late-interaction score in a reranked passage's score.
-LATE_WEIGHT = 1.0
+LATE_WEIGHT = 0.5
 #: Token vectors kept per index at most (int8 rows of the model's width, 384
 #: bytes each for MiniLM: 25 MB). Past it the oldest texts' are dropped and
 #: their passages are reranked by stage 1 alone.
