@@ -120,15 +120,26 @@ def test_conversation_reports_name_the_providers_calls(tmp_path: Path) -> None:
     rows = json.loads(out.stdout)["context_map"]["messages"]
     old = {"type", "index", "id", "name", "role", "kind", "action", "reason", "tokens"}
     assert all(old | {"call_id", "tool_name", "arguments"} <= set(r) for r in rows)
-    # the git_log call of the transcript: its call, its cleared result, its recall
-    mine = [r for r in rows if r["call_id"] == "call_02"]
+    # a recalled call of the transcript: one call id finds its call, its cleared
+    # result and its recall, all three named alike
+    recalled = [r["call_id"] for r in rows if r["kind"] == "recall"]
+    assert recalled and all(recalled)
+    mine = [r for r in rows if r["call_id"] == recalled[0]]
     assert [(r["kind"], r["action"]) for r in mine] == [
         ("tool_call", "kept"),
         ("tool_result", "cleared"),
         ("recall", "recalled"),
     ]
-    assert {r["tool_name"] for r in mine} == {"git_log"}
-    assert {r["arguments"] for r in mine} == {'{"repo_path": "/repo", "max_count": 30}'}
+    assert len({r["tool_name"] for r in mine}) == 1 and mine[0]["tool_name"]
+    assert len({r["arguments"] for r in mine}) == 1 and mine[0]["arguments"]
+    # the git_log call: its call kept, its result cleared
+    log = [r for r in rows if r["call_id"] == "call_02"]
+    assert [(r["kind"], r["action"]) for r in log][:2] == [
+        ("tool_call", "kept"),
+        ("tool_result", "cleared"),
+    ]
+    assert {r["tool_name"] for r in log} == {"git_log"}
+    assert {r["arguments"] for r in log} == {'{"repo_path": "/repo", "max_count": 30}'}
     assert all(r["call_id"] is None for r in rows if r["kind"] == "text")
     html = page.read_text("utf-8")
     assert '<td data-key="call_id">call_02</td>' in html

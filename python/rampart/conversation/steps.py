@@ -168,7 +168,7 @@ def clear_order(
     it keeps until last (the most relevant to the question). By age when
     relevance is off; else the older results least relevant to the step first
     (ties: oldest first), then the recency floor and errors the same way, then
-    the kept ones."""
+    the kept ones, then the newest result (not yet read by the model)."""
     base = clear_candidates(view, pol, True)
     if scoring is None:
         return base, set()
@@ -196,6 +196,12 @@ def clear_order(
 
     first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
     rest = sorted((k for k in base if k not in old and k not in keep), key=lambda k: (score(k), k))
+    # the newest result, which the model has not read yet, goes last of all: a
+    # result kept as relevant was read at an earlier step
+    newest = max(view.results, default=-1)
+    if newest in rest or newest in kept:
+        tail = [k for k in rest if k != newest] + [k for k in kept if k != newest] + [newest]
+        return first + tail, keep
     return first + rest + kept, keep
 
 
@@ -522,9 +528,10 @@ def room_for_recall(
     rewriting the fewest cached tokens: the latest of the older results (with
     ``floor_too``, also the recency floor and errors, as a window-forced clear
     takes them; never excluded tools or the standing question's recalls) that
-    the question needs less than what is recalled — not relevant to it, or scoring under ``below`` (the
-    weakest pick's score: a result kept at an earlier step must not hold the
-    room that the question's best result needs) — taken from the tail back.
+    the question needs less than what is recalled — not relevant to it, or
+    scoring under ``below`` (the weakest pick's score: a result kept at an
+    earlier step must not hold the room that the question's best result
+    needs) — taken from the tail back.
     Empty when those cannot make the room: then the recall takes the room there
     is and nothing is rewritten."""
     ts = scoring.task_scores()

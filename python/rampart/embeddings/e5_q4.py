@@ -180,7 +180,10 @@ def _dequantise(raw: Any, rows: int, cols: int) -> Any:
     low = (qs & 0x0F).astype(np.int8) - 8
     high = (qs >> 4).astype(np.int8) - 8
     w = np.concatenate([low, high], axis=-1).astype(np.float32)  # [rows, nb, 32]
-    w *= blocks["d"].astype(np.float32)[..., None]
+    # a damaged file's scales may be NaN or infinite: the caller refuses the
+    # tensor by its values, without a warning from the multiply on the way
+    with np.errstate(invalid="ignore", over="ignore"):
+        w *= blocks["d"].astype(np.float32)[..., None]
     return w.reshape(rows, cols)
 
 

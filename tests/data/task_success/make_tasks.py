@@ -361,6 +361,18 @@ TASKS_TEXT = {
 }
 
 
+def _pinned_blob(path: str) -> str:
+    """The blob tasks.json already pins for ``path`` (the data was written once: a
+    later edit of the file changes nothing here, the bench reads the pinned blob from
+    history), else the one at HEAD."""
+    out = Path(__file__).resolve().parent / "tasks.json"
+    if out.exists():
+        for src in json.loads(out.read_text())["sources"].values():
+            if src.get("kind") == "file" and src.get("path") == path:
+                return str(src["blob"])
+    return _blob_at_head(path)
+
+
 def _blob_at_head(path: str) -> str:
     return subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", f"HEAD:{path}"],
@@ -381,7 +393,7 @@ def sources() -> dict[str, dict[str, Any]]:
         out[sid] = {
             "kind": "file",
             "path": path,
-            "blob": _blob_at_head(path),
+            "blob": _pinned_blob(path),
             "tool": "read_text_file",
             "arguments": args,
             "server": "mcp-server-filesystem",
