@@ -168,7 +168,7 @@ def clear_order(
     it keeps until last (the most relevant to the question). By age when
     relevance is off; else the older results least relevant to the step first
     (ties: oldest first), then the recency floor and errors the same way, then
-    the kept ones, then the newest result (not yet read by the model)."""
+    the kept ones, then the answer of a recall the model just called."""
     base = clear_candidates(view, pol, True)
     if scoring is None:
         return base, set()
@@ -196,12 +196,13 @@ def clear_order(
 
     first = sorted((k for k in older if k not in keep), key=lambda k: (score(k), k))
     rest = sorted((k for k in base if k not in old and k not in keep), key=lambda k: (score(k), k))
-    # the newest result, which the model has not read yet, goes last of all: a
-    # result kept as relevant was read at an earlier step
+    # the answer of a recall the model just called goes last of all: clearing what
+    # the model asked to have back would only make it ask again
     newest = max(view.results, default=-1)
-    if newest in rest or newest in kept:
-        tail = [k for k in rest if k != newest] + [k for k in kept if k != newest] + [newest]
-        return first + tail, keep
+    if newest >= 0 and view.shown[newest].item.tool_name == RECALL_TOOL_NAME:
+        if newest in rest or newest in kept:
+            tail = [k for k in rest if k != newest] + [k for k in kept if k != newest]
+            return first + tail + [newest], keep
     return first + rest + kept, keep
 
 
