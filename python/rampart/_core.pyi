@@ -10,6 +10,7 @@ __all__ = [
     "SavedRegistry",
     "Selection",
     "Snapshot",
+    "TERMS_UNICODE_VERSION",
     "__version__",
     "count_tokens",
     "count_tokens_many",
