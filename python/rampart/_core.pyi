@@ -2,6 +2,7 @@
 from typing import Any, final, overload
 
 __all__ = [
+    "TERMS_UNICODE_VERSION",
     "Block",
     "Bm25Index",
     "OrderView",
@@ -10,7 +11,6 @@ __all__ = [
     "SavedRegistry",
     "Selection",
     "Snapshot",
-    "TERMS_UNICODE_VERSION",
     "__version__",
     "count_tokens",
     "count_tokens_many",
