@@ -12,7 +12,7 @@ other (and the policy keeps it while its question stands).
 Every fault is an error *result* (a string starting ``error:``), never an
 exception out of the agent loop: an unknown id, a query past
 :data:`MAX_QUERY_CHARS`, arguments that are not an object. A lone surrogate
-in the arguments (a ``"\ud800"`` escape) is read as U+FFFD, as in every other
+in the arguments (a ``"\\ud800"`` escape) is read as U+FFFD, as in every other
 text a model wrote.
 """
 
