@@ -382,8 +382,7 @@ class PassageIndex:
                     lex[f : f + n] = [x + c for x in lex[f : f + n]]
         best = [max(lex[f : f + n], default=0.0) for _, f, n in spans]
         n_all = len(lex)
-        # BM25's weight of a term one passage holds, at its term frequency's limit
-        unit = math.log(1 + (n_all - 0.5) / 1.5) * 2.2 if n_all else 1.0
+        unit = _unit(n_all)
         ranked = sorted(best, reverse=True)
         lead = -1  # the index into spans of the clear lexical winner, if any
         if ranked and ranked[0] > 0 and (len(ranked) == 1 or ranked[0] >= 2 * ranked[1]):
@@ -401,8 +400,8 @@ class PassageIndex:
         import numpy as np
 
         lx = np.asarray(lex, dtype=np.float64)
-        final = self.lexical_weight * lx / (lx + half)
-        dense, late = self._dense(query, spans, lx, embedder)
+        final = self.lexical_weight * lx / (lx + half)  # the lexical part, then + cosine
+        dense, late = self._dense(query, spans, lx, final, embedder)
         if dense is not None:
             final += np.where(np.isfinite(dense), dense, 0.0)
         if late is not None:
@@ -439,7 +438,9 @@ class PassageIndex:
                 parts.append(top[rest[top - first - head] > 0])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
 
-    def _dense(self, query: str, spans: list[tuple[str, int, int]], lex: Any, embedder: Any) -> Any:
+    def _dense(
+        self, query: str, spans: list[tuple[str, int, int]], lex: Any, lexical: Any, embedder: Any
+    ) -> Any:
         """Every passage's cosine to ``query`` (-inf where not wanted) and its
         late-interaction bonus (NaN where not reranked); (None, None) when the
         model's vectors do not match the query's."""
@@ -462,8 +463,7 @@ class PassageIndex:
             if qt is None or not self._tok or RERANK_K <= 0:
                 return cos, None
             # stage 2 over the best of stage 1 that have token vectors
-            lw = lex[want]
-            stage1 = cos[want] + self.lexical_weight * lw / (lw + RARE_HALF * _unit(n))
+            stage1 = cos[want] + lexical[want]  # the stage-1 score score() adds up
             order = want[np.argsort(-stage1, kind="stable")]
             picked = [int(r) for r in order[:RERANK_K] if int(r) in self._tok]
             if not picked:
@@ -504,6 +504,8 @@ class PassageIndex:
 
 
 def _unit(n_all: int) -> float:
+    """BM25's weight of a term one passage of ``n_all`` holds, at its term
+    frequency's limit: the unit of ItemScore.rare."""
     return math.log(1 + (n_all - 0.5) / 1.5) * 2.2 if n_all else 1.0
 
 
