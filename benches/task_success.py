@@ -343,9 +343,11 @@ def run_task(
     seed: int = 0,
     temperature: float = 0.0,
     embedder: Any = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
     """One task under one condition: the transcript replayed (one request per step,
-    as the agent would have sent it), the question, then up to ``steps`` model calls."""
+    as the agent would have sent it), the question, then up to ``steps`` model calls.
+    ``dry``: stop at the question's request (what reaches the model, no answer)."""
     import conversation_clearing as cc  # experiments/: the model wrapper and text form
 
     if condition not in CONDITIONS:
@@ -514,6 +516,9 @@ def run_task(
                     )
                     for c in needle_calls
                 )
+        if dry:
+            row["outcome"] = "dry"
+            break
         sent, tools = render(msgs)
         if n + reply > model.llm.n_ctx():
             row["outcome"] = "overflow"
@@ -661,6 +666,27 @@ def table_md(summary: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def dry_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Per family and condition: tasks whose question request holds every needle, and
+    the request's mean tokens (``--dry``: what reaches the model)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        for fam in (r["family"], "all"):
+            groups[(fam, r["condition"])].append(r)
+    lines = [
+        "| family | condition | needles reach the model | question request |",
+        "|---|---|---:|---:|",
+    ]
+    for (fam, cond), sel in sorted(
+        groups.items(),
+        key=lambda kv: ((*FAMILIES, "all").index(kv[0][0]), CONDITIONS.index(kv[0][1])),
+    ):
+        ok = sum(all(r["needles_in_question_request"] or [False]) for r in sel)
+        mean = round(sum(r["question_tokens"] or 0 for r in sel) / len(sel))
+        lines.append(f"| {fam} | `{cond}` | {ok}/{len(sel)} | {mean:,} |")
+    return "\n".join(lines)
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -707,6 +733,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", type=Path, default=ROOT / "benches/task_success_runs/qwen-holdout.jsonl"
     )
     ap.add_argument("--report", action="store_true", help="print the tables of --out, run nothing")
+    ap.add_argument(
+        "--dry",
+        action="store_true",
+        help="stop each row at the question's request: print whether the needles reach "
+        "the model, write nothing (minutes, not hours)",
+    )
+    ap.add_argument(
+        "--no-memo",
+        action="store_true",
+        help="embed every row's texts anew (the vectors are the same; only slower)",
+    )
     args = ap.parse_args(argv)
     if args.report:
         print(table_md(summarise(read_rows(args.out))))
@@ -734,7 +771,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # measured every family alike.
     per = [[t for t in tasks if t["family"] == f] for f in FAMILIES]
     tasks = [t for group in zip_longest(*per) for t in group if t is not None][: args.limit]
-    done = {(r["task"], r["condition"], r["trial"], r["temperature"]) for r in read_rows(args.out)}
+    done = (
+        set()
+        if args.dry
+        else {
+            (r["task"], r["condition"], r["trial"], r["temperature"]) for r in read_rows(args.out)
+        }
+    )
     todo = [
         (t, c, s)
         for t in tasks
@@ -752,6 +795,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = None
     if not args.no_embed and set(conditions) & set(RAMPART_CONDITIONS):
         embedder = rampart.OnnxEmbedder(threads=1)
+        if not args.no_memo:
+            embedder = nb.MemoEmbedder(embedder)
     backend = LlamaCppBackend(args.model, n_ctx=args.n_ctx, n_threads=args.threads)
     model = cc.Model(backend)
     meta = {
@@ -766,6 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    dry_rows: list[dict[str, Any]] = []
     for i, (t, c, s) in enumerate(todo):
         row = run_task(
             model,
@@ -779,7 +825,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=s,
             temperature=args.temperature,
             embedder=embedder,
+            dry=args.dry,
         )
+        if args.dry:
+            dry_rows.append(row)
+            print(
+                f"{t['id']:50s} {c:22s} q={row['question_tokens']} "
+                f"needles={row['needles_in_question_request']}",
+                flush=True,
+            )
+            continue
         row["run"] = meta
         with args.out.open("a", encoding="utf-8") as f:  # one line a row: a kill loses one
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -791,6 +846,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     backend.close()
+    if args.dry:
+        print(dry_table(dry_rows))
+        return 0
     print(table_md(summarise(read_rows(args.out))))
     return 0
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rampart import ContextPolicy, Conversation
 from rampart.conversation import retention
+from rampart.conversation.steps import RECALL_BUDGET_PART
 
 from tests.conftest import SKILLS, needs_model
 from tests.test_retention import GIT, NEEDLE, QUESTION, _call, trajectory
@@ -297,7 +298,7 @@ def test_recall_caps_hold_for_every_cap_and_window(cap: int, window: int, questi
     dry = _compile(reg, conv, window, recall_max_tokens=cap, recall=False, dry_run=True)
     r = _compile(reg, conv, window, recall_max_tokens=cap)
     ctx = r._context
-    assert _recall_tokens(r) <= min(cap, ctx.budget // 4)
+    assert _recall_tokens(r) <= min(cap, ctx.budget // RECALL_BUDGET_PART)
     assert ctx.message_tokens <= ctx.budget
     if len(ctx.rewrites) == len(dry._context.rewrites):  # no room was made for it
         assert r.messages()[: len(dry.messages())] == dry.messages()
@@ -321,7 +322,16 @@ def test_query_parts_splits_a_question_of_several_parts() -> None:
         "Was ist der Timeout von B?",
     ]
     assert qp("A的超时和B的超时是多少") == ["A的超时", "B的超时是多少"]
-    assert qp("What is X. And what is Y?") == ["What is X.", "what is Y?"]
+    assert qp("What is X? And what is Y?") == ["What is X?", "what is Y?"]
+    assert qp("Show me X. Also tell me Y.") == ["Show me X.", "tell me Y."]
+    # sentences that do not ask frame the ones that do: not parts of their own
+    assert qp(
+        "Two things about what you read earlier. First: which file did a1b2c3d change? "
+        "Second: what is the port? Reply with the file only. Answer both, briefly."
+    ) == ["First: which file did a1b2c3d change?", "Second: what is the port?"]
+    assert qp("What time is on the Date line of a1b2c3d? Reply with the time only.") == [
+        "What time is on the Date line of a1b2c3d? Reply with the time only."
+    ]
     assert len(qp("a, b, c, d, e and f")) == retention.MAX_PARTS
     # one part: the question itself
     for q in (QUESTION, "In the deploy script, how long is the timeout?", "e.g. this", "x"):

@@ -313,6 +313,10 @@ def _fit(
     # relevant and the latest step go only as far as the window needs.
     # clear_at_least=0 asks for no room: only what the window needs goes.
     room = min(grown, budget // 2) if pol.clear_at_least > 0 else 0
+    # ... and a step of clear_at_least at most half the budget: in a window not
+    # much larger than clear_at_least, a forced drop of 2 048 tokens dropped the
+    # whole conversation, the result the question needed with it.
+    step = min(pol.clear_at_least, budget // 2)
     # 1. clear tool results (Anthropic clears them itself when native)
     if pol.clear_tool_results and pol.native != "anthropic" and view.results:
         chosen: list[int] = []
@@ -325,7 +329,7 @@ def _fit(
             got = 0
             older = set(clear_candidates(view, pol, False))
             order, keep = clear_order(view, pol, scoring)
-            goal = max(need + room, pol.clear_at_least)
+            goal = max(need + room, step)
             for k in order:
                 if got >= (goal if k in older and k not in keep else need):
                     break
@@ -390,10 +394,28 @@ def _fit(
             entry = {"op": "compact", "ids": ids, "summary": {"content": text}, "reason": "window"}
             view = _record(conv, view, entry, a, notes)
             need = view.total - budget
-    # 3. drop the oldest unprotected steps
+    # 3. the tail recalls an earlier compile made for the standing question go
+    # before any older step: they sit at the tail (dropping them rewrites only
+    # the tail) and the recall after the fit makes them again in the room there
+    # is. Kept, they held the room while a step holding the very result they
+    # showed a part of was dropped (a compile made again after a usage count
+    # moved the learned scale).
+    if need > 0 and pol.drop_oldest:
+        tail = [
+            k
+            for k in range(view.last_user + 1, len(view.shown))
+            if view.shown[k].item.kind == "recall"
+        ]
+        if view.last_user >= 0 and tail:
+            ids = [view.shown[k].item.id for k in tail]
+            view = _record(
+                conv, view, {"op": "drop", "ids": ids, "reason": "window"}, tail[0], notes
+            )
+            need = view.total - budget
+    # 4. drop the oldest unprotected steps
     if need > 0 and pol.drop_oldest:
         # At least clear_at_least and the room, as clearing (above).
-        ids, first = _drop_steps(view, max(need + room, pol.clear_at_least), need)
+        ids, first = _drop_steps(view, max(need + room, step), need)
         if ids:
             view = _record(conv, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
             need = view.total - budget
@@ -425,8 +447,11 @@ def _recall_room(
         if not chosen:
             # Results too small to clear (a stub is no shorter): drop whole steps,
             # but only where this compile's fit already rewrote the body from (the
-            # cache of what follows is lost with or without the recall).
-            ids, first = _drop_steps(view, max(need, pol.clear_at_least), need)
+            # cache of what follows is lost with or without the recall), and only
+            # what the recall needs: a clear_at_least step here dropped the whole
+            # conversation before a recall of a few hundred tokens (the task-success
+            # bench's 2 048-token window).
+            ids, first = _drop_steps(view, need, need)
             start = min((n.at_index for n in notes), default=-1)
             if ids and pol.drop_oldest and 0 <= start <= first:
                 return _record(

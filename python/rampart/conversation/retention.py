@@ -122,6 +122,8 @@ _LEANING = frozenset(
     "of for in on at from to with by about under into "
     "de del des du von vom für im в на о об для из у по".split()
 )
+# What ends a sentence that asks: the question marks of the scripts in use.
+_ASKS = ("?", "？", "؟")
 #: A part of this many words or fewer is bare too ("... of A and B": "B").
 _BARE_WORDS = 3
 
@@ -141,7 +143,12 @@ def query_parts(text: str) -> list[str]:
     :data:`MAX_QUERY_CHARS` first."""
     text = text[:MAX_QUERY_CHARS]
     raw: list[str] = []
-    for sentence in _SENTENCES.split(text):
+    sentences = [x for x in _SENTENCES.split(text) if x.strip()]
+    # When some sentences ask (end with a question mark), the others frame them
+    # ("Two things about what you read earlier.", "Reply with the time only."):
+    # as parts they recalled whatever shared their common words.
+    asking = [x for x in sentences if x.rstrip().endswith(_ASKS)]
+    for sentence in asking or sentences:
         pieces = _JOINS.split(sentence)
         if len(pieces) > 1:
             pieces = [q for p in pieces for q in _COMMAS.split(p)]

@@ -7,14 +7,14 @@ runs them; they record only through the plan they are handed.
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rampart.conversation import retention
 from rampart.conversation.core import RECALL_TOOL_NAME
 from rampart.conversation.counting import ITEM_OVERHEAD
 from rampart.conversation.policy import ContextPolicy
-from rampart.relevance import ItemScore
+from rampart.relevance import ItemScore, lexical
 
 if TYPE_CHECKING:
     from rampart.conversation.core import Conversation, _View
@@ -242,6 +242,13 @@ def removal(
 #: 77 %, 768 and 1 200 kept 85 % (benches/needle_bench.py; at 16 000, 92 % for all).
 MIN_RECALL_TOKENS = 768
 
+#: Everything one compile recalls takes at most this part of the budget (a
+#: third): a quarter left a 2 048-token window's recall 60 tokens a result,
+#: the header's first lines and not the Date line asked for (task-success bench,
+#: tune split: 9 of 12 commit questions reached the model with a third, 7 with a
+#: quarter). Past 8 000 tokens, recall_max_tokens (2 000) is the cap.
+RECALL_BUDGET_PART = 3
+
 #: A recalled result shares the tail with the others recalled for the same step.
 _RECALL_TOP = 2
 #: ... and is recalled only when it scores this close to the best result.
@@ -271,8 +278,9 @@ def recall(
     Runs after the fit, into the room the fit left: what comes before the tail
     is what the same compile without the recall sends. Everything recalled
     together is at most ``pol.recall_max_tokens`` (headers and framing
-    included) and a quarter of the budget, shared among the picks by need (a
-    short result leaves the rest to the others). When the room left is under
+    included) and a third of the budget (:data:`RECALL_BUDGET_PART`): for a
+    question of several parts shared among the picks by need (a short result
+    leaves the rest to the others), for one part the best pick's first. When the room left is under
     :data:`MIN_RECALL_TOKENS` and under what the picks need, ``make_room`` may
     clear results the question does not need (the plan records it)."""
     c = conv.conv
@@ -289,7 +297,8 @@ def recall(
         return view
     if not boundaries(view)[len(view.shown)]:
         return view
-    picks = _recall_picks(c, view, scoring)
+    asked = _recall_picks(c, view, scoring)
+    picks = [x for x, _ in asked]
     if not picks:
         c._recall_checked = key
         return view
@@ -297,7 +306,7 @@ def recall(
     items = [c._items[c._index[x.key]] for x in picks]
     cap = pol.recall_max_tokens
     if budget is not None:
-        cap = min(cap, max(budget // 4, 0))
+        cap = min(cap, max(budget // RECALL_BUDGET_PART, 0))
     needs = [_recall_need(c, rel, it, x, cap) for it, x in zip(items, picks, strict=True)]
     want = min(cap, sum(needs))
     if budget is not None:
@@ -315,14 +324,22 @@ def recall(
                 view = make_room(view, floor - room, below, True)
                 room = budget - view.total
         want = min(want, max(room, 0))
-    # Shared by need: the smallest first, each at most an even share of what is
-    # left, so what a short result does not use goes to the longer ones.
+    # A question of several parts: shared by need, the smallest first, each at
+    # most an even share of what is left, so what a short result does not use
+    # goes to the longer ones (every part needs its result). A question of one
+    # part: the best result first, the runner-up gets what is left (halving a
+    # small room showed two results' first lines and neither's answer).
     chosen: dict[int, list[list[int]]] = {}
     left = want
-    order = sorted(range(len(picks)), key=lambda i: (needs[i], i))
+    several = len({q for _, q in asked}) > 1
+    order = (
+        sorted(range(len(picks)), key=lambda i: (needs[i], i))
+        if several
+        else list(range(len(picks)))
+    )
     for pos, i in enumerate(order):
-        share = min(needs[i], left // (len(order) - pos))
-        got = _recall_spans(c, rel, items[i], picks[i], share)
+        share = min(needs[i], left // (len(order) - pos) if several else left)
+        got = _recall_spans(c, rel, items[i], picks[i], share, asked[i][1])
         if got is not None:
             chosen[i], used = got
             left -= used
@@ -342,13 +359,14 @@ def recall(
     return view
 
 
-def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[ItemScore]:
+def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[tuple[ItemScore, str]]:
     """What the question recalls: a question of one part (the common case) its
     ``_RECALL_TOP`` best results scoring within ``_RECALL_RATIO`` of the best;
     a question of several parts the best of each part
     (:func:`retention.query_parts`, at most :data:`retention.MAX_PARTS`) — each
     a result that is relevant, hidden (cleared, dropped, or excerpted without
-    its best passage) and not recalled for this question yet."""
+    its best passage) and not recalled for this question yet; each with the
+    text it was picked for (the question, or its part)."""
     partial = {s.item.id: s.content for s in view.shown if s.content is not s.item.content}
     full = {s.item.id for s in view.shown if s.content is s.item.content}
     hidden = {
@@ -380,7 +398,8 @@ def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[ItemSc
         return []
     parts = retention.query_parts(scoring.task_query)
     if len(parts) < 2:
-        return [x for x in whole[:_RECALL_TOP] if wanted(x, whole[0].score)]
+        q = scoring.task_query
+        return [(x, q) for x in whole[:_RECALL_TOP] if wanted(x, whole[0].score)]
     # Several parts: each part's best hidden relevant result (no cut at a rank:
     # the second part's result may rank anywhere for the whole question). Two
     # parts that want the same result: it goes to the part it scores higher
@@ -411,7 +430,9 @@ def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[ItemSc
             free.append(i)
     by_part = {i: k for k, i in held.items()}
     return [
-        next(x for x in wants[i] if x.key == by_part[i]) for i in range(len(parts)) if i in by_part
+        (next(x for x in wants[i] if x.key == by_part[i]), parts[i])
+        for i in range(len(parts))
+        if i in by_part
     ]
 
 
@@ -448,7 +469,12 @@ _RECALL_TRIES = 64
 
 
 def _recall_spans(
-    c: Conversation, rel: retention.Relevance, it: ConversationItem, x: ItemScore, share: int
+    c: Conversation,
+    rel: retention.Relevance,
+    it: ConversationItem,
+    x: ItemScore,
+    share: int,
+    query: str = "",
 ) -> tuple[list[list[int]], int] | None:
     """The spans of ``it`` to recall within ``share`` tokens and what they take:
     the whole result (no spans) when it fits, else its best passages in rank
@@ -461,11 +487,28 @@ def _recall_spans(
     ps = rel.index.passages(it.id)
     room = share - _recall_cost(c, it, [[1, 1, 0, 0]])
     ranked: list[Any] = []
-    for j in x.best[:_RECALL_TRIES]:
+    scores = x.passage_scores
+    order = list(x.best[:_RECALL_TRIES])
+    top = scores[order[0]] if order and scores else 0.0
+    # The passage holding the line with most of the question's own words (a
+    # commit id, "Date") goes first when it scores near the best: the embedding
+    # cannot tell the header that names the commit from a diff hunk of it.
+    lead = _line_passage(ps, order, query)
+    if lead is not None and (not scores or scores[lead] >= _RECALL_PASSAGE_RATIO * top):
+        order.remove(lead)
+        order.insert(0, lead)
+    for j in order:
+        # In rank order, stopping at the first that does not fit: skipping to a
+        # smaller, lower-ranked passage filled the share with `if __name__ ==`
+        # lines while the line asked for sat in the passage that did not fit.
+        # And only passages near the best: a weak one is noise beside it.
+        if ranked and scores and scores[j] < _RECALL_PASSAGE_RATIO * top:
+            break
         n = c._count(ps[j].text) + _GAP_TOKENS
-        if n <= room:
-            ranked.append(ps[j])
-            room -= n
+        if n > room:
+            break
+        ranked.append(ps[j])
+        room -= n
     # counted apart, a little off together: the exact count decides, and the
     # lowest-ranked passage goes until it fits
     while ranked:
@@ -476,41 +519,96 @@ def _recall_spans(
         if n <= share:
             return spans, n
         ranked.pop()
-    if not x.best:
+    if not order:
         return None
-    return _recall_head(c, it, ps[x.best[0]], share)
+    return _recall_head(c, it, ps[order[0]], share, query)
+
+
+#: After the best passage, a recall adds a passage only when it scores this close
+#: to the best one.
+_RECALL_PASSAGE_RATIO = 0.75
+
+
+def _line_values(lines: Sequence[str], query: str) -> list[float]:
+    """Each line's share of ``query``'s terms: the sum over the terms it holds of
+    one over the number of lines holding that term (a term one line holds
+    counts 1)."""
+    want = set(lexical.terms(query)) if query else set()
+    if not want:
+        return [0.0] * len(lines)
+    held = [want.intersection(lexical.terms(line)) for line in lines]
+    df: dict[str, int] = {}
+    for h in held:
+        for t in h:
+            df[t] = df.get(t, 0) + 1
+    return [sum(1.0 / df[t] for t in h) for h in held]
+
+
+def _line_passage(ps: Sequence[Any], order: Sequence[int], query: str) -> int | None:
+    """Of the passages ``order`` names, the one holding the line of most value
+    (:func:`_line_values` over all their lines); None when no line holds a term."""
+    lines: list[str] = []
+    owner: list[int] = []
+    for j in order:
+        for line in ps[j].text.split("\n"):
+            lines.append(line)
+            owner.append(j)
+    values = _line_values(lines, query)
+    best = max(values, default=0.0)
+    return owner[values.index(best)] if best > 0 else None
+
+
+def _best_line(lines: list[str], query: str) -> int:
+    """The index of the line of ``lines`` of most value (:func:`_line_values`;
+    ties: the first); 0 when none holds a term of ``query``."""
+    values = _line_values(lines, query)
+    best = max(values, default=0.0)
+    return values.index(best) if best > 0 else 0
 
 
 def _recall_head(
-    c: Conversation, it: ConversationItem, p: Any, share: int
+    c: Conversation, it: ConversationItem, p: Any, share: int, query: str = ""
 ) -> tuple[list[list[int]], int] | None:
-    """The longest start of passage ``p`` (whole lines, else the first line's
-    first characters) whose recall fits ``share``; None when too little fits."""
+    """The most whole lines of passage ``p`` whose recall fits ``share``, around
+    the line that holds most of the question's terms (from the passage's start
+    when none does), else that line's first characters; None when too little
+    fits."""
     if _recall_cost(c, it, [[p.start, p.start, p.offset, 0]]) + _RECALL_LEAST_BODY > share:
         return None
     text = it.content[p.offset : p.offset + len(p.text)]
-    ends = [m for m in range(len(text)) if text[m] == "\n"] + [len(text)]
-    lo, hi = 0, len(ends)  # whole lines: the most that fit, by bisection
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def span(a: int, b: int) -> list[int]:  # lines a..b of the passage (0-based)
+        return [p.start + a, p.start + b, p.offset + starts[a], starts[b + 1] - 1 - starts[a]]
+
+    # Grow a window of whole lines from the question's line: a line below, then
+    # one above (the line before a value is often its heading), while it fits.
+    a = b = _best_line(lines, query)
+    if _recall_cost(c, it, [span(a, b)]) <= share:
+        grew = True
+        while grew:
+            grew = False
+            for na, nb in ((a, b + 1), (a - 1, b)):
+                if 0 <= na and nb < len(lines) and _recall_cost(c, it, [span(na, nb)]) <= share:
+                    a, b, grew = na, nb, True
+        got = span(a, b)
+        return [got], _recall_cost(c, it, [got])
+    # the line alone does not fit: its first characters
+    line, off = p.start + a, p.offset + starts[a]
+    lo, hi = 0, len(lines[a])
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _recall_cost(c, it, [[p.start, p.start + mid - 1, p.offset, ends[mid - 1]]]) <= share:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo:
-        span = [p.start, p.start + lo - 1, p.offset, ends[lo - 1]]
-        return [span], _recall_cost(c, it, [span])
-    lo, hi = 0, ends[0]  # a first line longer than the share: its first characters
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _recall_cost(c, it, [[p.start, p.start, p.offset, mid]]) <= share:
+        if _recall_cost(c, it, [[line, line, off, mid]]) <= share:
             lo = mid
         else:
             hi = mid - 1
     if lo == 0:
         return None
-    span = [p.start, p.start, p.offset, lo]
-    return [span], _recall_cost(c, it, [span])
+    cut = [line, line, off, lo]
+    return [cut], _recall_cost(c, it, [cut])
 
 
 #: Under this much room, a recall may clear the recency floor for itself.
@@ -533,8 +631,8 @@ def room_for_recall(
     scoring under ``below`` (the weakest pick's score: a result kept at an
     earlier step must not hold the room that the question's best result
     needs) — taken from the tail back.
-    Empty when those cannot make the room: then the recall takes the room there
-    is and nothing is rewritten."""
+    When those cannot make all of it, what they can make (empty when nothing:
+    then the recall takes the room there is and nothing is rewritten)."""
     ts = scoring.task_scores()
     chosen: list[int] = []
     got = 0
@@ -547,5 +645,9 @@ def room_for_recall(
             chosen.append(k)
             got += r
             if got >= need:
-                return sorted(chosen)
-    return []
+                break
+    # What can be made, even short of ``need``: the clears are the results nearest
+    # the tail (a short rewrite), and a recall squeezed into a few dozen tokens
+    # shows the first lines of a passage, not the line the question asks for
+    # (the task-success bench's 2 048-token window).
+    return sorted(chosen)
