@@ -501,9 +501,8 @@ def _recall_spans(
         # In rank order, stopping at the first that does not fit: skipping to a
         # smaller, lower-ranked passage filled the share with `if __name__ ==`
         # lines while the line asked for sat in the passage that did not fit.
-        # And only passages near the best: a weak one is noise beside it.
-        if ranked and scores and scores[j] < _RECALL_PASSAGE_RATIO * top:
-            break
+        # (Cutting at a score ratio too lost evidence at 8 000 and 16 000 tokens
+        # on the needle set's tune half: 81 % and 88 % against 85 % and 92 %.)
         n = c._count(ps[j].text) + _GAP_TOKENS
         if n > room:
             break
@@ -524,7 +523,7 @@ def _recall_spans(
     return _recall_head(c, it, ps[order[0]], share, query)
 
 
-#: After the best passage, a recall adds a passage only when it scores this close
+#: The passage holding the question's words goes first when it scores this close
 #: to the best one.
 _RECALL_PASSAGE_RATIO = 0.75
 
