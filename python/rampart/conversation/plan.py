@@ -442,34 +442,84 @@ def _recall_room(
 
     def make(view: _View, need: int, below: float, floor_too: bool) -> _View:
         chosen: list[int] = []
+        before = view.total
         if pol.clear_tool_results and pol.native != "anthropic":
             chosen = room_for_recall(view, pol, scoring, need, below, floor_too)
-        if not chosen:
-            # Results too small to clear (a stub is no shorter): drop whole steps,
-            # but only where this compile's fit already rewrote the body from (the
-            # cache of what follows is lost with or without the recall), and only
-            # what the recall needs: a clear_at_least step here dropped the whole
-            # conversation before a recall of a few hundred tokens (the task-success
-            # bench's 2 048-token window).
-            ids, first = _drop_steps(view, need, need)
-            start = min((n.at_index for n in notes), default=-1)
-            if ids and pol.drop_oldest and 0 <= start <= first:
+        if chosen:
+            ids = [view.shown[k].item.id for k in chosen]
+            sc = scoring.task_scores()
+            entry: dict[str, Any] = {
+                "op": "clear",
+                "ids": ids,
+                "inputs": pol.clear_tool_inputs,
+                "reason": "window",
+                "scores": {i: round(sc[i].score, 4) for i in ids if i in sc},
+            }
+            view = _record(plan, view, entry, chosen[0], notes)
+        short = need - (before - view.total)
+        if short <= 0 or not pol.drop_oldest:
+            return view
+        start = min((n.at_index for n in notes), default=-1)
+        if floor_too:
+            # The recall is starved (the recency floor is being cleared for it):
+            # the oldest steps whose results the question needs less than what
+            # is recalled go, call and stub together (a stub alone is 40 tokens;
+            # eight of them were a quarter of a 2 048-token window while the two
+            # results a two-part question asked for got 60 tokens each).
+            ids, first = _unneeded_steps(view, scoring, below, short)
+            if ids:
                 return _record(
                     plan, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes
                 )
+        if chosen:
             return view
-        ids = [view.shown[k].item.id for k in chosen]
-        sc = scoring.task_scores()
-        entry: dict[str, Any] = {
-            "op": "clear",
-            "ids": ids,
-            "inputs": pol.clear_tool_inputs,
-            "reason": "window",
-            "scores": {i: round(sc[i].score, 4) for i in ids if i in sc},
-        }
-        return _record(plan, view, entry, chosen[0], notes)
+        # Results too small to clear (a stub is no shorter): drop whole steps,
+        # but only where this compile's fit already rewrote the body from (the
+        # cache of what follows is lost with or without the recall), and only
+        # what the recall needs: a clear_at_least step here dropped the whole
+        # conversation before a recall of a few hundred tokens (the task-success
+        # bench's 2 048-token window).
+        ids, first = _drop_steps(view, short, short)
+        if ids and 0 <= start <= first:
+            return _record(plan, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
+        return view
 
     return make
+
+
+def _unneeded_steps(
+    view: _View, scoring: Scoring, below: float, need: int
+) -> tuple[list[str], int]:
+    """Ids of the oldest tool steps (an assistant's calls and their results, no
+    user text, nothing protected, not the latest step) whose every result the
+    question needs less than ``below`` (not relevant to it, or scoring under
+    it), until ``need`` tokens are gone; and the index of the first."""
+    closed = boundaries(view)
+    ts = scoring.task_scores()
+    n = len(view.shown)
+    drop: list[int] = []
+    got = 0
+    k = 0
+    while k < n and got < need:
+        e = k + 1
+        while e < n and not (closed[e] and _step_start(view, e)):
+            e += 1
+        if e >= n:
+            break  # the latest step stays
+        items = [view.shown[j].item for j in range(k, e)]
+        tool_step = all(it.kind in ("tool_call", "tool_result") for it in items)
+        needed = any(
+            retention.is_relevant(s := ts.get(it.id)) and (s is None or s.score >= below)
+            for it in items
+            if it.kind == "tool_result"
+        )
+        if tool_step and not needed and not any(view.protected(j) for j in range(k, e)):
+            drop.extend(range(k, e))
+            got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
+        k = e
+    if not drop:
+        return [], -1
+    return [view.shown[j].item.id for j in drop], drop[0]
 
 
 def _compact_span(view: _View, pol: ContextPolicy) -> tuple[int, int] | None:
