@@ -243,10 +243,12 @@ def removal(
 MIN_RECALL_TOKENS = 768
 
 #: Everything one compile recalls takes at most this part of the budget (a
-#: third): a quarter left a 2 048-token window's recall 60 tokens a result,
-#: the header's first lines and not the Date line asked for (task-success bench,
-#: tune split: 9 of 12 commit questions reached the model with a third, 7 with a
-#: quarter). Past 8 000 tokens, recall_max_tokens (2 000) is the cap.
+#: third), for each part of the question, two parts' at most: a quarter left a
+#: 2 048-token window's recall 60 tokens a result, the header's first lines and
+#: not the Date line asked for (task-success bench, tune split: 9 of 12 commit
+#: questions reached the model with a third, 7 with a quarter; 4 of 8 two-part
+#: questions with two thirds, 1 with a third). Past 8 000 tokens,
+#: recall_max_tokens (2 000) is the cap.
 RECALL_BUDGET_PART = 3
 
 #: A recalled result shares the tail with the others recalled for the same step.
@@ -278,7 +280,8 @@ def recall(
     Runs after the fit, into the room the fit left: what comes before the tail
     is what the same compile without the recall sends. Everything recalled
     together is at most ``pol.recall_max_tokens`` (headers and framing
-    included) and a third of the budget (:data:`RECALL_BUDGET_PART`): for a
+    included) and a third of the budget a part, two thirds at most
+    (:data:`RECALL_BUDGET_PART`): for a
     question of several parts shared among the picks by need (a short result
     leaves the rest to the others), for one part the best pick's first. When the room left is under
     :data:`MIN_RECALL_TOKENS` and under what the picks need, ``make_room`` may
@@ -306,7 +309,7 @@ def recall(
     items = [c._items[c._index[x.key]] for x in picks]
     cap = pol.recall_max_tokens
     if budget is not None:
-        cap = min(cap, max(budget // RECALL_BUDGET_PART, 0))
+        cap = min(cap, max(budget * min(len({q for _, q in asked}), 2) // RECALL_BUDGET_PART, 0))
     needs = [_recall_need(c, rel, it, x, cap) for it, x in zip(items, picks, strict=True)]
     want = min(cap, sum(needs))
     if budget is not None:
