@@ -325,6 +325,14 @@ def _contents(msgs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in msgs)
 
 
+def _answers_in(msgs: Sequence[dict[str, Any]], task: dict[str, Any]) -> list[bool]:
+    """Each answer group: a spelling of it in the request (a needle line cut in
+    half, or the answer in another line — a file name in the commit's subject —
+    still lets the model answer)."""
+    text = _contents(msgs)
+    return [any(mentions(text, a) for a in g) for g in task["answers"]]
+
+
 def _needles_in(msgs: Sequence[dict[str, Any]], task: dict[str, Any]) -> list[bool]:
     text = _contents(msgs)
     return [all(line.strip() in text for line in n["lines"]) for n in task["needles"]]
@@ -431,6 +439,7 @@ def run_task(
         "fits_window": True,
         "prefix_rewrites": 0,
         "needles_in_question_request": [],
+        "answers_in_question_request": [],
         "needles_removed": 0,
         "needles_tail_recalled": 0,
         "needles_in_final_request": [],
@@ -489,6 +498,7 @@ def run_task(
         if step == 0:
             row["question_tokens"] = n
             row["needles_in_question_request"] = row["needles_in_final_request"]
+            row["answers_in_question_request"] = _answers_in(msgs, task)
             if policy is not None and last_res is not None:
                 report = last_res.message_report
                 ids = {
@@ -674,16 +684,18 @@ def dry_table(rows: Sequence[dict[str, Any]]) -> str:
         for fam in (r["family"], "all"):
             groups[(fam, r["condition"])].append(r)
     lines = [
-        "| family | condition | needles reach the model | question request |",
-        "|---|---|---:|---:|",
+        "| family | condition | needles reach the model | answers reach the model "
+        "| question request |",
+        "|---|---|---:|---:|---:|",
     ]
     for (fam, cond), sel in sorted(
         groups.items(),
         key=lambda kv: ((*FAMILIES, "all").index(kv[0][0]), CONDITIONS.index(kv[0][1])),
     ):
         ok = sum(all(r["needles_in_question_request"] or [False]) for r in sel)
+        ans = sum(all(r.get("answers_in_question_request") or [False]) for r in sel)
         mean = round(sum(r["question_tokens"] or 0 for r in sel) / len(sel))
-        lines.append(f"| {fam} | `{cond}` | {ok}/{len(sel)} | {mean:,} |")
+        lines.append(f"| {fam} | `{cond}` | {ok}/{len(sel)} | {ans}/{len(sel)} | {mean:,} |")
     return "\n".join(lines)
 
 
@@ -831,7 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             dry_rows.append(row)
             print(
                 f"{t['id']:50s} {c:22s} q={row['question_tokens']} "
-                f"needles={row['needles_in_question_request']}",
+                f"needles={row['needles_in_question_request']} "
+                f"answers={row['answers_in_question_request']}",
                 flush=True,
             )
             continue
