@@ -320,10 +320,18 @@ def recall(
             below = min(x.score for x in picks)
             view = make_room(view, floor - room, below, False)
             room = budget - view.total
-            if room < MIN_USEFUL_RECALL:
+            useful = sum(_recall_cost(c, it, [[1, 1, 0, 0]]) + MIN_RECALL_BODY for it in items)
+            small = budget < SMALL_BUDGET and room < min(useful, want)
+            if room < MIN_USEFUL_RECALL or small:
                 # the older results could not make it: the recency floor too, as
                 # a window-forced clear would take it (what is recalled is needed
-                # more than what it clears)
+                # more than what it clears). In a small budget, also under each
+                # pick's header and a body of MIN_RECALL_BODY: two picks sharing
+                # 260 tokens of a 2 048-token window showed two 85-token headers
+                # and two lines each (task-success tune, two-part questions:
+                # 4 -> 6 of 8 with both needles in the request). In a larger one
+                # the cached body is worth more than those lines, and the room
+                # there is held both needles of a two-part question at 9 000.
                 view = make_room(view, floor - room, below, True)
                 room = budget - view.total
         want = min(want, max(room, 0))
@@ -620,8 +628,14 @@ def _recall_head(
     return [cut], _recall_cost(c, it, [cut])
 
 
-#: Under this much room, a recall may clear the recency floor for itself.
+#: Under this much room (or, in a small budget, each pick's header and
+#: MIN_RECALL_BODY), a recall may clear the recency floor, and drop the steps
+#: it needs less, for itself.
 MIN_USEFUL_RECALL = 256
+#: The body a recalled pick is worth clearing the recency floor for (tokens) ...
+MIN_RECALL_BODY = 128
+#: ... in a budget under this (a window of about 4 000 tokens or less).
+SMALL_BUDGET = 3072
 
 
 def room_for_recall(
