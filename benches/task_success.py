@@ -729,6 +729,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen2.5-coder-1.5b", help="GGUF alias or path")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=TASKS,
+        help="the task set (tests/data/task_success/tasks.json; another of the same shape "
+        "runs tasks of its own on the same recorded sources)",
+    )
     ap.add_argument("--split", choices=("tune", "holdout", "all"), default="holdout")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
@@ -769,7 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InvalidArgumentError(f"unknown conditions/families {bad}: {CONDITIONS} / {FAMILIES}")
     if args.trials < 1:
         raise InvalidArgumentError(f"--trials must be at least 1, got {args.trials}")
-    doc = load()
+    doc = load(args.data)
     texts = nb.materialise(doc)
     ids = None if args.tasks is None else {i for i in args.tasks.split(",") if i}
     tasks = [

@@ -1,5 +1,5 @@
 """The LangChain middleware and the Agents SDK session give the model's tool calls
-the repair the Agent gives them (rampart.agent.calls.prepare): a null, empty or
+the repair the Agent gives them (rampart.tools.calls.prepare): a null, empty or
 repeated call id becomes ``call_<step>_<n>``, a name no tool can have becomes
 ``invalid_tool_name``, and each output stays with its own call (issue 36).
 Through the real packages, against the local OpenAI-compatible server."""

@@ -41,11 +41,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from rampart.agent.calls import RawCall, prepare
 from rampart.conversation import ContextPolicy, Conversation, answer_recall
 from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
+from rampart.tools.calls import RawCall, prepare
 
 __all__ = ["RampartMiddleware"]
 
@@ -317,7 +317,7 @@ class RampartMiddleware(_middleware_base()):  # type: ignore[misc]
 
 def repair_response(response: Any, step: int) -> Any:
     """The model's reply with its tool calls repaired as the
-    :class:`~rampart.agent.Agent` repairs them (:func:`rampart.agent.calls.prepare`):
+    :class:`~rampart.agent.Agent` repairs them (:func:`rampart.tools.calls.prepare`):
     a null, empty, repeated or unusable call id becomes ``call_<step>_<n>``,
     unique in the reply, and a name no tool can have becomes ``invalid_tool_name``
     (LangChain's tool node then answers it with an error), before the reply

@@ -42,11 +42,11 @@ import threading
 import uuid
 from typing import Any
 
-from rampart.agent.calls import repair_items
 from rampart.conversation import ContextPolicy, Conversation, answer_recall
 from rampart.conversation.recall import RECALL_TOOL, RECALL_TOOL_NAME
 from rampart.errors import InvalidArgumentError
 from rampart.registry import BlockRegistry
+from rampart.tools.calls import repair_items
 
 __all__ = ["RampartSession"]
 
@@ -124,7 +124,7 @@ class RampartSession:
 
     def _add(self, items: list[Any]) -> None:
         # The model's calls get the Agent's repair (null, empty or repeated ids,
-        # names no tool can have: rampart.agent.calls.prepare), each output
+        # names no tool can have: rampart.tools.calls.prepare), each output
         # following its own call; the pairing state moves on only once the
         # append succeeded (a refused batch changes nothing).
         with self._repair_lock:
