@@ -31,10 +31,20 @@ LABELS = {
 }
 
 
-def points(rows: Sequence[dict], split: str) -> tuple[list[dict], int, int]:
-    """Per condition on the common tasks (temperature 0, trial 0): tasks, right,
-    interval, mean tokens sent; and the common and all task counts."""
-    sel = [r for r in rows if r["split"] == split and r["temperature"] == 0 and r["trial"] == 0]
+def points(
+    rows: Sequence[dict], split: str, conditions: Sequence[str] | None = None
+) -> tuple[list[dict], int, int]:
+    """Per condition (``conditions``: those only) on the common tasks (temperature
+    0, trial 0): tasks, right, interval, mean tokens sent; and the common and all
+    task counts."""
+    sel = [
+        r
+        for r in rows
+        if r["split"] == split
+        and r["temperature"] == 0
+        and r["trial"] == 0
+        and (conditions is None or r["condition"] in conditions)
+    ]
     by_cond: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in sel:
         by_cond[r["condition"]][r["task"]] = r
@@ -70,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--split", default="holdout")
     ap.add_argument("--total", type=int, default=78, help="tasks in the split (for the title)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/conversation/task-success.png")
+    ap.add_argument(
+        "--conditions",
+        default=None,
+        help="comma list: plot these only (a partial run compares more tasks when the "
+        "conditions that ran furthest are plotted alone)",
+    )
     args = ap.parse_args(argv)
     import matplotlib
 
@@ -77,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     rows = ts.read_rows(args.jsonl)
-    pts, common, seen = points(rows, args.split)
+    wanted = None if args.conditions is None else [c for c in args.conditions.split(",") if c]
+    pts, common, seen = points(rows, args.split, wanted)
     model = rows[0]["run"]["model"] if rows else "?"
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     for p in pts:
