@@ -1,0 +1,100 @@
+"""What the task-success bench (benches/task_success.py) checks before any model runs:
+whether the question's request holds the answer. Its pure helpers, and the default
+policy on the bench's tune tasks with the real MiniLM: replayed as the agent compiles
+them (one compile per step, then the question), in a window as small as the bench's,
+the default must send what a commit question names (its id counts as an identifier,
+the recall brings the header with the Date line) where the age-only policy has
+cleared it. The model-free half of the bench; the model's answers are the bench's."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rampart
+from conftest import needs_model
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benches"))
+_spec = importlib.util.spec_from_file_location("task_success", ROOT / "benches" / "task_success.py")
+assert _spec is not None and _spec.loader is not None
+ts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ts)
+
+#: The bench's window less its Qwen2.5 chat-template preamble (2 048 - 397), counted
+#: here in the registry's own o200k_base tokens.
+WINDOW = 1651
+
+
+def test_answers_in_and_the_dry_table() -> None:
+    task = {"answers": [["13:39:13"], ["CHANGELOG.md", "changelog"]]}
+    msgs = [
+        {"role": "user", "content": "Date:   2026-12-01 13:39:13 +0000"},
+        {"role": "tool", "tool_call_id": "c", "content": "+++ b/CHANGELOG.md"},
+    ]
+    assert ts._answers_in(msgs, task) == [True, True]
+    assert ts._answers_in(msgs[:1], task) == [True, False]
+    assert ts._answers_in([{"role": "user", "content": "13:39:130"}], task) == [False, False]
+    rows = [
+        {
+            "family": "commit",
+            "condition": c,
+            "needles_in_question_request": [ok],
+            "answers_in_question_request": [ok],
+            "question_tokens": 100,
+        }
+        for c, ok in (("default", True), ("full", True), ("relevance_off", False))
+    ]
+    table = ts.dry_table(rows)
+    assert "| commit | `default` | 1/1 | 1/1 | 100 |" in table
+    assert "| all | `relevance_off` | 0/1 | 0/1 | 100 |" in table
+
+
+def _question_request(
+    reg: rampart.BlockRegistry, task: dict[str, Any], doc: Any, texts: Any, pol: Any
+) -> list[dict[str, Any]]:
+    conv = rampart.Conversation()
+    for part in ts.transcript(task, doc, texts):
+        conv.append(part)
+        reg.compile(
+            conversation=conv,
+            context_window=WINDOW,
+            reply_tokens=64,
+            policy=pol,
+            tools_in_prompt=False,
+        )
+    conv.append({"role": "user", "content": task["question"]})
+    res = reg.compile(
+        conversation=conv,
+        context_window=WINDOW,
+        reply_tokens=64,
+        policy=pol,
+        tools_in_prompt=False,
+    )
+    return [dict(m) for m in res.messages("openai_chat")]
+
+
+@needs_model
+@pytest.mark.parametrize("family", ["commit", "file"])
+def test_the_default_sends_what_the_question_asks_where_age_clears_it(family: str) -> None:
+    doc = ts.load()
+    texts = ts.nb.materialise(doc)
+    tasks = [t for t in doc["tasks"] if t["split"] == "tune" and t["family"] == family]
+    reg, _ = ts.registry(rampart.OnnxEmbedder(threads=1))
+    got = {"default": 0, "age": 0}
+    for task in tasks:
+        for name, pol in (
+            ("default", rampart.ContextPolicy()),
+            ("age", rampart.ContextPolicy(relevance=False)),
+        ):
+            msgs = _question_request(reg, task, doc, texts, pol)
+            got[name] += all(ts._answers_in(msgs, task))
+    # Measured here (o200k counts, so not the bench's numbers exactly): the
+    # default holds 12 of 12 commit answers and 8 of 8 file answers, the age-only
+    # policy 4 and 2. Before this round's identifier weight and recall changes
+    # the default held 9 and 7 (this test failed on the commit tasks).
+    assert got["default"] >= len(tasks) - 1, got
+    assert got["age"] <= len(tasks) // 2, got
