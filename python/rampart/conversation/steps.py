@@ -341,7 +341,9 @@ def recall(
     # part: the best result first, the runner-up gets what is left (halving a
     # small room showed two results' first lines and neither's answer).
     chosen: dict[int, list[list[int]]] = {}
-    left = want
+    # the last recall restates the question (retention.recall_tail): its room first
+    question = retention.recall_question(view.shown[view.last_user].item.content)
+    left = want - c._count(retention.recall_tail(question))
     several = len({q for _, q in asked}) > 1
     order = (
         sorted(range(len(picks)), key=lambda i: (needs[i], i))
@@ -354,6 +356,7 @@ def recall(
         if got is not None:
             chosen[i], used = got
             left -= used
+    last = max(chosen, default=-1)
     for i, x in enumerate(picks):  # at the tail in the order they were picked
         if i not in chosen:
             continue
@@ -365,6 +368,8 @@ def recall(
             "scores": {x.key: round(x.score, 4)},
             "time": round(_time.time(), 3),
         }
+        if i == last:  # the last thing the model reads restates the ask
+            entry["question"] = question
         view = conv.record(entry)
         recalled.append(view.shown[-1].item.id)
     return view
@@ -515,15 +520,19 @@ def _recall_spans(
     if lead is not None and (not scores or scores[lead] >= _RECALL_PASSAGE_RATIO * top):
         order.remove(lead)
         order.insert(0, lead)
+    missed = False
     for j in order:
-        # In rank order, stopping at the first that does not fit: skipping to a
-        # smaller, lower-ranked passage filled the share with `if __name__ ==`
-        # lines while the line asked for sat in the passage that did not fit.
-        # (Cutting at a score ratio too lost evidence at 8 000 and 16 000 tokens
-        # on the needle set's tune half: 81 % and 88 % against 85 % and 92 %.)
+        # In rank order while they fit. After one that does not fit, only
+        # passages near the best fill the room: smaller, lower-ranked ones filled
+        # a small share with `if __name__ ==` lines while the line asked for sat
+        # in the passage that did not fit. (Stopping there outright lost evidence
+        # at 8 000 and 16 000 tokens on the needle set's tune half.)
         n = c._count(ps[j].text) + _GAP_TOKENS
         if n > room:
-            break
+            missed = True
+            continue
+        if missed and scores and scores[j] < _RECALL_PASSAGE_RATIO * top:
+            continue
         ranked.append(ps[j])
         room -= n
     # counted apart, a little off together: the exact count decides, and the
@@ -613,19 +622,66 @@ def _recall_head(
                     a, b, grew = na, nb, True
         got = span(a, b)
         return [got], _recall_cost(c, it, [got])
-    # the line alone does not fit: its first characters
-    line, off = p.start + a, p.offset + starts[a]
-    lo, hi = 0, len(lines[a])
+    # the line alone does not fit: the most of it around the question's words,
+    # cut at spaces (its first characters when it has none of them)
+    line, off, text_a = p.start + a, p.offset + starts[a], lines[a]
+    centre = _term_centre(text_a, query)
+
+    def piece(w: int) -> tuple[int, int]:  # [start, end) of half-width w, at spaces
+        lo_, hi_ = max(0, centre - w), min(len(text_a), centre + w)
+        if lo_ > 0:
+            sp = text_a.find(" ", lo_ - 1)
+            lo_ = sp + 1 if 0 <= sp < centre else lo_
+        if hi_ < len(text_a):
+            sp = text_a.rfind(" ", centre, hi_)
+            hi_ = sp + 1 if sp >= 0 else hi_
+        return lo_, hi_
+
+    lo, hi = 0, len(text_a)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _recall_cost(c, it, [[line, line, off, mid]]) <= share:
+        x, y = piece(mid)
+        if _recall_cost(c, it, [[line, line, off + x, y - x]]) <= share:
             lo = mid
         else:
             hi = mid - 1
-    if lo == 0:
+    x, y = piece(lo)
+    if y <= x:
         return None
-    cut = [line, line, off, lo]
+    cut = [line, line, off + x, y - x]
+    if _recall_cost(c, it, [cut]) > share:
+        return None
     return [cut], _recall_cost(c, it, [cut])
+
+
+def _term_centre(text: str, query: str, reach: int = 150) -> int:
+    """The position in ``text`` with the most distinct terms of ``query`` within
+    ``reach`` characters (0 when it holds none): where a cut of a long line
+    centres. Bounded: 64 occurrences of a term at most."""
+    low = text.lower()
+    found: list[tuple[int, str]] = []
+    for t in dict.fromkeys(lexical.terms(query) if query else []):
+        at = low.find(t)
+        n = 0
+        while at >= 0 and n < 64:
+            found.append((at, t))
+            at = low.find(t, at + 1)
+            n += 1
+    if not found:
+        return 0
+    found.sort()
+    best, centre = 0, found[0][0]
+    j = 0
+    for i, (at, _) in enumerate(found):  # a window [at - reach, at + reach] over the sorted hits
+        while found[j][0] < at - reach:
+            j += 1
+        k = i
+        while k + 1 < len(found) and found[k + 1][0] <= at + reach:
+            k += 1
+        n = len({t for _, t in found[j : k + 1]})
+        if n > best:
+            best, centre = n, at
+    return centre
 
 
 #: Under this much room (or, in a small budget, each pick's header and
