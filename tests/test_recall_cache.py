@@ -386,21 +386,21 @@ def test_a_short_result_leaves_the_rest_of_the_budget_to_the_other(
     # the web guide takes the rest of the cap (an even split gives each at most
     # half). Both were cleared in a small window; the question's is large, so
     # only the cap limits. (At a cap of 1 000 the web guide's next passage, whole,
-    # no longer fits beside the restated question: it shows 446 tokens of its
-    # 505; the cap here leaves room for the property to show.)
+    # no longer fits beside the closing line: it shows 446 tokens of its 505; the
+    # cap here leaves room for the property to show.)
     cap = 1500
     conv = _two_results_read("x")
     _compile(lexreg, conv, 6000, recall_max_tokens=cap)
     conv.append({"role": "user", "content": TWO_PART})
     r = _compile(lexreg, conv, 32_000, recall_max_tokens=cap)
     assert r._context.budget - r._context.message_tokens > cap
-    # the last recall restates the question (retention.recall_tail), inside the cap
-    restated = conv._count(retention.recall_tail(retention.recall_question(TWO_PART)))
+    # the last recall ends with retention.RECALL_CLOSING, inside the cap
+    restated = conv._count(retention.RECALL_CLOSING)
     got = {}
     for m in r.message_report:
         if m.action == "recalled":
             text = next(i.content for i in conv.items if i.id == m.id)
-            own = m.tokens - (restated if "\n[end of recalled text; " in text else 0)
+            own = m.tokens - (restated if text.endswith(retention.RECALL_CLOSING) else 0)
             got["web" if "web-artifacts-builder" in text else "brand"] = own
     assert set(got) == {"web", "brand"} and sum(got.values()) + restated <= cap
     assert got["brand"] < (cap - restated) // 2 < got["web"]

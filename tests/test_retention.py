@@ -513,12 +513,9 @@ def test_a_recall_of_a_long_line_says_which_characters_and_what_was_cut(
     r = lexreg.compile(conversation=conv, context_window=4000, reply_tokens=256)
     text = r.messages()[-1]["content"]
     header, body = text.split("\n", 1)
-    # the compile's last recall closes by restating the question it answers
+    # the compile's last recall closes by pointing back at the question
     body, tail = body.rsplit("\n", 1)
-    assert tail == (
-        "[end of recalled text; the question it was recalled for: "
-        "How often does the deploy key rotate on the bastion?]"
-    )
+    assert tail == "[end of recalled text: answer the user's question above]"
     assert header.startswith("[recalled for the current step: characters ")
     assert "of line 1 (2 000 000 characters) of the result of tool read_file" in header
     assert "lines 1 of 1" not in header

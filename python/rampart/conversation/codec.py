@@ -20,10 +20,6 @@ from rampart.conversation.items import KINDS, ROLES
 from rampart.conversation.shapes import Piece, loads_strict
 from rampart.errors import InvalidArgumentError, RegistryFileError
 
-#: A recall's restated question at most (retention.RECALL_QUESTION_CHARS cuts it
-#: to 500; a log written by hand may hold more, not unbounded).
-_MAX_QUESTION_CHARS = 2000
-
 if TYPE_CHECKING:
     from rampart.conversation.items import ConversationView
 
@@ -174,9 +170,8 @@ def check_entry(e: Any, conv: ConversationView) -> None:
         if op == "recall":
             if len(ids) != 1 or conv._items[conv._index[ids[0]]].kind != "tool_result":
                 raise InvalidArgumentError("a recall names the one tool result it brings back")
-            q = e.get("question")
-            if q is not None and (not isinstance(q, str) or len(q) > _MAX_QUESTION_CHARS):
-                raise InvalidArgumentError("a recall's question must be a short string")
+            if not isinstance(e.get("closing", False), bool):
+                raise InvalidArgumentError("a recall's closing must be true or false")
             _spans(e.get("spans") or [], conv._items[conv._index[ids[0]]].content)
     elif op == "undo":
         target = e.get("of")

@@ -509,7 +509,7 @@ class Conversation:
         from rampart.conversation.retention import recall_text
 
         src = self._items[self._index[entry["ids"][0]]]
-        text = recall_text(self, src, entry.get("spans") or [], entry.get("question"))
+        text = recall_text(self, src, entry.get("spans") or [], bool(entry.get("closing")))
         idx = len(self._items)
         it = ConversationItem(
             id=f"i{idx}",

@@ -383,43 +383,30 @@ def recall_text(
     conv: Conversation,
     it: ConversationItem,
     spans: Sequence[Sequence[int]],
-    question: str | None = None,
+    closing: bool = False,
 ) -> str:
     """What a recall appends at the tail: the tool, call id and arguments of a
     result an earlier compile cleared, and the result (or its relevant lines);
-    with ``question`` (the last recall of a compile), a closing line restating
-    the question it was recalled for, so the last thing the model reads is the
-    ask, not a diff or a file (a 1.5B model answered the recalled text instead:
-    benches/task_success.py)."""
+    with ``closing`` (a compile's last recall), :data:`RECALL_CLOSING` after it,
+    so the last thing the model reads points back at the ask: a 1.5B model
+    answered the recalled diff instead of the question before it
+    (benches/task_success.py)."""
     where = lines_of(it, spans) if spans else "the whole result"
     body = spans_text(it, spans) if spans else it.content
     cut = ""
     if spans:
         left = len(it.content) - sum(s[3] for s in spans)
         cut = f"; {left} of {len(it.content)} characters not shown"
-    tail = recall_tail(question) if question else ""
     return (
         f"[recalled for the current step: {describe(conv, it, where)}, which was cleared "
-        f"earlier to save context{cut}]\n" + body + tail
+        f"earlier to save context{cut}]\n" + body + (RECALL_CLOSING if closing else "")
     )
 
 
-#: The question a recall restates is cut to this many characters.
-RECALL_QUESTION_CHARS = 500
-
-
-def recall_tail(question: str) -> str:
-    """The closing line of a compile's last recall: the question restated."""
-    return f"\n[end of recalled text; the question it was recalled for: {question}]"
-
-
-def recall_question(text: str) -> str:
-    """The question a recall restates: ``text`` cut to :data:`RECALL_QUESTION_CHARS`
-    (an ellipsis marks the cut)."""
-    text = text.strip()
-    if len(text) <= RECALL_QUESTION_CHARS:
-        return text
-    return text[: RECALL_QUESTION_CHARS - 1] + "…"
+#: The line a compile's last recall ends with. Short on purpose: restating the
+#: question itself took 40-70 tokens of a small window's recall, and two-part
+#: questions lost a needle for it (task-success holdout, dry: 14 against 17 of 24).
+RECALL_CLOSING = "\n[end of recalled text: answer the user's question above]"
 
 
 #: Passages an excerpt or a recall keeps at most.

@@ -341,9 +341,8 @@ def recall(
     # part: the best result first, the runner-up gets what is left (halving a
     # small room showed two results' first lines and neither's answer).
     chosen: dict[int, list[list[int]]] = {}
-    # the last recall restates the question (retention.recall_tail): its room first
-    question = retention.recall_question(view.shown[view.last_user].item.content)
-    left = want - c._count(retention.recall_tail(question))
+    # the last recall ends with retention.RECALL_CLOSING: its room first
+    left = want - c._count(retention.RECALL_CLOSING)
     several = len({q for _, q in asked}) > 1
     order = (
         sorted(range(len(picks)), key=lambda i: (needs[i], i))
@@ -368,8 +367,8 @@ def recall(
             "scores": {x.key: round(x.score, 4)},
             "time": round(_time.time(), 3),
         }
-        if i == last:  # the last thing the model reads restates the ask
-            entry["question"] = question
+        if i == last:  # the last thing the model reads points back at the ask
+            entry["closing"] = True
         view = conv.record(entry)
         recalled.append(view.shown[-1].item.id)
     return view
