@@ -8,7 +8,6 @@ cleared it. The model-free half of the bench; the model's answers are the bench'
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,8 @@ import pytest
 import rampart
 from conftest import needs_model
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benches"))
-_spec = importlib.util.spec_from_file_location("task_success", ROOT / "benches" / "task_success.py")
-assert _spec is not None and _spec.loader is not None
-ts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ts)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
+import task_success as ts  # benches/ is not a package
 
 #: The bench's window less its Qwen2.5 chat-template preamble (2 048 - 397), counted
 #: here in the registry's own o200k_base tokens.

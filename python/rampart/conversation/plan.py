@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time as _time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rampart.conversation import retention
@@ -494,18 +495,13 @@ def _unneeded_steps(
     user text, nothing protected, not the latest step) whose every result the
     question needs less than ``below`` (not relevant to it, or scoring under
     it), until ``need`` tokens are gone; and the index of the first."""
-    closed = boundaries(view)
     ts = scoring.task_scores()
     n = len(view.shown)
     drop: list[int] = []
     got = 0
-    k = 0
-    while k < n and got < need:
-        e = k + 1
-        while e < n and not (closed[e] and _step_start(view, e)):
-            e += 1
-        if e >= n:
-            break  # the latest step stays
+    for k, e in _step_spans(view):
+        if got >= need or e >= n:
+            break  # enough, or the latest step (it stays)
         items = [view.shown[j].item for j in range(k, e)]
         tool_step = all(it.kind in ("tool_call", "tool_result") for it in items)
         needed = any(
@@ -516,7 +512,6 @@ def _unneeded_steps(
         if tool_step and not needed and not any(view.protected(j) for j in range(k, e)):
             drop.extend(range(k, e))
             got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
-        k = e
     if not drop:
         return [], -1
     return [view.shown[j].item.id for j in drop], drop[0]
@@ -611,24 +606,18 @@ def _drop_steps(view: _View, goal: int, need: int) -> tuple[list[str], int]:
     split from its result; one holding a protected item stays, unless dropping
     every other step is not enough: then its unprotected items go too (see
     :func:`_drop_inside`)."""
-    closed = boundaries(view)
     n = len(view.shown)
     drop: list[int] = []
     kept: list[tuple[int, int]] = []  # steps holding a protected item
     got = 0
-    k = 0
-    while k < n and got < goal:
-        e = k + 1
-        while e < n and not (closed[e] and _step_start(view, e)):
-            e += 1
-        if e == n and got >= need:
-            break  # the latest step: only what the window needs
+    for k, e in _step_spans(view):
+        if got >= goal or (e == n and got >= need):
+            break  # enough; the latest step only as far as the window needs
         if any(view.protected(j) for j in range(k, e)):
             kept.append((k, e))
         else:
             drop.extend(range(k, e))
             got += view.tokens[e - 1] - (view.tokens[k - 1] if k else 0)
-        k = e
     if got < need:
         got += _drop_inside(view, kept, need - got, drop)
     if not drop:
@@ -670,6 +659,21 @@ def _drop_inside(view: _View, steps: list[tuple[int, int]], need: int, drop: lis
                     drop.append(i)
                     got += view.cost(i)
     return got
+
+
+def _step_spans(view: _View) -> Iterator[tuple[int, int]]:
+    """The steps of ``view`` in order, as ``(start, end)`` index ranges: a step
+    runs from a cut to the next (a user text, or an assistant item after a
+    non-assistant one) where no call is split from its result."""
+    closed = boundaries(view)
+    n = len(view.shown)
+    k = 0
+    while k < n:
+        e = k + 1
+        while e < n and not (closed[e] and _step_start(view, e)):
+            e += 1
+        yield k, e
+        k = e
 
 
 def _step_start(view: _View, e: int) -> bool:
