@@ -425,11 +425,12 @@ def _recall_picks(c: Conversation, view: _View, scoring: Scoring) -> list[tuple[
     wants: list[list[ItemScore]] = []
     for part in parts:
         r = ranked(rel.scores(c, part, ids, scoring.embedder))
-        # A part whose best result is in view, or recalled for this question
-        # already, has what it asks for: it recalls nothing (it used to take its
-        # next hidden result, and a compile made again stacked runners-up at the
-        # tail).
-        if r and (r[0].key not in hidden or r[0].key in already):
+        # A part whose best result is recalled for this question already has
+        # what it asks for: it recalls nothing (it used to take its next hidden
+        # result, and a compile made again stacked runners-up at the tail). One
+        # whose best is in view still recalls its best hidden result: the one in
+        # view may be the wrong one.
+        if r and r[0].key in already:
             wants.append([])
             continue
         wants.append([x for x in r if wanted(x, r[0].score)][:_PART_CHOICES])
