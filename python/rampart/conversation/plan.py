@@ -29,6 +29,7 @@ from rampart.conversation.steps import (
     boundaries,
     clear_candidates,
     clear_order,
+    needed_by_question,
     recall,
     removal,
     room_for_recall,
@@ -437,9 +438,12 @@ def _recall_room(
     """How the recall makes room when the fit left too little, rewriting the
     fewest cached tokens: a clear of the results nearest the tail that the
     question does not need (:func:`room_for_recall`), recorded as a window
-    clear; failing that, a drop of the oldest steps only where this compile's
-    fit already rewrote the body (nothing more is lost); else nothing, and the
-    recall takes the room there is."""
+    clear, as far as they make room; when the recall is starved (``floor_too``)
+    and that is short, a drop of the oldest tool steps the question needs less
+    (:func:`_unneeded_steps`); when nothing could be cleared, a drop of the
+    oldest steps only where this compile's fit already rewrote the body
+    (nothing more is lost); else nothing, and the recall takes the room there
+    is."""
 
     def make(view: _View, need: int, below: float, floor_too: bool) -> _View:
         chosen: list[int] = []
@@ -460,7 +464,6 @@ def _recall_room(
         short = need - (before - view.total)
         if short <= 0 or not pol.drop_oldest:
             return view
-        start = min((n.at_index for n in notes), default=-1)
         if floor_too:
             # The recall is starved (the recency floor is being cleared for it):
             # the oldest steps whose results the question needs less than what
@@ -481,6 +484,7 @@ def _recall_room(
         # conversation before a recall of a few hundred tokens (the task-success
         # bench's 2 048-token window).
         ids, first = _drop_steps(view, short, short)
+        start = min((n.at_index for n in notes), default=-1)
         if ids and 0 <= start <= first:
             return _record(plan, view, {"op": "drop", "ids": ids, "reason": "window"}, first, notes)
         return view
@@ -505,9 +509,7 @@ def _unneeded_steps(
         items = [view.shown[j].item for j in range(k, e)]
         tool_step = all(it.kind in ("tool_call", "tool_result") for it in items)
         needed = any(
-            retention.is_relevant(s := ts.get(it.id)) and (s is None or s.score >= below)
-            for it in items
-            if it.kind == "tool_result"
+            needed_by_question(ts.get(it.id), below) for it in items if it.kind == "tool_result"
         )
         if tool_step and not needed and not any(view.protected(j) for j in range(k, e)):
             drop.extend(range(k, e))

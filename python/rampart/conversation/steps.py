@@ -26,6 +26,7 @@ __all__ = [
     "boundaries",
     "clear_candidates",
     "clear_order",
+    "needed_by_question",
     "recall",
     "removal",
     "room_for_recall",
@@ -281,9 +282,9 @@ def recall(
     is what the same compile without the recall sends. Everything recalled
     together is at most ``pol.recall_max_tokens`` (headers and framing
     included) and a third of the budget a part, two thirds at most
-    (:data:`RECALL_BUDGET_PART`): for a
-    question of several parts shared among the picks by need (a short result
-    leaves the rest to the others), for one part the best pick's first. When the room left is under
+    (:data:`RECALL_BUDGET_PART`): for a question of several parts shared among
+    the picks by need (a short result leaves the rest to the others), for one
+    part the best pick's first. When the room left is under
     :data:`MIN_RECALL_TOKENS` and under what the picks need, ``make_room`` may
     clear results the question does not need (the plan records it)."""
     c = conv.conv
@@ -307,9 +308,10 @@ def recall(
         return view
     rel = retention.relevance_of(c)
     items = [c._items[c._index[x.key]] for x in picks]
+    parts = len({q for _, q in asked})  # the question's parts the picks answer
     cap = pol.recall_max_tokens
     if budget is not None:
-        cap = min(cap, max(budget * min(len({q for _, q in asked}), 2) // RECALL_BUDGET_PART, 0))
+        cap = min(cap, max(budget * min(parts, 2) // RECALL_BUDGET_PART, 0))
     needs = [_recall_need(c, rel, it, x, cap) for it, x in zip(items, picks, strict=True)]
     want = min(cap, sum(needs))
     if budget is not None:
@@ -343,7 +345,7 @@ def recall(
     chosen: dict[int, list[list[int]]] = {}
     # the last recall ends with retention.RECALL_CLOSING: its room first
     left = want - c._count(retention.RECALL_CLOSING)
-    several = len({q for _, q in asked}) > 1
+    several = parts > 1
     order = (
         sorted(range(len(picks)), key=lambda i: (needs[i], i))
         if several
@@ -645,12 +647,10 @@ def _recall_head(
             lo = mid
         else:
             hi = mid - 1
-    x, y = piece(lo)
+    x, y = piece(lo)  # it fits: the bisection kept only widths that do
     if y <= x:
         return None
     cut = [line, line, off + x, y - x]
-    if _recall_cost(c, it, [cut]) > share:
-        return None
     return [cut], _recall_cost(c, it, [cut])
 
 
@@ -694,6 +694,13 @@ MIN_RECALL_BODY = 128
 SMALL_BUDGET = 3072
 
 
+def needed_by_question(s: ItemScore | None, below: float) -> bool:
+    """Whether the question needs a result scored ``s`` at least as much as what a
+    recall brings back: relevant to it, and scoring ``below`` (the weakest pick's
+    score) or more. What is not may make room for the recall."""
+    return s is not None and retention.is_relevant(s) and s.score >= below
+
+
 def room_for_recall(
     view: _View,
     pol: ContextPolicy,
@@ -716,8 +723,7 @@ def room_for_recall(
     chosen: list[int] = []
     got = 0
     for k in sorted(clear_candidates(view, pol, floor_too), reverse=True):
-        s = ts.get(view.shown[k].item.id)
-        if retention.is_relevant(s) and (s is None or s.score >= below):
+        if needed_by_question(ts.get(view.shown[k].item.id), below):
             continue
         r = view.cost(k) - STUB_ESTIMATE
         if r > 0:

@@ -154,7 +154,7 @@ class ItemScore:
     @property
     def best(self) -> tuple[int, ...]:
         if self._best is None:
-            f = [float(x) for x in self._fused] if self._fused is not None else []
+            f = self.passage_scores
             order = sorted(range(len(f)), key=lambda j: (-f[j], j))
             self._best = tuple(j for j in order if f[j] > 0) or (0,)
         return self._best
@@ -396,16 +396,14 @@ class PassageIndex:
         spans = [(k, *self._keys[k]) for k in keys if k in self._keys]
         if self._ctx_doc:
             ctx = self._ctx_lex.scores(query)
-            ctx_hits = None
-            if named:
-                ctx_named = self._ctx_lex.scores(named)
+            ctx_named = self._ctx_lex.scores(named) if named else None
+            if ctx_named is not None:
                 ctx = [a + b for a, b in zip(ctx, ctx_named)]
-                ctx_hits = ctx_named
             for k, f, n in spans:
                 c = ctx[self._ctx_doc[k]]
                 if c > 0:
                     lex[f : f + n] = [x + c for x in lex[f : f + n]]
-                if hits is not None and ctx_hits is not None and ctx_hits[self._ctx_doc[k]] > 0:
+                if hits is not None and ctx_named is not None and ctx_named[self._ctx_doc[k]] > 0:
                     hits[f : f + n] = [1.0] * n
         best = [max(lex[f : f + n], default=0.0) for _, f, n in spans]
         n_all = len(lex)
