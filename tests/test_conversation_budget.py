@@ -80,7 +80,12 @@ def test_a_drop_that_empties_the_tail_recalls_only_what_fits(reg: Any) -> None:
     for i in range(3):
         _call(conv, f"c{i}", SKILL_TEXTS[2 + i][:2000])
         r = _fits(reg, conv, 1500, 512, pol)
-        assert r.messages()[0]["content"].startswith("Read the skills.")
+        msgs = r.messages()
+        # the user's message stays; a recall of what the drop took comes before it
+        asked = [m for m in msgs if str(m["content"]).startswith("Read the skills.")]
+        assert len(asked) == 1
+        before = msgs[: msgs.index(asked[0])]
+        assert all(str(m["content"]).startswith("[recalled for") for m in before)
 
 
 def test_a_pinned_call_whose_result_does_not_fit_is_answered_by_a_stub(reg: Any) -> None:

@@ -97,11 +97,12 @@ def test_age_only_loses_the_old_needle_relevance_recalls_it_at_the_tail(
     conv.append({"role": "user", "content": QUESTION})
     r = lexreg.compile(conversation=conv, context_window=6000, reply_tokens=512, policy=new)
     msgs = r.messages("openai_chat")
-    # recalled at the tail, after the question: nothing before it was rewritten
+    # recalled after the previous body, before the question (which the model reads
+    # last): nothing the previous request sent was rewritten
     assert not r._context.rewrites
     assert msgs[: len(prefix)] == prefix
-    assert msgs[len(prefix)]["content"] == QUESTION
-    tail = msgs[len(prefix) + 1]
+    assert msgs[-1]["content"] == QUESTION and len(msgs) == len(prefix) + 2
+    tail = msgs[len(prefix)]
     assert tail["role"] == "user" and NEEDLE in tail["content"]
     assert "call c0" in tail["content"] and "read_file" in tail["content"]
     assert r._context.message_tokens <= r._context.budget
@@ -183,9 +184,11 @@ def test_dry_run_records_no_recall_and_a_saved_log_replays_it(
     back = Conversation.load(tmp_path / "c.json")
     assert back.to_messages("anthropic") == conv.to_messages("anthropic")
     assert NEEDLE in json.dumps(back.to_messages("gemini"))
-    # undo: the recall goes, the body before it is untouched
+    # undo: the recall goes, everything else is untouched
     conv.rollback()
-    assert conv.to_messages()[: len(r.messages()) - 1] == r.messages()[:-1]
+    recall = [m for m in r.messages() if str(m["content"]).startswith("[recalled for")]
+    assert len(recall) == 1 and recall[0] not in conv.to_messages()
+    assert conv.to_messages() == [m for m in r.messages() if m not in recall]
 
 
 def _skills_read(question: str) -> Conversation:
@@ -511,11 +514,13 @@ def test_a_recall_of_a_long_line_says_which_characters_and_what_was_cut(
     lexreg.compile(conversation=conv, context_window=4000, reply_tokens=256)
     conv.append({"role": "user", "content": "How often does the deploy key rotate on the bastion?"})
     r = lexreg.compile(conversation=conv, context_window=4000, reply_tokens=256)
-    text = r.messages()[-1]["content"]
+    msgs = r.messages()
+    assert msgs[-1]["content"].startswith("How often does the deploy key")  # read last
+    text = msgs[-2]["content"]
     header, body = text.split("\n", 1)
-    # the compile's last recall closes by pointing back at the question
+    # the compile's last recall marks where the recalled text ends
     body, tail = body.rsplit("\n", 1)
-    assert tail == "[end of recalled text: answer the user's question above]"
+    assert tail == "[end of recalled text]"
     assert header.startswith("[recalled for the current step: characters ")
     assert "of line 1 (2 000 000 characters) of the result of tool read_file" in header
     assert "lines 1 of 1" not in header

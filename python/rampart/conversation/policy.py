@@ -56,7 +56,8 @@ class ContextPolicy:
        must go keeps its best passages as an excerpt (``excerpts``). False: by
        age alone, oldest first (the behaviour before relevance).
        ``recall`` (default True): a result the step needs that an earlier compile
-       cleared is appended at the tail (after the latest user message; everything
+       cleared is sent at the tail (before the latest user message, which the
+       model reads last, after everything sent before it; everything
        recalled in one compile, headers included, at most ``recall_max_tokens``,
        default 2 000), not restored in place, so the cached prefix stays; it is
        kept while its question stands.

@@ -388,9 +388,9 @@ def recall_text(
     """What a recall appends at the tail: the tool, call id and arguments of a
     result an earlier compile cleared, and the result (or its relevant lines);
     with ``closing`` (a compile's last recall), :data:`RECALL_CLOSING` after it,
-    so the last thing the model reads points back at the ask: a 1.5B model
-    answered the recalled diff instead of the question before it
-    (benches/task_success.py)."""
+    so the model sees where the recalled text ends and the question begins: a
+    1.5B model answered the recalled diff instead of the question when the two ran
+    together (benches/task_success.py)."""
     where = lines_of(it, spans) if spans else "the whole result"
     body = spans_text(it, spans) if spans else it.content
     cut = ""
@@ -403,10 +403,12 @@ def recall_text(
     )
 
 
-#: The line a compile's last recall ends with. Short on purpose: restating the
-#: question itself took 40-70 tokens of a small window's recall, and two-part
-#: questions lost a needle for it (task-success holdout, dry: 14 against 17 of 24).
-RECALL_CLOSING = "\n[end of recalled text: answer the user's question above]"
+#: The line a compile's last recall ends with: where the recalled text stops and
+#: the question (sent after it, :func:`rampart.conversation.shapes.question_last`)
+#: begins. Short on purpose: restating the question in it took 40-70 tokens of a
+#: small window's recall, and two-part questions lost a needle for it
+#: (task-success holdout, dry: 14 against 17 of 24).
+RECALL_CLOSING = "\n[end of recalled text]"
 
 
 #: Passages an excerpt or a recall keeps at most.

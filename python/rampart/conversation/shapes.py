@@ -494,7 +494,9 @@ def _no_system(s: Shown, fmt: str) -> None:
 
 
 def render(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
-    """The message list of ``fmt`` for the items ``shown``, in order."""
+    """The message list of ``fmt`` for the items ``shown``, in order, except that
+    a question's recalls come before it (:func:`question_last`)."""
+    shown = question_last(shown)
     if fmt == "openai_chat":
         return _render_chat(shown)
     if fmt == "openai_responses":
@@ -504,6 +506,34 @@ def render(shown: Sequence[Shown], fmt: str) -> list[dict[str, Any]]:
     if fmt == "gemini":
         return _render_merged(shown, "gemini")
     raise UnsupportedFormatError(f"unknown message format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def question_last(shown: Sequence[Shown]) -> Sequence[Shown]:
+    """``shown`` with each run of recall items sent before the user's text they
+    follow, so the question is the last thing the model reads. A recall is
+    appended after the question that asked for it (the log only grows), but a
+    1.5B model read the question above the recalled text worse than below it: of
+    27 task-success holdout question requests that held a recall, the same text
+    with the recalls moved before the question answered 16, against 9 as sent
+    (7 more, none fewer; restating the question after the recall instead: 13).
+    The question was new in that request, so the cached prefix is the same
+    either way; later requests keep this order."""
+    if not any(s.item.kind == "recall" for s in shown):  # the common case: no copy
+        return shown
+    out = list(shown)
+    k = 0
+    while k < len(out):
+        it = out[k].item
+        if it.role == "user" and it.kind == "text":
+            j = k + 1
+            while j < len(out) and out[j].item.kind == "recall":
+                j += 1
+            if j > k + 1:
+                out[k:j] = [*out[k + 1 : j], out[k]]
+            k = j
+        else:
+            k += 1
+    return out
 
 
 def _late(it: Any, content: str) -> str:

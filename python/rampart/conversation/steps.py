@@ -369,7 +369,7 @@ def recall(
             "scores": {x.key: round(x.score, 4)},
             "time": round(_time.time(), 3),
         }
-        if i == last:  # the last thing the model reads points back at the ask
+        if i == last:  # marks where the recalled text ends and the question begins
             entry["closing"] = True
         view = conv.record(entry)
         recalled.append(view.shown[-1].item.id)
