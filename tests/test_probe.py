@@ -679,10 +679,22 @@ def test_ctrl_c_keeps_finished_trials_and_a_rerun_resumes(tmp_path: Path) -> Non
     """A real SIGINT to a real `rampart probe sweep` process mid-run."""
     import signal
     import subprocess
+    import threading
     import time
 
     out = tmp_path / "res"
-    with fake.FakeOpenAI(fake.cliff(7, 12), delay=0.1) as server:
+    # From the sixth call on the server answers only once the interrupt is sent: on
+    # a loaded machine the sweep (31 calls of 0.1 s) finished before this process
+    # was scheduled to send it.
+    interrupted = threading.Event()
+    cliff = fake.cliff(7, 12)
+
+    def behaviour(payload: dict[str, Any], n: int) -> tuple[int, bytes, float]:
+        if n >= 5:
+            interrupted.wait(60)
+        return cliff(payload, n)
+
+    with fake.FakeOpenAI(behaviour, delay=0.1) as server:
         cmd = [
             sys.executable,
             "-m",
@@ -707,6 +719,7 @@ def test_ctrl_c_keeps_finished_trials_and_a_rerun_resumes(tmp_path: Path) -> Non
         while server.calls < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
+        interrupted.set()
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert "rerun the same command to resume" in err
