@@ -92,6 +92,30 @@ def test_the_body_before_the_recall_is_the_previous_one_and_the_dry_runs(
     assert r._context.message_tokens <= r._context.budget
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_question_is_read_last_and_the_next_step_extends_the_request(
+    lexreg: rampart.BlockRegistry, fmt: str
+) -> None:
+    window = 6000
+    conv = trajectory(lexreg, ContextPolicy(), window)
+    conv.append({"role": "user", "content": QUESTION})
+    r = _compile(lexreg, conv, window)
+    assert r._context.recalled
+    # the log appends the recall after the question; the messages send it before
+    kinds = [it.kind for it in conv.items]
+    assert kinds[-1] == "recall" and conv.items[-2].content == QUESTION
+    body = json.dumps(r.messages(fmt))
+    assert _read_last(body, QUESTION) and body.index(NEEDLE) < body.rindex(QUESTION)
+    # the agent's next step (a call and its result) only appends: the recall stays
+    # before the question, and the cached prefix holds
+    _call(conv, "next", "read_file", {"path": "notes.md"}, "The FPS note is above.")
+    nxt = _compile(lexreg, conv, window)
+    assert not nxt._context.rewrites
+    after = json.dumps(nxt.messages(fmt))
+    assert after.startswith(_open(body))
+    assert after.index(NEEDLE) < after.rindex(QUESTION)
+
+
 # ---- the agent loop on the needle set's real tool output (tune split) -----------------------
 
 _spec = importlib.util.spec_from_file_location(
