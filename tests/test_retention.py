@@ -413,6 +413,63 @@ def test_usage_fit_is_bounded(scale: float, constant: float, sizes: list[int]) -
     assert 0.25 <= s <= 4.0 and 0 <= c <= 1e6
 
 
+@settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.floats(0.7, 1.4),
+    st.floats(0, 800),
+    st.lists(st.tuples(st.integers(200, 6000), st.floats(-0.1, 0.1)), min_size=1, max_size=16),
+)
+def test_usage_fit_lies_on_or_above_every_count(
+    scale: float, constant: float, obs: list[tuple[int, float]]
+) -> None:
+    """The budget is a limit: counts that scatter around a line (a diff counts more
+    per token than prose) all lie on or under the line the compile budgets with."""
+    from rampart.conversation.core import _fit_usage
+
+    pts = [(float(n), scale * n * (1 + noise) + constant) for n, noise in obs]
+    s, c = _fit_usage(pts)
+    if 0.25 < s < 4.0 and c < 1e6:
+        assert all(s * x + c >= o - 0.01 for x, o in pts)
+
+
+def _provider_count(conv: Conversation, msgs: list[dict[str, Any]]) -> float:
+    """A provider that counts what the compile predicted, a 150-token template, and a
+    diff's lines 30 % above o200k_base (as Qwen's tokeniser does)."""
+    n = conv._last_compile[1] + 150.0
+    for m in msgs:
+        for line in (m.get("content") or "").splitlines():
+            if line[:1] in "+-@":
+                n += 0.3 * (conv._count(line) + 1)
+    return n
+
+
+def test_a_request_heavy_in_diffs_stays_in_the_window_by_the_providers_count() -> None:
+    """Skills and real git_show results in turn, compiled (twice: an agent's retry
+    compiles the same body again) and the provider's usage observed after every
+    call: no request runs into the reply's tokens by the provider's count. The
+    least-squares line alone let one of these requests 67 tokens into them."""
+    reg = rampart.BlockRegistry()
+    conv = Conversation()
+    conv.append({"role": "user", "content": "Read the skills and the recent commits, then wait."})
+    window, reply = 3000, 200
+    over = []
+    n = 0
+    for path, shown in zip(SKILL_FILES, GIT):
+        for name, args, text in (
+            ("read_file", {"path": path.name}, path.read_text()),
+            ("git_show", shown["arguments"], shown["text"]),
+        ):
+            _call(conv, f"c{n}", name, args, text)
+            n += 1
+            for _ in range(2):
+                r = reg.compile(conversation=conv, context_window=window, reply_tokens=reply)
+                counted = _provider_count(conv, r.messages("openai_chat"))
+                over.append(counted - (window - reply))
+                conv.observe_usage({"prompt_tokens": round(counted)})
+    assert len(over) == 32 and max(over) > -300  # the window was in play
+    assert max(over) <= 0, over
+
+
 # ---- forced drops step like clears; the summariser's view ----------------------------------
 
 

@@ -656,7 +656,9 @@ class Conversation:
         otherwise read as a large scale and shrink every later budget. From one
         observation, a ratio outside [0.7, 1.4] (no tokenizer differs that much)
         puts the excess into the constant; from two or more of different sizes
-        (the last 16), a least-squares line. :meth:`constant` reads it.
+        (the last 16), a least-squares line, raised by the largest count above
+        it (the budget is a limit: every recent count lies on or under the line
+        it is made with). :meth:`constant` reads it.
 
         One odd count cannot swing the budget: a count no scale in [0.25, 4]
         and constant in [0, 1e6] can explain (0 tokens for a body we count at
@@ -831,7 +833,7 @@ def _step_bounded(
 def _fit_usage(obs: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """(scale, constant) of ``observed = scale * predicted + constant`` over the
     observations (predicted, observed), bounded: scale in [0.25, 4], constant in
-    [0, 1e6]."""
+    [0, 1e6]; the least-squares line raised until no observation lies above it."""
     pts = list(obs)
     xs = [p for p, _ in pts]
     n = len(pts)
@@ -850,6 +852,14 @@ def _fit_usage(obs: Iterable[tuple[float, float]]) -> tuple[float, float]:
     if constant < 0:  # the provider counts fewer: all of it is scale
         constant = 0.0
         scale = min(max(my / mx, 0.25), 4.0)
+    # The budget is a limit, not an estimate: a line through the middle of the
+    # counts puts half the requests over it (a request heavy in diffs counts
+    # more tokens per o200k token than prose, and the same body compiled again
+    # would overshoot again). Raised by the largest excess, every recent count
+    # lies on or under the line the compile budgets with.
+    excess = max(o - (scale * x + constant) for x, o in pts)
+    if excess > 0:
+        constant += excess
     return round(scale, 6), round(min(constant, 1e6), 3)
 
 
