@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -469,8 +470,6 @@ def test_coalescer_runs_rounds_side_by_side() -> None:
 def test_coalescer_survives_an_interrupted_caller() -> None:
     """A waiting caller interrupted by Ctrl-C (KeyboardInterrupt in the main thread)
     leaves; the round goes on and the coalescer does not stall."""
-    import _thread
-
     from rampart.embeddings.coalesce import Coalescer
 
     gate = threading.Event()
@@ -478,13 +477,35 @@ def test_coalescer_survives_an_interrupted_caller() -> None:
     leader = threading.Thread(target=c.submit, args=(1,))
     leader.start()
     _until(lambda: c._leaders == 1)
-    threading.Timer(0.2, _thread.interrupt_main).start()
+
+    def interrupt_once_queued() -> None:
+        # On a busy machine a fixed delay can fire before the caller queues. A real
+        # SIGINT: _thread.interrupt_main only sets a flag, which a thread blocked
+        # in a lock's wait does not see until something wakes it.
+        _until(lambda: len(c._pending) == 1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_queued, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         c.submit(2)  # waits behind the leader until interrupted
     gate.set()
     leader.join(30)
     assert not leader.is_alive() and c._pending == []
     assert c.submit(3) == 3 and c._leaders == 0
+
+
+def test_coalescer_round_handed_to_a_leaving_caller_goes_to_the_next() -> None:
+    """A caller interrupted just as it was handed a round gives the round's other
+    requests to the next waiting caller, which leads them; the place stays taken."""
+    from rampart.embeddings.coalesce import Coalescer, _Request
+
+    c: Coalescer[int, int] = Coalescer(lambda items: list(items), 4)
+    leaving, waiting = _Request(1), _Request(2)
+    c._leaders = 1  # the finished leader handed its place over with the round
+    leaving.batch = [leaving, waiting]
+    c._withdraw(leaving)
+    assert waiting.batch == [waiting] and waiting.done.is_set()
+    assert c._pending == [] and c._leaders == 1
 
 
 def test_busy_machine_runs_on_one_thread(

@@ -89,20 +89,22 @@ class Coalescer(Generic[T, R]):
         """``run([..., item, ...])``'s result for ``item``, computed in one round with
         the items of other callers waiting at the same time (blocks until ready)."""
         req: _Request[T, R] = _Request(item)
-        with self._lock:
-            if self._leaders < self._max_leaders:
-                # Nobody is waiting (a finishing leader hands waiting callers a round
-                # before it gives up its place), so this round is this caller alone.
-                self._leaders += 1
-                req.batch = [req]
-            else:
-                self._pending.append(req)
-        if req.batch is None:
-            try:
+        try:
+            with self._lock:
+                if self._leaders < self._max_leaders:
+                    # Nobody is waiting (a finishing leader hands waiting callers a
+                    # round before it gives up its place): this round is this caller's.
+                    self._leaders += 1
+                    req.batch = [req]
+                else:
+                    self._pending.append(req)
+            if req.batch is None:
                 req.done.wait()
-            except BaseException:  # e.g. KeyboardInterrupt: leave without stalling others
-                self._withdraw(req)
-                raise
+        except BaseException:
+            # e.g. KeyboardInterrupt, also one that lands after the request joined
+            # the queue and before the wait: leave without stalling the others
+            self._withdraw(req)
+            raise
         if req.batch is not None:
             self._lead(req.batch)
         return self._outcome(req)
