@@ -699,6 +699,71 @@ def dry_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def points(
+    rows: Sequence[dict[str, Any]],
+    split: str,
+    conditions: Sequence[str] | None = None,
+    family: str | None = None,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """Per condition (``conditions``: those only; ``family``: its tasks only) on the
+    common tasks, those every selected condition has run (temperature 0, trial 0):
+    tasks, right, Wilson interval, mean tokens sent; and the common and seen task
+    counts. A partial run compares like with like this way."""
+    sel = [
+        r
+        for r in rows
+        if r["split"] == split
+        and r["temperature"] == 0
+        and r["trial"] == 0
+        and (conditions is None or r["condition"] in conditions)
+        and (family is None or r["family"] == family)
+    ]
+    by_cond: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in sel:
+        by_cond[r["condition"]][r["task"]] = r
+    if not by_cond:
+        return [], 0, 0
+    common = set.intersection(*(set(v) for v in by_cond.values()))
+    out = []
+    for cond in CONDITIONS:
+        if cond not in by_cond:
+            continue
+        rs = [by_cond[cond][t] for t in sorted(common)]
+        ok = sum(r["outcome"] in SUCCESS for r in rs)
+        lo, hi = wilson(ok, len(rs))
+        out.append(
+            {
+                "condition": cond,
+                "tasks": len(rs),
+                "success": ok,
+                "rate": ok / len(rs) if rs else 0.0,
+                "lo": lo,
+                "hi": hi,
+                "tokens": sum(r["tokens_sent"] for r in rs) / len(rs) if rs else 0.0,
+            }
+        )
+    return out, len(common), len({r["task"] for r in sel})
+
+
+def common_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
+    """Every condition per family on the tasks all conditions have run: the table
+    that answers "ahead of every other policy?" while a run is partial."""
+    conds = [c for c in CONDITIONS if any(r["condition"] == c for r in rows)]
+    per = {f: points(rows, split, family=f)[0] for f in (*FAMILIES, None)}
+    head = " | ".join(f"`{c}`" for c in conds)
+    lines = [f"| family | tasks | {head} |", "|---|---:|" + "---:|" * len(conds)]
+    for f, pts in per.items():
+        got = {p["condition"]: p for p in pts}
+        n = pts[0]["tasks"] if pts else 0
+        cells = " | ".join(f"{got[c]['success']}" if c in got else "–" for c in conds)
+        lines.append(f"| {f or 'all'} | {n} | {cells} |")
+    allp = per[None]
+    if allp:
+        cells = " | ".join(f"{round(p['tokens']):,}" for p in allp)
+        lines.append(f"| tokens sent (all) | | {cells} |")
+    return "\n".join(lines)
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -765,7 +830,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.report:
-        print(table_md(summarise(read_rows(args.out))))
+        rows = read_rows(args.out)
+        print(table_md(summarise(rows)))
+        print(f"\nEvery condition on the {args.split} tasks all of them ran:\n")
+        print(common_table(rows, args.split))
         return 0
     conditions = [c for c in args.conditions.split(",") if c]
     families = [f for f in args.families.split(",") if f]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,47 +28,6 @@ LABELS = {
     "clear_tool_uses": "clear_tool_uses (client-side)",
     "default_recall_tool": "ContextPolicy() + recall tool",
 }
-
-
-def points(
-    rows: Sequence[dict], split: str, conditions: Sequence[str] | None = None
-) -> tuple[list[dict], int, int]:
-    """Per condition (``conditions``: those only) on the common tasks (temperature
-    0, trial 0): tasks, right, interval, mean tokens sent; and the common and all
-    task counts."""
-    sel = [
-        r
-        for r in rows
-        if r["split"] == split
-        and r["temperature"] == 0
-        and r["trial"] == 0
-        and (conditions is None or r["condition"] in conditions)
-    ]
-    by_cond: dict[str, dict[str, dict]] = defaultdict(dict)
-    for r in sel:
-        by_cond[r["condition"]][r["task"]] = r
-    if not by_cond:
-        return [], 0, 0
-    common = set.intersection(*(set(v) for v in by_cond.values()))
-    out = []
-    for cond in ts.CONDITIONS:
-        if cond not in by_cond:
-            continue
-        rs = [by_cond[cond][t] for t in sorted(common)]
-        ok = sum(r["outcome"] in ts.SUCCESS for r in rs)
-        lo, hi = ts.wilson(ok, len(rs))
-        out.append(
-            {
-                "condition": cond,
-                "tasks": len(rs),
-                "success": ok,
-                "rate": ok / len(rs) if rs else 0.0,
-                "lo": lo,
-                "hi": hi,
-                "tokens": sum(r["tokens_sent"] for r in rs) / len(rs) if rs else 0.0,
-            }
-        )
-    return out, len(common), len({r["task"] for r in sel})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows = ts.read_rows(args.jsonl)
     wanted = None if args.conditions is None else [c for c in args.conditions.split(",") if c]
-    pts, common, seen = points(rows, args.split, wanted)
+    pts, common, seen = ts.points(rows, args.split, wanted)
     model = rows[0]["run"]["model"] if rows else "?"
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     for p in pts:

@@ -48,6 +48,42 @@ def test_answers_in_and_the_dry_table() -> None:
     assert "| all | `relevance_off` | 0/1 | 0/1 | 100 |" in table
 
 
+def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None:
+    def row(task: str, family: str, cond: str, ok: bool, tokens: int) -> dict[str, Any]:
+        return {
+            "task": task,
+            "family": family,
+            "split": "holdout",
+            "condition": cond,
+            "trial": 0,
+            "temperature": 0.0,
+            "outcome": "correct" if ok else "wrong",
+            "tokens_sent": tokens,
+        }
+
+    rows = [
+        row("c1", "commit", "full", True, 300),
+        row("c1", "commit", "default", True, 100),
+        row("c2", "commit", "full", True, 300),
+        row("c2", "commit", "default", False, 100),
+        row("c3", "commit", "full", False, 300),  # default has not run it: left out
+        row("f1", "file", "full", False, 200),
+        row("f1", "file", "default", True, 100),
+        row("f1", "file", "default", False, 100) | {"split": "tune"},  # other split
+    ]
+    pts, common, seen = ts.points(rows, "holdout", family="commit")
+    assert (common, seen) == (2, 3)
+    assert [(p["condition"], p["success"], p["tasks"]) for p in pts] == [
+        ("full", 2, 2),
+        ("default", 1, 2),
+    ]
+    table = ts.common_table(rows, "holdout")
+    assert "| commit | 2 | 2 | 1 |" in table
+    assert "| file | 1 | 0 | 1 |" in table
+    assert "| all | 3 | 2 | 2 |" in table
+    assert "| tokens sent (all) | | 267 | 100 |" in table
+
+
 def _question_request(
     reg: rampart.BlockRegistry, task: dict[str, Any], doc: Any, texts: Any, pol: Any
 ) -> list[dict[str, Any]]:
