@@ -746,21 +746,35 @@ def points(
 
 
 def common_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
-    """Every condition per family on the tasks all conditions have run: the table
-    that answers "ahead of every other policy?" while a run is partial."""
-    conds = [c for c in CONDITIONS if any(r["condition"] == c for r in rows)]
-    per = {f: points(rows, split, family=f)[0] for f in (*FAMILIES, None)}
-    head = " | ".join(f"`{c}`" for c in conds)
-    lines = [f"| family | tasks | {head} |", "|---|---:|" + "---:|" * len(conds)]
-    for f, pts in per.items():
-        got = {p["condition"]: p for p in pts}
-        n = pts[0]["tasks"] if pts else 0
-        cells = " | ".join(f"{got[c]['success']}" if c in got else "–" for c in conds)
-        lines.append(f"| {f or 'all'} | {n} | {cells} |")
-    allp = per[None]
-    if allp:
-        cells = " | ".join(f"{round(p['tokens']):,}" for p in allp)
-        lines.append(f"| tokens sent (all) | | {cells} |")
+    """Every condition on the tasks all conditions have run (temperature 0, trial 0),
+    one row a condition: right per family and in all with its interval, and means per
+    task. The table that answers "ahead of every other policy?" while a run is partial."""
+    pts, common, _ = points(rows, split)
+    if not pts:
+        return "(no rows)"
+    fams = [f for f in FAMILIES if points(rows, split, family=f)[1]]
+    per = {f: {p["condition"]: p for p in points(rows, split, family=f)[0]} for f in fams}
+    sel = [r for r in rows if r["split"] == split and r["temperature"] == 0 and r["trial"] == 0]
+    tasks = set.intersection(
+        *({r["task"] for r in sel if r["condition"] == p["condition"]} for p in pts)
+    )
+    fam_head = " | ".join(f"{f} ({next(iter(per[f].values()))['tasks']})" for f in fams)
+    lines = [
+        f"| condition | {fam_head} | all ({common}) | 95 % CI (all) | tokens sent "
+        "| question request | cost anthropic | fits the window |",
+        "|---|" + "---:|" * (len(fams) + 1) + "---|---:|---:|---:|---|",
+    ]
+    for p in pts:
+        rs = [r for r in sel if r["condition"] == p["condition"] and r["task"] in tasks]
+        cells = " | ".join(f"{per[f][p['condition']]['success']}" for f in fams)
+        q = sum(r["question_tokens"] or 0 for r in rs) / len(rs)
+        cost = sum(r["cost"]["anthropic"] for r in rs) / len(rs)
+        fits = "yes" if all(r["fits_window"] for r in rs) else "no"
+        lines.append(
+            f"| `{p['condition']}` | {cells} | **{p['success']}** | {100 * p['lo']:.0f}–"
+            f"{100 * p['hi']:.0f} % | {round(p['tokens']):,} | {round(q):,} | "
+            f"{round(cost):,} | {fits} |"
+        )
     return "\n".join(lines)
 
 

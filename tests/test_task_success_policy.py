@@ -59,6 +59,9 @@ def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None
             "temperature": 0.0,
             "outcome": "correct" if ok else "wrong",
             "tokens_sent": tokens,
+            "question_tokens": tokens // 2,
+            "cost": {"anthropic": tokens, "openai": tokens},
+            "fits_window": cond != "full",
         }
 
     rows = [
@@ -77,11 +80,12 @@ def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None
         ("full", 2, 2),
         ("default", 1, 2),
     ]
-    table = ts.common_table(rows, "holdout")
-    assert "| commit | 2 | 2 | 1 |" in table
-    assert "| file | 1 | 0 | 1 |" in table
-    assert "| all | 3 | 2 | 2 |" in table
-    assert "| tokens sent (all) | | 267 | 100 |" in table
+    table = ts.common_table(rows, "holdout").splitlines()
+    assert table[0].startswith("| condition | commit (2) | file (1) | all (3) |")
+    assert table[2].startswith("| `full` | 2 | 0 | **2** |")
+    assert table[3].startswith("| `default` | 1 | 1 | **2** |")
+    assert "| 267 |" in table[2] and "| 100 |" in table[3]
+    assert table[2].endswith("| no |") and table[3].endswith("| yes |")
 
 
 def _question_request(
