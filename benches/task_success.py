@@ -700,14 +700,11 @@ def dry_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def points(
-    rows: Sequence[dict[str, Any]],
-    split: str,
-    conditions: Sequence[str] | None = None,
-    family: str | None = None,
+    rows: Sequence[dict[str, Any]], split: str, conditions: Sequence[str] | None = None
 ) -> tuple[list[dict[str, Any]], int, int]:
-    """Per condition (``conditions``: those only; ``family``: its tasks only) on the
-    common tasks, those every selected condition has run (temperature 0, trial 0):
-    tasks, right, Wilson interval, mean tokens sent; and the common and seen task
+    """Per condition (``conditions``: those only) on the common tasks, those every
+    selected condition has run (temperature 0, trial 0): tasks, right, Wilson
+    interval, mean tokens sent and the rows themselves; and the common and seen task
     counts. A partial run compares like with like this way."""
     sel = [
         r
@@ -716,7 +713,6 @@ def points(
         and r["temperature"] == 0
         and r["trial"] == 0
         and (conditions is None or r["condition"] in conditions)
-        and (family is None or r["family"] == family)
     ]
     by_cond: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for r in sel:
@@ -740,6 +736,7 @@ def points(
                 "lo": lo,
                 "hi": hi,
                 "tokens": sum(r["tokens_sent"] for r in rs) / len(rs) if rs else 0.0,
+                "rows": rs,
             }
         )
     return out, len(common), len({r["task"] for r in sel})
@@ -750,23 +747,22 @@ def common_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
     one row a condition: right per family and in all with its interval, and means per
     task. The table that answers "ahead of every other policy?" while a run is partial."""
     pts, common, _ = points(rows, split)
-    if not pts:
-        return "(no rows)"
-    fams = [f for f in FAMILIES if points(rows, split, family=f)[1]]
-    per = {f: {p["condition"]: p for p in points(rows, split, family=f)[0]} for f in fams}
-    sel = [r for r in rows if r["split"] == split and r["temperature"] == 0 and r["trial"] == 0]
-    tasks = set.intersection(
-        *({r["task"] for r in sel if r["condition"] == p["condition"]} for p in pts)
-    )
-    fam_head = " | ".join(f"{f} ({next(iter(per[f].values()))['tasks']})" for f in fams)
+    if not common:
+        return "(no task every condition has run)"
+    # The families are counted on the common tasks themselves, so a family some
+    # condition has not reached yet has no column rather than a column of other tasks.
+    in_fam = Counter(r["family"] for r in pts[0]["rows"])
+    fams = [f for f in FAMILIES if in_fam[f]]
+    fam_head = " | ".join(f"{f} ({in_fam[f]})" for f in fams)
     lines = [
         f"| condition | {fam_head} | all ({common}) | 95 % CI (all) | tokens sent "
         "| question request | cost anthropic | fits the window |",
         "|---|" + "---:|" * (len(fams) + 1) + "---|---:|---:|---:|---|",
     ]
     for p in pts:
-        rs = [r for r in sel if r["condition"] == p["condition"] and r["task"] in tasks]
-        cells = " | ".join(f"{per[f][p['condition']]['success']}" for f in fams)
+        rs = p["rows"]
+        right = Counter(r["family"] for r in rs if r["outcome"] in SUCCESS)
+        cells = " | ".join(str(right[f]) for f in fams)
         q = sum(r["question_tokens"] or 0 for r in rs) / len(rs)
         cost = sum(r["cost"]["anthropic"] for r in rs) / len(rs)
         fits = "yes" if all(r["fits_window"] for r in rs) else "no"

@@ -73,13 +73,15 @@ def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None
         row("f1", "file", "full", False, 200),
         row("f1", "file", "default", True, 100),
         row("f1", "file", "default", False, 100) | {"split": "tune"},  # other split
+        row("t1", "two", "full", True, 300),  # a family default has not reached: no column
     ]
-    pts, common, seen = ts.points(rows, "holdout", family="commit")
-    assert (common, seen) == (2, 3)
+    pts, common, seen = ts.points(rows, "holdout")
+    assert (common, seen) == (3, 5)
     assert [(p["condition"], p["success"], p["tasks"]) for p in pts] == [
-        ("full", 2, 2),
-        ("default", 1, 2),
+        ("full", 2, 3),
+        ("default", 2, 3),
     ]
+    assert {r["task"] for r in pts[1]["rows"]} == {"c1", "c2", "f1"}
     table = ts.common_table(rows, "holdout").splitlines()
     assert table[0].startswith("| condition | commit (2) | file (1) | all (3) |")
     assert table[2].startswith("| `full` | 2 | 0 | **2** |")
