@@ -433,6 +433,58 @@ def test_store_down_then_back(server: Server, caplog: pytest.LogCaptureFixture) 
         reg.close()
 
 
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "lost"])
+def test_access_counts_publish_once_when_an_append_reply_is_lost(
+    store_url: str, landed: bool
+) -> None:
+    """An access entry is a delta, and its append can reach the journal with the
+    reply lost (a failover between the append and its WAIT, a timeout). The
+    replica retries, but only what is not in the journal: every other replica
+    counts each compile once (CI once saw a Redis-cluster failover count 2)."""
+    a = opened(store_url, seeds=[SEEDS])
+    b = opened(store_url)
+    rep = a._replica
+    real = rep.store.append
+    faults: list[bytes] = []
+
+    def append(name: str, entry: bytes, after: int) -> Any:
+        # A fault in the real store's path: the first access entry's append
+        # lands (or not) and then raises, as a lost reply does.
+        if not faults and rep._outbox and rep._outbox[0] == ("access", entry):
+            faults.append(entry)
+            if landed:
+                real(name, entry, after)
+            raise StoreUnavailableError("the reply was lost")
+        return real(name, entry, after)
+
+    rep.store.append = append  # type: ignore[method-assign]
+    try:
+        included = a.compile(max_tokens=100_000).included
+        assert included
+        for _ in range(3):  # the follower's flush or this one meets the fault
+            try:
+                a.sync()
+                break
+            except StoreUnavailableError:
+                pass
+        assert len(faults) == 1
+        a.sync()
+        b.sync()
+        counts = {x.semantic_name: x.access_count for x in b.list_blocks()}
+        assert {counts[n] for n in included} == {1}
+        assert counts == {x.semantic_name: x.access_count for x in a.list_blocks()}
+        assert not rep._outbox and rep._in_doubt is None
+        late = opened(store_url)  # replays the journal: each entry once
+        try:
+            assert {x.semantic_name: x.access_count for x in late.list_blocks()} == counts
+        finally:
+            late.close()
+    finally:
+        rep.store.append = real  # type: ignore[method-assign]
+        a.close()
+        b.close()
+
+
 def test_sqlite_store_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError):
         rampart.BlockRegistry.open(f"sqlite:///{tmp_path}/missing/dir/x.db", "a")

@@ -110,6 +110,12 @@ class Replica:
         # Access entries the parent process had queued when this one forked from
         # it: their counts are in this replica already (skipped when they arrive).
         self._counted: list[bytes] = []
+        # The queued entry whose last append raised: it may be in the journal
+        # with only the reply lost (a failover between the append and its WAIT,
+        # a timeout). Access counts are deltas, so appending it again would count
+        # them twice in every other replica: flush reads the journal first, and
+        # _apply takes it off the queue if it is there.
+        self._in_doubt: bytes | None = None
         self._outbox_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -201,6 +207,8 @@ class Replica:
                     self.position, self.head = last, chains.get(last)
                 if isinstance(data, Damaged) or seq <= self.position:
                     continue
+            if self._in_doubt is not None and data == self._in_doubt:
+                self._landed()  # then applied as any entry of this replica's
             if self._counted and data in self._counted:
                 # Counted here before the fork; the parent published it now.
                 self._counted.remove(data)
@@ -406,8 +414,10 @@ class Replica:
 
     def flush(self) -> None:
         """Append queued vectors and this replica's unpublished access counts.
-        An entry leaves the queue only once appended: a StoreUnavailableError
-        keeps it (and the rest) for the next flush."""
+        An entry leaves the queue only once it is in the journal: a
+        StoreUnavailableError keeps it (and the rest) for the next flush, which
+        first reads the journal for it (the append may have landed with its
+        reply lost), so no entry is appended twice."""
         with self._lock:
             self._queue_access()
             while True:
@@ -415,10 +425,29 @@ class Replica:
                     if not self._outbox:
                         return
                     entry = self._outbox[0][1]
-                seq, tail = self.store.append(self.name, entry, self.position)
+                if entry is self._in_doubt:
+                    self.catch_up()  # applying it, if there, takes it off the queue
+                    with self._outbox_lock:
+                        if not self._outbox or self._outbox[0][1] is not entry:
+                            continue  # it had landed
+                    # Not in the journal the store holds now: the append was lost
+                    # (a failover's promoted replica never had it), so append again.
+                    self._in_doubt = None
+                try:
+                    seq, tail = self.store.append(self.name, entry, self.position)
+                except StoreUnavailableError:
+                    self._in_doubt = entry
+                    raise
                 with self._outbox_lock:
                     self._outbox.pop(0)
                 self._apply(tail, own=seq)
+
+    def _landed(self) -> None:
+        """The entry in doubt is in the journal: off the queue (caller holds the lock)."""
+        with self._outbox_lock:
+            if self._outbox and self._outbox[0][1] is self._in_doubt:
+                self._outbox.pop(0)
+        self._in_doubt = None
 
     def sync(self, timeout: float = 10.0) -> None:
         """Flush, then apply everything appended before this call."""
@@ -706,6 +735,7 @@ class Replica:
         self._stop = threading.Event()
         self._counted = self._counted + [e for kind, e in self._outbox if kind == "access"]
         self._outbox = []
+        self._in_doubt = None  # the parent's (the child has nothing to publish)
         self._checkpoint_due = None
         self._wrote = False
         self.origin = os.urandom(16)
