@@ -193,18 +193,21 @@ def _workers_share_writes(url: str) -> None:
             return c.request(method, path, **kw)  # type: ignore[arg-type]
 
     try:
-        pids: set[int] = set()
         deadline = time.monotonic() + 60
-        while len(pids) < 2:  # both workers up and serving
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, f"saw only workers {pids}"
-            try:
-                r = call("GET", "/health")
-            except httpx.TransportError:
-                time.sleep(0.1)
-                continue
-            assert r.status_code == 200
-            pids.add(r.json()["worker"])
+
+        def health() -> tuple[int, None]:
+            while True:  # until the server listens
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "the server did not start"
+                try:
+                    r = call("GET", "/health")
+                except httpx.TransportError:
+                    time.sleep(0.1)
+                    continue
+                assert r.status_code == 200
+                return r.json()["worker"], None
+
+        pids = set(_from_every_worker(health, 2))  # both workers up and serving
         seeded = call("GET", "/health").json()["blocks"]
         assert seeded > 0  # created once from seeds/, whichever worker came first
 
