@@ -90,6 +90,36 @@ def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None
     assert table[2].endswith("| no |") and table[3].endswith("| yes |")
 
 
+def test_pass_k_counts_only_tasks_with_every_trial() -> None:
+    def row(task: str, trial: int, ok: bool) -> dict[str, Any]:
+        return {
+            "task": task,
+            "family": "file",
+            "split": "holdout",
+            "condition": "default",
+            "trial": trial,
+            "temperature": 0.7,
+            "outcome": "correct" if ok else "wrong",
+            "tokens_sent": 10,
+            "question_tokens": 5,
+            "cost": {"anthropic": 10, "openai": 10},
+            "prefix_rewrites": 0,
+            "fits_window": True,
+            "recall_tool_calls": 0,
+            "needles_in_final_request": [True],
+            "needles_in_question_request": [True],
+            "needles_tail_recalled": 0,
+        }
+
+    rows = [row("a", 0, True), row("a", 1, True), row("a", 2, True)]
+    rows += [row("b", 0, True), row("b", 1, False), row("b", 2, True)]
+    rows += [row("c", 0, True)]  # the run stopped after its first trial: left out
+    (fam, every) = [s for s in ts.summarise(rows) if s["condition"] == "default"]
+    assert fam["family"] == "file" and every["family"] == "all"
+    assert (fam["tasks"], fam["trials"], fam["success"]) == (2, 3, 1)
+    assert "(pass^3)" in ts.table_md([fam])
+
+
 def _question_request(
     reg: rampart.BlockRegistry, task: dict[str, Any], doc: Any, texts: Any, pol: Any
 ) -> list[dict[str, Any]]:
