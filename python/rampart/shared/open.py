@@ -4,6 +4,7 @@ creator, and the replica's follower started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -39,10 +40,33 @@ def open_shared(
     """``BlockRegistry.open``: create or join the shared registry ``name`` as an
     instance of ``cls`` (``create=False``: join only; a missing registry, or
     SQLite file, is InvalidArgumentError naming the store and the name)."""
-    from rampart.seeds import load_sources
-
     check_name(name)
     st = open_store(store, create=create)
+    try:
+        return _open_on(cls, st, name, embedding_model, tokeniser, label, seeds, kwargs, create)
+    except BaseException:
+        if isinstance(store, str):
+            # Opened here, and no replica took it: a failed open leaves no
+            # connection behind (the caller keeps a store object it passed). The
+            # open's own error is the one to raise, not one from closing.
+            with contextlib.suppress(Exception):
+                st.close()
+        raise
+
+
+def _open_on(
+    cls: Any,
+    st: Store,
+    name: str,
+    embedding_model: Any,
+    tokeniser: Any,
+    label: str | None,
+    seeds: Iterable[Any] | None,
+    kwargs: dict[str, Any],
+    create: bool,
+) -> Any:
+    from rampart.seeds import load_sources
+
     if not create:
         path = getattr(st, "path", None)  # a store kept in a file: SQLite
         if isinstance(path, os.PathLike) and not os.path.exists(path):
