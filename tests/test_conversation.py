@@ -684,6 +684,21 @@ print(json.dumps([c.to_messages(f) for f in FORMATS[:3]]))
 """
 
 
+def test_a_conversation_store_keeps_its_password_out_of_errors() -> None:
+    from postgres_server import PostgresServer, skip_without_postgres
+
+    skip_without_postgres()
+    server = PostgresServer()
+    try:
+        server.start()  # trust authentication: the password is sent and ignored
+        url = server.url.replace("postgres@", "postgres:hunter2-not-shown@")
+        with pytest.raises(InvalidArgumentError, match="no conversation 'nobody'") as err:
+            Conversation.open(url, "nobody", create=False)
+        assert "hunter2-not-shown" not in str(err.value)
+    finally:
+        server.close()
+
+
 def test_a_shared_conversation_is_continued_by_another_process(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     a = Conversation.open(url, "session-1", tokeniser="cl100k_base")

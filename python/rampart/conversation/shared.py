@@ -15,13 +15,14 @@ worker at a time, which catches up on its next change or on ``sync()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import rampart.conversation.codec as codec
 from rampart.errors import InvalidArgumentError, RegistryFileError, UnsupportedFormatError
-from rampart.stores import Damaged, check_name, open_store
+from rampart.stores import Damaged, check_name, open_store, redacted
 
 if TYPE_CHECKING:
     from rampart.conversation.items import ConversationView
@@ -100,28 +101,37 @@ def open_journal(conv: ConversationView, store: Any, name: str, create: bool) ->
     ``create=False``) and apply what it holds."""
     check_name(name)
     st = open_store(store, create=create)
-    raw = st.meta(name)
-    meta = {"format": codec.VERSION, "kind": KIND, "tokeniser": conv.tokeniser}
-    if raw is None:
-        if not create:
-            raise InvalidArgumentError(f"store {st.url} holds no conversation {name!r}")
-        if not st.create(name, json.dumps(meta).encode(), []):
-            raw = st.meta(name)
-    if raw is not None:
-        try:
-            got = json.loads(raw)
-        except ValueError:
-            got = None
-        if not isinstance(got, dict) or got.get("kind") != KIND:
-            raise RegistryFileError(
-                f"store {st.url}: {name!r} is not a conversation (a registry of that name?)"
-            )
-        if got.get("tokeniser") != conv.tokeniser:
-            raise InvalidArgumentError(
-                f"conversation {name!r} in {st.url} counts with {got.get('tokeniser')!r}, "
-                f"this one with {conv.tokeniser!r}: open it with tokeniser="
-                f"{got.get('tokeniser')!r}"
-            )
-    j = Journal(st, name)
-    conv._shared = j
-    j.catch_up(conv)
+    try:
+        raw = st.meta(name)
+        meta = {"format": codec.VERSION, "kind": KIND, "tokeniser": conv.tokeniser}
+        where = redacted(st.url)  # a URL's credentials never reach a message
+        if raw is None:
+            if not create:
+                raise InvalidArgumentError(f"store {where} holds no conversation {name!r}")
+            if not st.create(name, json.dumps(meta).encode(), []):
+                raw = st.meta(name)
+        if raw is not None:
+            try:
+                got = json.loads(raw)
+            except ValueError:
+                got = None
+            if not isinstance(got, dict) or got.get("kind") != KIND:
+                raise RegistryFileError(
+                    f"store {where}: {name!r} is not a conversation (a registry of that name?)"
+                )
+            if got.get("tokeniser") != conv.tokeniser:
+                raise InvalidArgumentError(
+                    f"conversation {name!r} in {where} counts with {got.get('tokeniser')!r}, "
+                    f"this one with {conv.tokeniser!r}: open it with tokeniser="
+                    f"{got.get('tokeniser')!r}"
+                )
+        j = Journal(st, name)
+        conv._shared = j
+        j.catch_up(conv)
+    except BaseException:
+        if isinstance(store, str):
+            # Opened here: a failed open leaves no connection behind (a store
+            # object the caller passed stays open). The open's error is raised.
+            with contextlib.suppress(Exception):
+                st.close()
+        raise

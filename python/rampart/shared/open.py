@@ -40,10 +40,76 @@ def open_shared(
     """``BlockRegistry.open``: create or join the shared registry ``name`` as an
     instance of ``cls`` (``create=False``: join only; a missing registry, or
     SQLite file, is InvalidArgumentError naming the store and the name)."""
+    from rampart.seeds import load_sources
+
     check_name(name)
     st = open_store(store, create=create)
     try:
-        return _open_on(cls, st, name, embedding_model, tokeniser, label, seeds, kwargs, create)
+        if not create:
+            path = getattr(st, "path", None)  # a store kept in a file: SQLite
+            if isinstance(path, os.PathLike) and not os.path.exists(path):
+                raise InvalidArgumentError(
+                    f"store {redacted(st.url)}: no such file (no registry {name!r})"
+                )
+            if st.meta(name) is None:
+                where = redacted(st.url)
+                raise InvalidArgumentError(
+                    f"store {where} holds no registry {name!r} (rampart store ls {where})"
+                )
+        if label is None:
+            from rampart._labels import get_by_label
+
+            label = name if get_by_label(name) is None else None
+        probe = cls(embedding_model, tokeniser, label=label, **kwargs)
+        try:
+            settings = json.loads(probe._settings())
+            raw = st.meta(name)
+            entries: list[bytes] = []
+            if raw is None:
+                meta = {
+                    "format": META_FORMAT,
+                    "registry_id": str(uuid.uuid4()),
+                    "settings": settings,
+                }
+                if seeds is not None:
+                    # The seed load, encoded by the core's ordinary write method
+                    # before the registry exists in the store; never applied here.
+                    seeder = cls._with_id(
+                        embedding_model, tokeniser, meta["registry_id"], None, kwargs
+                    )
+                    seeder._core.attach_journal(_SEED_ORIGIN)
+                    pending = seeder._insert_seeds(load_sources(seeds))
+                    seeder._drop()
+                    if isinstance(pending, _core.PendingEntry):
+                        entries = [pending.data]
+                if not st.create(name, json.dumps(meta).encode(), entries):
+                    raw = st.meta(name)  # another process created it first: join it
+            if raw is not None:
+                meta = _check_meta(raw, name, settings, st)
+        finally:
+            probe._drop()
+        # The registry is built under the shared id from the start: its core object
+        # is never replaced afterwards.
+        reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
+        try:
+            rep = Replica(reg, st, name, meta)
+            rep._genesis = reg._core.checkpoint_bytes(reg._settings())
+            ck = _usable_checkpoint(st, name)
+            if ck is not None:
+                try:
+                    _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
+                    rep.position = ck[0]
+                except RegistryFileError as e:  # decoded nothing into the core: replay
+                    _replay_instead(name, e)
+            reg._replica = rep
+            rep.catch_up()
+            reg._core.attach_journal(rep.origin)
+            reg._embed_written()  # publishes what no replica has embedded yet
+            rep.start()
+        except BaseException:
+            reg._drop()
+            raise
+        return reg
     except BaseException:
         if isinstance(store, str):
             # Opened here, and no replica took it: a failed open leaves no
@@ -52,80 +118,6 @@ def open_shared(
             with contextlib.suppress(Exception):
                 st.close()
         raise
-
-
-def _open_on(
-    cls: Any,
-    st: Store,
-    name: str,
-    embedding_model: Any,
-    tokeniser: Any,
-    label: str | None,
-    seeds: Iterable[Any] | None,
-    kwargs: dict[str, Any],
-    create: bool,
-) -> Any:
-    from rampart.seeds import load_sources
-
-    if not create:
-        path = getattr(st, "path", None)  # a store kept in a file: SQLite
-        if isinstance(path, os.PathLike) and not os.path.exists(path):
-            raise InvalidArgumentError(
-                f"store {redacted(st.url)}: no such file (no registry {name!r})"
-            )
-        if st.meta(name) is None:
-            where = redacted(st.url)
-            raise InvalidArgumentError(
-                f"store {where} holds no registry {name!r} (rampart store ls {where})"
-            )
-    if label is None:
-        from rampart._labels import get_by_label
-
-        label = name if get_by_label(name) is None else None
-    probe = cls(embedding_model, tokeniser, label=label, **kwargs)
-    try:
-        settings = json.loads(probe._settings())
-        raw = st.meta(name)
-        entries: list[bytes] = []
-        if raw is None:
-            meta = {"format": META_FORMAT, "registry_id": str(uuid.uuid4()), "settings": settings}
-            if seeds is not None:
-                # The seed load, encoded by the core's ordinary write method
-                # before the registry exists in the store; never applied here.
-                seeder = cls._with_id(embedding_model, tokeniser, meta["registry_id"], None, kwargs)
-                seeder._core.attach_journal(_SEED_ORIGIN)
-                pending = seeder._insert_seeds(load_sources(seeds))
-                seeder._drop()
-                if isinstance(pending, _core.PendingEntry):
-                    entries = [pending.data]
-            if not st.create(name, json.dumps(meta).encode(), entries):
-                raw = st.meta(name)  # another process created it first: join it
-        if raw is not None:
-            meta = _check_meta(raw, name, settings, st)
-    finally:
-        probe._drop()
-    # The registry is built under the shared id from the start: its core object
-    # is never replaced afterwards.
-    reg = cls._with_id(embedding_model, tokeniser, meta["registry_id"], label, kwargs)
-    try:
-        rep = Replica(reg, st, name, meta)
-        rep._genesis = reg._core.checkpoint_bytes(reg._settings())
-        ck = _usable_checkpoint(st, name)
-        if ck is not None:
-            try:
-                _install_checkpoint(reg._core, meta["registry_id"], ck[1], name)
-                rep.position = ck[0]
-            except RegistryFileError as e:  # decoded nothing into the core: replay
-                _replay_instead(name, e)
-        reg._replica = rep
-        rep.catch_up()
-        reg._core.attach_journal(rep.origin)
-        reg._embed_written()  # publishes what no replica has embedded yet
-        rep.start()
-    except BaseException:
-        reg._drop()
-        raise
-    return reg
 
 
 def _usable_checkpoint(st: Store, name: str) -> tuple[int, bytes] | None:
