@@ -15,14 +15,13 @@ worker at a time, which catches up on its next change or on ``sync()``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import rampart.conversation.codec as codec
 from rampart.errors import InvalidArgumentError, RegistryFileError, UnsupportedFormatError
-from rampart.stores import Damaged, check_name, open_store, redacted
+from rampart.stores import Damaged, check_name, opened_for, redacted
 
 if TYPE_CHECKING:
     from rampart.conversation.items import ConversationView
@@ -100,8 +99,7 @@ def open_journal(conv: ConversationView, store: Any, name: str, create: bool) ->
     """Attach ``conv`` to the journal ``name`` in ``store`` (created unless
     ``create=False``) and apply what it holds."""
     check_name(name)
-    st = open_store(store, create=create)
-    try:
+    with opened_for(store, create=create) as st:
         raw = st.meta(name)
         meta = {"format": codec.VERSION, "kind": KIND, "tokeniser": conv.tokeniser}
         where = redacted(st.url)  # a URL's credentials never reach a message
@@ -128,10 +126,3 @@ def open_journal(conv: ConversationView, store: Any, name: str, create: bool) ->
         j = Journal(st, name)
         conv._shared = j
         j.catch_up(conv)
-    except BaseException:
-        if isinstance(store, str):
-            # Opened here: a failed open leaves no connection behind (a store
-            # object the caller passed stays open). The open's error is raised.
-            with contextlib.suppress(Exception):
-                st.close()
-        raise

@@ -4,7 +4,6 @@ creator, and the replica's follower started."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import uuid
@@ -14,7 +13,7 @@ from typing import Any
 import rampart._core as _core
 from rampart.errors import InvalidArgumentError, RegistryFileError
 from rampart.shared.replica import Replica, _install_checkpoint, _replay_instead
-from rampart.stores import Store, check_name, open_store, redacted
+from rampart.stores import Store, check_name, opened_for, redacted
 
 __all__ = ["META_FORMAT", "open_shared"]
 
@@ -43,8 +42,7 @@ def open_shared(
     from rampart.seeds import load_sources
 
     check_name(name)
-    st = open_store(store, create=create)
-    try:
+    with opened_for(store, create=create) as st:
         if not create:
             path = getattr(st, "path", None)  # a store kept in a file: SQLite
             if isinstance(path, os.PathLike) and not os.path.exists(path):
@@ -110,14 +108,6 @@ def open_shared(
             reg._drop()
             raise
         return reg
-    except BaseException:
-        if isinstance(store, str):
-            # Opened here, and no replica took it: a failed open leaves no
-            # connection behind (the caller keeps a store object it passed). The
-            # open's own error is the one to raise, not one from closing.
-            with contextlib.suppress(Exception):
-                st.close()
-        raise
 
 
 def _usable_checkpoint(st: Store, name: str) -> tuple[int, bytes] | None:

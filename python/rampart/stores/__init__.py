@@ -25,9 +25,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import threading
+from collections.abc import Iterator
 from typing import Protocol
 
 from rampart.errors import InvalidArgumentError
@@ -57,6 +59,7 @@ __all__ = [
     "checked_seq",
     "journal_entries",
     "open_store",
+    "opened_for",
     "redacted",
     "valid_name",
 ]
@@ -201,6 +204,23 @@ def open_store(url: str | Store, *, create: bool = True) -> Store:
         "redis+sentinel://h1:p1,h2:p2/MASTER, redis+cluster://h1:p1,h2:p2 or "
         "postgresql://user@host:port/db"
     )
+
+
+@contextlib.contextmanager
+def opened_for(url: str | Store, *, create: bool = True) -> Iterator[Store]:
+    """:func:`open_store` for an open that hands the store on (a registry's
+    replica, a conversation's journal): when the block raises, a store made here
+    from a URL is closed again, so a failed open leaves no connection behind; a
+    store object the caller passed stays theirs, open. The block's own error is
+    the one raised, not one from closing."""
+    st = open_store(url, create=create)
+    try:
+        yield st
+    except BaseException:
+        if isinstance(url, str):
+            with contextlib.suppress(Exception):
+                st.close()
+        raise
 
 
 def __getattr__(name: str) -> object:
