@@ -63,8 +63,9 @@ trial), ``cleared_not_recalled``, ``recalled_answered_wrong``, ``in_view_answere
 
 Rows are appended to ``--out`` (JSONL) as they finish, keyed by (task, condition,
 trial, temperature); a rerun skips the keys already there. ``--report`` prints the
-tables of a JSONL without running anything; benches/task_success_plot.py draws the
-docs' plot from it.
+tables of a JSONL without running anything (with trials at a temperature above 0,
+pass^k side by side on the tasks every condition has finished);
+benches/task_success_plot.py draws the docs' plot from it.
 
     make task-success                       # the holdout, every condition
     python benches/task_success.py --split holdout --conditions full,default \\
@@ -778,6 +779,45 @@ def common_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
     return "\n".join(lines)
 
 
+def pass_k_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
+    """pass^k side by side: per temperature above 0, the tasks on which every
+    condition there has all ``k`` trials (``k`` the most any row's task has), so a
+    run stopped inside a task compares whole tasks alike. Per family and in all:
+    tasks passed (every trial right) with a Wilson interval, and trials right."""
+    groups: dict[float, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["split"] == split and r["temperature"] > 0:
+            groups[r["temperature"]].append(r)
+    out: list[str] = []
+    for temp, sel in sorted(groups.items()):
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for r in sel:
+            runs[(r["task"], r["condition"])].append(r)
+        k = max(len(v) for v in runs.values())
+        conds = [c for c in CONDITIONS if any(c == rc for _, rc in runs)]
+        tasks = {t for t, _ in runs if all(len(runs.get((t, c), ())) == k for c in conds)}
+        family = {r["task"]: r["family"] for r in sel}
+        fams = [f for f in FAMILIES if any(family[t] == f for t in tasks)]
+        out.append(
+            f"pass^{k} at temperature {temp}, the {len(tasks)} tasks every condition has "
+            f"run {k} times (passed / trials right):\n"
+        )
+        head = " | ".join(f"{f} ({sum(family[t] == f for t in tasks)})" for f in fams)
+        out.append(f"| condition | {head} | all ({len(tasks)}) | 95 % CI (all) | trials right |")
+        out.append("|---|" + "---:|" * (len(fams) + 1) + "---|---:|")
+        for c in conds:
+            passed = {t for t in tasks if all(r["outcome"] in SUCCESS for r in runs[(t, c)])}
+            right = sum(r["outcome"] in SUCCESS for t in tasks for r in runs[(t, c)])
+            cells = " | ".join(str(sum(family[t] == f for t in passed)) for f in fams)
+            lo, hi = wilson(len(passed), len(tasks))
+            out.append(
+                f"| `{c}` | {cells} | **{len(passed)}** | {100 * lo:.0f}–{100 * hi:.0f} % "
+                f"| {right}/{k * len(tasks)} |"
+            )
+        out.append("")
+    return "\n".join(out).rstrip() or "(no run at a temperature above 0)"
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -848,6 +888,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table_md(summarise(rows)))
         print(f"\nEvery condition on the {args.split} tasks all of them ran:\n")
         print(common_table(rows, args.split))
+        if any(r["temperature"] > 0 for r in rows):
+            print()
+            print(pass_k_table(rows, args.split))
         return 0
     conditions = [c for c in args.conditions.split(",") if c]
     families = [f for f in args.families.split(",") if f]

@@ -90,34 +90,57 @@ def test_the_common_task_table_compares_only_tasks_every_condition_ran() -> None
     assert table[2].endswith("| no |") and table[3].endswith("| yes |")
 
 
-def test_pass_k_counts_only_tasks_with_every_trial() -> None:
-    def row(task: str, trial: int, ok: bool) -> dict[str, Any]:
-        return {
-            "task": task,
-            "family": "file",
-            "split": "holdout",
-            "condition": "default",
-            "trial": trial,
-            "temperature": 0.7,
-            "outcome": "correct" if ok else "wrong",
-            "tokens_sent": 10,
-            "question_tokens": 5,
-            "cost": {"anthropic": 10, "openai": 10},
-            "prefix_rewrites": 0,
-            "fits_window": True,
-            "recall_tool_calls": 0,
-            "needles_in_final_request": [True],
-            "needles_in_question_request": [True],
-            "needles_tail_recalled": 0,
-        }
+def _trial(
+    task: str, trial: int, ok: bool, condition: str = "default", family: str = "file"
+) -> dict[str, Any]:
+    """One row of a pass^k run, as the bench writes it (the fields the tables read)."""
+    return {
+        "task": task,
+        "family": family,
+        "split": "holdout",
+        "condition": condition,
+        "trial": trial,
+        "temperature": 0.7,
+        "outcome": "correct" if ok else "wrong",
+        "tokens_sent": 10,
+        "question_tokens": 5,
+        "cost": {"anthropic": 10, "openai": 10},
+        "prefix_rewrites": 0,
+        "fits_window": True,
+        "recall_tool_calls": 0,
+        "needles_in_final_request": [True],
+        "needles_in_question_request": [True],
+        "needles_tail_recalled": 0,
+    }
 
-    rows = [row("a", 0, True), row("a", 1, True), row("a", 2, True)]
-    rows += [row("b", 0, True), row("b", 1, False), row("b", 2, True)]
-    rows += [row("c", 0, True)]  # the run stopped after its first trial: left out
+
+def test_pass_k_counts_only_tasks_with_every_trial() -> None:
+    rows = [_trial("a", 0, True), _trial("a", 1, True), _trial("a", 2, True)]
+    rows += [_trial("b", 0, True), _trial("b", 1, False), _trial("b", 2, True)]
+    rows += [_trial("c", 0, True)]  # the run stopped after its first trial: left out
     (fam, every) = [s for s in ts.summarise(rows) if s["condition"] == "default"]
     assert fam["family"] == "file" and every["family"] == "all"
     assert (fam["tasks"], fam["trials"], fam["success"]) == (2, 3, 1)
     assert "(pass^3)" in ts.table_md([fam])
+
+
+def test_pass_k_table_compares_the_tasks_both_conditions_finished() -> None:
+    rows = []
+    for cond, oks in (("full", (True, True, True)), ("default", (True, True, False))):
+        rows += [_trial("a", i, ok, cond) for i, ok in enumerate(oks)]
+    for cond in ("full", "default"):  # a commit task both finished, right every time
+        rows += [_trial("b", i, True, cond, "commit") for i in range(3)]
+    # the run stopped inside task c: full's three trials ran, the default's first only
+    rows += [_trial("c", i, True, "full", "two") for i in range(3)]
+    rows += [_trial("c", 0, True, "default", "two")]
+    rows += [{**_trial("a", 0, True), "temperature": 0.0}]  # a T=0 row is not a trial
+    lines = ts.pass_k_table(rows).splitlines()
+    assert lines[0].startswith("pass^3 at temperature 0.7, the 2 tasks")
+    head = "| condition | commit (1) | file (1) | all (2) | 95 % CI (all) | trials right |"
+    assert lines[2] == head
+    assert lines[4] == "| `full` | 1 | 1 | **2** | 34–100 % | 6/6 |"
+    assert lines[5] == "| `default` | 1 | 0 | **1** | 9–91 % | 5/6 |"
+    assert ts.pass_k_table([r for r in rows if r["temperature"] == 0]).startswith("(no run")
 
 
 def _question_request(
