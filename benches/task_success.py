@@ -63,8 +63,10 @@ trial), ``cleared_not_recalled``, ``recalled_answered_wrong``, ``in_view_answere
 
 Rows are appended to ``--out`` (JSONL) as they finish, keyed by (task, condition,
 trial, temperature); a rerun skips the keys already there. ``--report`` prints the
-tables of a JSONL without running anything (with trials at a temperature above 0,
-pass^k side by side on the tasks every condition has finished);
+tables of a JSONL without running anything (each condition's tokens as a share of
+full context's: the whole run, the requests full context overflows, the question's;
+with trials at a temperature above 0, pass^k side by side on the tasks every
+condition has finished);
 benches/task_success_plot.py draws the docs' plot from it.
 
     make task-success                       # the holdout, every condition
@@ -779,6 +781,44 @@ def common_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
     return "\n".join(lines)
 
 
+def token_shares(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
+    """Tokens each condition sends as a share of ``full``'s on the same tasks
+    (temperature 0, trial 0, rows with every request counted): over the whole run,
+    over the requests where full context overflows the window (the only ones any
+    policy has to manage: before them every condition sends the same), and the
+    question's request alone."""
+    sel = [
+        r
+        for r in rows
+        if r["split"] == split and r["temperature"] == 0 and r["trial"] == 0 and "step_tokens" in r
+    ]
+    full = {r["task"]: r for r in sel if r["condition"] == "full"}
+    lines = [
+        "| condition | tasks | whole run | requests full context overflows | question request |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for cond in CONDITIONS[1:]:
+        pairs = [(full[r["task"]], r) for r in sel if r["condition"] == cond and r["task"] in full]
+        if not pairs:
+            continue
+        whole = [0, 0]
+        over = [0, 0]
+        quest = [0, 0]
+        for f, r in pairs:
+            room = f["run"]["window"] - f["run"]["reply"]
+            for a, b in zip(f["step_tokens"], r["step_tokens"]):
+                whole[0] += a
+                whole[1] += b
+                if a > room:
+                    over[0] += a
+                    over[1] += b
+            quest[0] += f["question_tokens"] or 0
+            quest[1] += r["question_tokens"] or 0
+        cells = " | ".join(f"{100 * b / a:.0f} %" if a else "–" for a, b in (whole, over, quest))
+        lines.append(f"| `{cond}` | {len(pairs)} | {cells} |")
+    return "\n".join(lines) if len(lines) > 2 else "(no condition beside full with its rows)"
+
+
 def pass_k_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
     """pass^k side by side: per temperature above 0, the tasks on which every
     condition there has all ``k`` trials (``k`` the most any row's task has), so a
@@ -886,8 +926,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         rows = read_rows(args.out)
         print(table_md(summarise(rows)))
-        print(f"\nEvery condition on the {args.split} tasks all of them ran:\n")
-        print(common_table(rows, args.split))
+        if any(r["temperature"] == 0 for r in rows):
+            print(f"\nEvery condition on the {args.split} tasks all of them ran:\n")
+            print(common_table(rows, args.split))
+            print("\nTokens sent as a share of full context's, request by request:\n")
+            print(token_shares(rows, args.split))
         if any(r["temperature"] > 0 for r in rows):
             print()
             print(pass_k_table(rows, args.split))

@@ -188,3 +188,31 @@ def test_the_default_sends_what_the_question_asks_where_age_clears_it(family: st
     # the default held 9 and 7 (this test failed on the commit tasks).
     assert got["default"] >= len(tasks) - 1, got
     assert got["age"] <= len(tasks) // 2, got
+
+
+def test_token_shares_count_the_requests_full_context_overflows() -> None:
+    run = {"window": 100, "reply": 10}  # full context overflows a request over 90 tokens
+
+    def row(task: str, cond: str, steps: list[int], question: int) -> dict[str, Any]:
+        return {
+            **_trial(task, 0, True, cond),
+            "temperature": 0.0,
+            "step_tokens": steps,
+            "question_tokens": question,
+            "run": run,
+        }
+
+    rows = [
+        row("a", "full", [50, 80, 120, 160], 160),
+        row("a", "default", [50, 80, 60, 70], 70),
+        row("b", "full", [60, 200], 200),
+        row("b", "default", [60, 50], 50),
+        row("c", "default", [10], 10),  # no full row for c: not compared
+        row("a", "trim_messages", [50, 80, 90, 90], 90),
+    ]
+    del rows[-1]["step_tokens"]  # a row written before every request was counted
+    lines = ts.token_shares(rows).splitlines()
+    # whole run 370/670; overflowing requests (120, 160, 200) 180/480; questions 120/360
+    assert lines[2] == "| `default` | 2 | 55 % | 38 % | 33 % |"
+    assert len(lines) == 3
+    assert ts.token_shares(rows[:1]).startswith("(no condition")
