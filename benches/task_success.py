@@ -100,7 +100,7 @@ import needle_bench as nb  # noqa: E402
 import rampart  # noqa: E402
 from rampart.caching import PrefixCacheModel  # noqa: E402
 from rampart.conversation import answer_recall, recall_tool  # noqa: E402
-from rampart.errors import ContextOverflowError, InvalidArgumentError  # noqa: E402
+from rampart.errors import ContextOverflowError, InvalidArgumentError, ParseError  # noqa: E402
 
 SYSTEM = (
     "You are a coding agent working in the repository at /repo. You see it only "
@@ -135,7 +135,105 @@ _UNKNOWN = re.compile(
 
 
 def load(path: Path = TASKS) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The task set at ``path``, its shape checked (:func:`check_tasks`): another
+    writer's set runs on the same recorded sources, and a mistake in it is named
+    here, by file and task, not found as a KeyError hours into a run."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ParseError(f"cannot read the task set: {e}", path=path) from None
+    check_tasks(doc, path)
+    return doc
+
+
+_TASK_FIELDS = {"id": str, "family": str, "split": str, "task": str, "question": str}
+
+
+def check_tasks(doc: Any, path: Path | str = "<tasks>") -> None:
+    """``ParseError`` (naming ``path`` and the task) unless ``doc`` is a task set of
+    tests/data/task_success/README.md's shape: ``sources`` a mapping, ``tasks`` a
+    list of tasks with unique ids, a known family and split, a trajectory of known
+    sources, needles whose ``source`` is the trajectory's result at ``step``, and
+    answer groups of spellings. Whether the needle lines are in their sources is
+    :func:`texts_of` (it needs the texts)."""
+
+    def bad(where: str, what: str) -> ParseError:
+        return ParseError(f"{where}: {what}", path=path)
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("sources"), dict):
+        raise bad("the set", "must be an object with 'sources' (an object) and 'tasks'")
+    tasks = doc.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        raise bad("the set", "'tasks' must be a non-empty list")
+    seen: set[str] = set()
+    for n, t in enumerate(tasks):
+        where = f"task {n}" + (f" ({t['id']!r})" if isinstance(t, dict) and "id" in t else "")
+        if not isinstance(t, dict):
+            raise bad(where, "must be an object")
+        for field, kind in _TASK_FIELDS.items():
+            if not isinstance(t.get(field), kind) or not t[field]:
+                raise bad(where, f"{field!r} must be a non-empty string")
+        if t["id"] in seen:
+            raise bad(where, "the id is used twice")
+        seen.add(t["id"])
+        if t["family"] not in FAMILIES:
+            raise bad(where, f"family must be one of {FAMILIES}, got {t['family']!r}")
+        if t["split"] not in ("tune", "holdout"):
+            raise bad(where, f"split must be 'tune' or 'holdout', got {t['split']!r}")
+        traj = t.get("trajectory")
+        if not isinstance(traj, list) or not traj or not all(isinstance(x, str) for x in traj):
+            raise bad(where, "'trajectory' must be a non-empty list of source ids")
+        unknown = [x for x in traj if x not in doc["sources"]]
+        if unknown:
+            raise bad(where, f"the trajectory names sources the set does not hold: {unknown[:3]}")
+        needles = t.get("needles")
+        if not isinstance(needles, list) or not needles:
+            raise bad(where, "'needles' must be a non-empty list")
+        for nd in needles:
+            step = nd.get("step") if isinstance(nd, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < len(traj):
+                raise bad(where, f"a needle's 'step' must index the trajectory, got {step!r}")
+            if nd.get("source") != traj[step]:
+                raise bad(where, f"needle {step}: 'source' is not the trajectory's result there")
+            lines = nd.get("lines")
+            if (
+                not isinstance(lines, list)
+                or not lines
+                or not all(isinstance(x, str) and x.strip() for x in lines)
+            ):
+                raise bad(where, f"needle {step}: 'lines' must be a non-empty list of lines")
+        answers = t.get("answers")
+        if (
+            not isinstance(answers, list)
+            or not answers
+            or not all(
+                isinstance(g, list) and g and all(isinstance(a, str) and a for a in g)
+                for g in answers
+            )
+        ):
+            raise bad(where, "'answers' must be a non-empty list of groups of spellings")
+
+
+def texts_of(doc: dict[str, Any], path: Path | str) -> dict[str, str]:
+    """Source id -> its text (needle_bench's ``materialise``), a source that cannot
+    be read and a needle line its source does not hold named as a ``ParseError``
+    (the bench would report such a needle absent from every request, whatever the
+    policy did)."""
+    try:
+        texts = nb.materialise(doc)
+    except (KeyError, TypeError, ValueError, OSError, RuntimeError) as e:
+        raise ParseError(f"a source cannot be read as recorded: {e!r}", path=path) from None
+    for t in doc["tasks"]:
+        for nd in t["needles"]:
+            text = texts[nd["source"]]
+            missing = [x for x in nd["lines"] if x.strip() not in text]
+            if missing:
+                raise ParseError(
+                    f"task {t['id']!r}: the needle line {missing[0][:80]!r} is not in "
+                    f"{nd['source']}",
+                    path=path,
+                )
+    return texts
 
 
 def mentions(text: str, alternative: str) -> bool:
@@ -945,7 +1043,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trials < 1:
         raise InvalidArgumentError(f"--trials must be at least 1, got {args.trials}")
     doc = load(args.data)
-    texts = nb.materialise(doc)
+    texts = texts_of(doc, args.data)
     ids = None if args.tasks is None else {i for i in args.tasks.split(",") if i}
     tasks = [
         t

@@ -132,3 +132,56 @@ def test_anthropic_clear_tool_uses_semantics() -> None:
     assert ts.anthropic_clear_tool_uses(msgs, count, trigger=100, clear_at_least=500) is msgs
     excl = ts.anthropic_clear_tool_uses(msgs, count, trigger=100, exclude_tools=("t",))
     assert excl == msgs
+
+
+def _one_task(doc: dict[str, Any]) -> dict[str, Any]:
+    """A task set of one real task (a two-part one: two needles), deep-copied."""
+    task = next(t for t in doc["tasks"] if t["family"] == "two")
+    return json.loads(json.dumps({**doc, "tasks": [task]}))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("sources"), "'sources'"),
+        (lambda d: d.update(tasks=[]), "'tasks' must be a non-empty list"),
+        (lambda d: d["tasks"][0].update(family="three"), "family must be one of"),
+        (lambda d: d["tasks"][0].update(split="train"), "split must be"),
+        (lambda d: d["tasks"][0].pop("question"), "'question' must be a non-empty string"),
+        (lambda d: d["tasks"].append(dict(d["tasks"][0])), "the id is used twice"),
+        (lambda d: d["tasks"][0]["trajectory"].append("file:nowhere.md"), "does not hold"),
+        (lambda d: d["tasks"][0]["needles"][1].update(step=99), "must index the trajectory"),
+        (lambda d: d["tasks"][0]["needles"][1].update(step=True), "must index the trajectory"),
+        (lambda d: d["tasks"][0]["needles"][0].update(step=1), "'source' is not the trajectory"),
+        (lambda d: d["tasks"][0]["needles"][0].update(lines=[" "]), "'lines' must be"),
+        (lambda d: d["tasks"][0].update(answers=[["31"], []]), "'answers' must be"),
+    ],
+)
+def test_a_bad_task_set_is_named_by_file_and_task(
+    doc: dict[str, Any], tmp_path: Path, mutate: Any, message: str
+) -> None:
+    bad = _one_task(doc)
+    name = bad["tasks"][0]["id"]
+    mutate(bad)
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ts.ParseError, match=message) as e:
+        ts.load(path)
+    assert e.value.path == str(path) and str(path) in str(e.value)
+    assert repr(name) in str(e.value) or "the set" in str(e.value)
+
+
+def test_a_needle_its_source_does_not_hold_and_an_unreadable_set(
+    doc: dict[str, Any], tmp_path: Path
+) -> None:
+    good = _one_task(doc)
+    ts.check_tasks(good)  # the real task passes
+    assert set(ts.texts_of(good, "t.json")) == set(doc["sources"])
+    good["tasks"][0]["needles"][0]["lines"] = ["a line no source holds"]
+    with pytest.raises(ts.ParseError, match=r"is not in (file|git_)"):
+        ts.texts_of(good, "t.json")
+    path = tmp_path / "cut.json"
+    path.write_text('{"sources": {}, "tasks": [', encoding="utf-8")
+    with pytest.raises(ts.ParseError, match="cannot read the task set") as e:
+        ts.load(path)
+    assert str(path) in str(e.value)
