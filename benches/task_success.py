@@ -932,7 +932,8 @@ def pass_k_table(rows: Sequence[dict[str, Any]], split: str = "holdout") -> str:
         for r in sel:
             runs[(r["task"], r["condition"])].append(r)
         k = max(len(v) for v in runs.values())
-        conds = [c for c in CONDITIONS if any(c == rc for _, rc in runs)]
+        present = {c for _, c in runs}
+        conds = [c for c in CONDITIONS if c in present]
         tasks = {t for t, _ in runs if all(len(runs.get((t, c), ())) == k for c in conds)}
         family = {r["task"]: r["family"] for r in sel}
         fams = [f for f in FAMILIES if any(family[t] == f for t in tasks)]
