@@ -139,14 +139,64 @@ def load(path: Path = TASKS) -> dict[str, Any]:
     writer's set runs on the same recorded sources, and a mistake in it is named
     here, by file and task, not found as a KeyError hours into a run."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        with path.open("rb") as f:
+            raw = f.read(_MAX_SET_BYTES + 1)
+        if len(raw) > _MAX_SET_BYTES:
+            raise ValueError(f"larger than {_MAX_SET_BYTES} bytes")
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError is
+        # a set nested past the parser's depth.
         raise ParseError(f"cannot read the task set: {e}", path=path) from None
     check_tasks(doc, path)
     return doc
 
 
+# The shipped set is 136 KB; a set a thousand times larger is a mistake, not a
+# benchmark, and is refused before it is parsed.
+_MAX_SET_BYTES = 128 * 1024 * 1024
 _TASK_FIELDS = {"id": str, "family": str, "split": str, "task": str, "question": str}
+_POSITIONS = ("old", "recent", "two")
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def _inside_repo(path: Any) -> bool:
+    # A source is read from this repository (the working tree or its history): an
+    # absolute path or a ".." would read whatever the set's writer pointed at.
+    return (
+        isinstance(path, str)
+        and bool(path)
+        and not path.startswith(("/", "\\"))
+        and ".." not in Path(path).parts
+    )
+
+
+def _source_problem(src: Any) -> str | None:
+    """What is wrong with one recorded source (tests/data/task_success/README.md's
+    ``file`` and ``mcp_output`` kinds), or None. Checked before needle_bench's
+    ``materialise`` reads it: a blob id goes to ``git cat-file`` as an argument, so it
+    must be a blob id, not an option."""
+    if not isinstance(src, dict) or src.get("kind") not in ("file", "mcp_output"):
+        return "must be an object whose 'kind' is 'file' or 'mcp_output'"
+    args = src.get("arguments")
+    if not isinstance(args, dict) or not isinstance(src.get("tool"), str) or not src["tool"]:
+        return "'tool' must be a non-empty string and 'arguments' an object"
+    if src["kind"] == "file":
+        if not _inside_repo(src.get("path")):
+            return "'path' must be a relative path inside the repository"
+        blob = src.get("blob")
+        if not isinstance(blob, str) or len(blob) not in (40, 64) or not _HEX.fullmatch(blob):
+            return "'blob' must be a git blob id (40 or 64 lowercase hex digits)"
+        head = args.get("head")
+        if head is not None and (not isinstance(head, int) or isinstance(head, bool) or head < 1):
+            return f"'arguments.head' must be a positive line count, got {head!r}"
+        return None
+    if not _inside_repo(src.get("file")):
+        return "'file' must be a relative path inside the repository"
+    digest = src.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or not _HEX.fullmatch(digest):
+        return "'sha256' must be 64 lowercase hex digits"
+    return None
 
 
 def check_tasks(doc: Any, path: Path | str = "<tasks>") -> None:
@@ -162,6 +212,10 @@ def check_tasks(doc: Any, path: Path | str = "<tasks>") -> None:
 
     if not isinstance(doc, dict) or not isinstance(doc.get("sources"), dict):
         raise bad("the set", "must be an object with 'sources' (an object) and 'tasks'")
+    for sid, src in doc["sources"].items():
+        problem = _source_problem(src)
+        if problem:
+            raise bad(f"source {sid!r}", problem)
     tasks = doc.get("tasks")
     if not isinstance(tasks, list) or not tasks:
         raise bad("the set", "'tasks' must be a non-empty list")
@@ -180,6 +234,8 @@ def check_tasks(doc: Any, path: Path | str = "<tasks>") -> None:
             raise bad(where, f"family must be one of {FAMILIES}, got {t['family']!r}")
         if t["split"] not in ("tune", "holdout"):
             raise bad(where, f"split must be 'tune' or 'holdout', got {t['split']!r}")
+        if t.get("position") not in _POSITIONS:
+            raise bad(where, f"position must be one of {_POSITIONS}, got {t.get('position')!r}")
         traj = t.get("trajectory")
         if not isinstance(traj, list) or not traj or not all(isinstance(x, str) for x in traj):
             raise bad(where, "'trajectory' must be a non-empty list of source ids")
@@ -221,7 +277,9 @@ def texts_of(doc: dict[str, Any], path: Path | str) -> dict[str, str]:
     policy did)."""
     try:
         texts = nb.materialise(doc)
-    except (KeyError, TypeError, ValueError, OSError, RuntimeError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError, OSError, EOFError, RuntimeError) as e:
+        # A recorded-outputs file of another shape, a truncated gzip, a blob that
+        # does not decode: the set's mistake, named, not a traceback.
         raise ParseError(f"a source cannot be read as recorded: {e!r}", path=path) from None
     for t in doc["tasks"]:
         for nd in t["needles"]:

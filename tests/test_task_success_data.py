@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
@@ -134,6 +136,11 @@ def test_anthropic_clear_tool_uses_semantics() -> None:
     assert excl == msgs
 
 
+def _first(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The first source of ``kind`` in the set (to break it)."""
+    return next(s for s in doc["sources"].values() if s["kind"] == kind)
+
+
 def _one_task(doc: dict[str, Any]) -> dict[str, Any]:
     """A task set of one real task (a two-part one: two needles), deep-copied."""
     task = next(t for t in doc["tasks"] if t["family"] == "two")
@@ -155,6 +162,15 @@ def _one_task(doc: dict[str, Any]) -> dict[str, Any]:
         (lambda d: d["tasks"][0]["needles"][0].update(step=1), "'source' is not the trajectory"),
         (lambda d: d["tasks"][0]["needles"][0].update(lines=[" "]), "'lines' must be"),
         (lambda d: d["tasks"][0].update(answers=[["31"], []]), "'answers' must be"),
+        (lambda d: d["tasks"][0].pop("position"), "position must be one of"),
+        (lambda d: _first(d, "file").update(kind="http"), "'kind' is 'file' or 'mcp_output'"),
+        (lambda d: _first(d, "file").update(path="../../etc/passwd"), "inside the repository"),
+        (lambda d: _first(d, "file").update(path="/etc/passwd"), "inside the repository"),
+        (lambda d: _first(d, "file").update(blob="--batch"), "must be a git blob id"),
+        (lambda d: _first(d, "file")["arguments"].update(head=0), "positive line count"),
+        (lambda d: _first(d, "file").update(arguments=["path"]), "'arguments' an object"),
+        (lambda d: _first(d, "mcp_output").update(file="/tmp/x.json"), "inside the repository"),
+        (lambda d: _first(d, "mcp_output").update(sha256="ab" * 31), "64 lowercase hex"),
     ],
 )
 def test_a_bad_task_set_is_named_by_file_and_task(
@@ -168,7 +184,7 @@ def test_a_bad_task_set_is_named_by_file_and_task(
     with pytest.raises(ts.ParseError, match=message) as e:
         ts.load(path)
     assert e.value.path == str(path) and str(path) in str(e.value)
-    assert repr(name) in str(e.value) or "the set" in str(e.value)
+    assert repr(name) in str(e.value) or "the set" in str(e.value) or "source '" in str(e.value)
 
 
 def test_a_needle_its_source_does_not_hold_and_an_unreadable_set(
@@ -185,3 +201,63 @@ def test_a_needle_its_source_does_not_hold_and_an_unreadable_set(
     with pytest.raises(ts.ParseError, match="cannot read the task set") as e:
         ts.load(path)
     assert str(path) in str(e.value)
+
+
+def _nodes(x: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document, as the keys and indexes that reach it."""
+    out = [at]
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        out += _nodes(v, (*at, k))
+    return out
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 99) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_mangled_task_set_is_loaded_or_named_never_a_traceback(
+    data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Another writer's set is input from a stranger: whatever one mangled place in a
+    # real task does to it, loading it gives the set or a ParseError naming the
+    # file, never a KeyError or TypeError from deep in the bench.
+    doc = _one_task(ts.load())
+    task = doc["tasks"][0]
+    doc["sources"] = {k: v for k, v in doc["sources"].items() if k in task["trajectory"]}
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.sampled_from(_nodes(doc)[1:]))
+        parent = doc
+        for k in at[:-1]:
+            parent = parent[k]
+        if data.draw(st.booleans()):
+            parent[at[-1]] = data.draw(_JSON)
+        else:
+            del parent[at[-1]]
+    path = tmp_path_factory.mktemp("set") / "tasks.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    try:
+        texts = ts.texts_of(ts.load(path), path)
+    except ts.ParseError as e:
+        assert str(path) in str(e)
+    else:
+        assert set(texts) == set(doc["sources"])
+
+
+def test_a_set_too_deep_or_too_large_is_refused_before_it_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(ts.ParseError, match="cannot read the task set"):
+        ts.load(deep)
+    monkeypatch.setattr(ts, "_MAX_SET_BYTES", 1000)
+    with pytest.raises(ts.ParseError, match="larger than 1000 bytes"):
+        ts.load(ROOT / "tests/data/task_success/tasks.json")
