@@ -270,6 +270,41 @@ def check_tasks(doc: Any, path: Path | str = "<tasks>") -> None:
             raise bad(where, "'answers' must be a non-empty list of groups of spellings")
 
 
+# The question prompt last evaluated, and llama.cpp's state right after it: one slot,
+# (llama object, prompt tokens, state); a state is the KV cache, ~30 KB a token here.
+_question_state: list[Any] = [None, None, None]
+
+
+def share_question_prompt(
+    model: Any, sent: list[dict[str, Any]], tools: list[Any], seed: int
+) -> None:
+    """The question's prompt evaluated once for the k trials of a task and condition
+    (the prompt is ~90 % of a row's time): from an empty cache, whole, then llama.cpp's
+    state saved; a later trial restores that state.
+
+    A row stays a function of its key (task, condition, seed). Seed 0 runs on the
+    evaluation itself, as every row did before this was shared (its answers are the
+    recorded ones; T=0 rows are unchanged). A later seed always runs on a restored
+    state, the one left by seed 0 or, in a resumed run, one saved and restored here:
+    a restored state samples other answers from long prompts than the evaluation it
+    was saved from (3 of 12 recorded rows' answers, none of their outcomes), so the
+    restore is not skipped when it could be. The call evaluates the prompt's last
+    token again on its own (llama-cpp-python always does) and samples with the seed.
+    Were the prompt tokenised otherwise than ``create_chat_completion`` does,
+    llama.cpp would evaluate from where the two differ: slower, the same rows."""
+    llm = model.llm
+    toks = model.prompt_token_ids(sent, tools)
+    if _question_state[0] is llm and _question_state[1] == toks:
+        llm.load_state(_question_state[2])
+        return
+    _question_state[:] = [None, None, None]  # a big state is not kept past its prompt
+    llm.reset()
+    llm.eval(toks)
+    _question_state[:] = [llm, toks, llm.save_state()]
+    if seed:
+        llm.load_state(_question_state[2])
+
+
 def texts_of(doc: dict[str, Any], path: Path | str) -> dict[str, str]:
     """Source id -> its text (needle_bench's ``materialise``), a source that cannot
     be read and a needle line its source does not hold named as a ``ParseError``
@@ -644,7 +679,6 @@ def run_task(
     conv.append(question)
     needle_calls = {f"call_{n['step']:03d}" for n in task["needles"]}
     names = [t["function"]["name"] for t in wire_tools]
-    model.llm.reset()  # every row from an empty KV cache (a row is a function of its key)
     for step in range(steps if row["outcome"] != "overflow" else 0):
         try:
             msgs = request(msgs_all)
@@ -692,6 +726,8 @@ def run_task(
         if n + reply > model.llm.n_ctx():
             row["outcome"] = "overflow"
             break
+        if step == 0:
+            share_question_prompt(model, sent, tools, seed)
         r = model.backend.chat(
             sent, temperature=temperature, seed=seed, max_tokens=reply, tools=tools or None
         )

@@ -303,6 +303,13 @@ class Model:
     def prompt_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
     ) -> int:
+        return len(self.prompt_token_ids(messages, tools))
+
+    def prompt_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> list[int]:
+        """The request's prompt as ``create_chat_completion`` tokenises it: the GGUF's
+        template, no BOS added, special tokens read."""
         from rampart.llm import _template_message
 
         fmt: Any = self.format  # llama-cpp-python types messages as its TypedDicts
@@ -310,7 +317,7 @@ class Model:
             messages=[_template_message(m) for m in messages],
             tools=list(tools) if self.native and tools else None,
         )
-        return len(self.llm.tokenize(resp.prompt.encode(), add_bos=False, special=True))
+        return list(self.llm.tokenize(resp.prompt.encode(), add_bos=False, special=True))
 
 
 def text_form(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
