@@ -179,3 +179,43 @@ def test_default_policy_sends_the_old_needle_with_the_question(
     assert age.needles_removed == 1 and age.answers_in_request == 0
     assert default.needles_removed - default.needles_recalled == 0
     assert default.answers_in_request == 1  # its text in the request that asked
+
+
+def test_a_trial_is_the_same_row_resumed_or_run_after_its_first(smollm2: cc.Model) -> None:
+    # benches/task_success.py evaluates a question's prompt once for a task's trials
+    # and restores llama.cpp's state for each later seed: a resumed pass^k run, whose
+    # first row is a later seed, must write the row an unbroken run writes.
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benches"))
+    spec = importlib.util.spec_from_file_location("task_success", root / "benches/task_success.py")
+    assert spec is not None and spec.loader is not None
+    ts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ts)
+
+    doc = ts.load()
+    texts = ts.texts_of(doc, ts.TASKS)
+    task, other = sorted((t for t in doc["tasks"] if t["family"] == "commit"), key=str)[:2]
+
+    def row(seed: int, t: dict[str, Any] = task) -> dict[str, Any]:
+        r = ts.run_task(
+            smollm2, t, doc, texts, "trim_messages", window=WINDOW, reply=REPLY,
+            steps=1, seed=seed, temperature=0.7,
+        )  # fmt: skip
+        assert r["outcome"] != "overflow" and r["question_tokens"]
+        return r
+
+    unbroken = [row(s) for s in (0, 1, 2)]
+    assert ts._question_state[1] is not None  # the prompt was kept for the trials
+    ts._question_state[:] = [None, None, None]  # a resumed run: nothing held
+    resumed = row(2)
+    assert resumed["answer"] == unbroken[2]["answer"]
+    assert resumed["outcome"] == unbroken[2]["outcome"]
+    assert resumed["request_tokens"] == unbroken[2]["request_tokens"]
+    ts._question_state[:] = [None, None, None]
+    assert row(0)["answer"] == unbroken[0]["answer"]  # seed 0 runs on the evaluation
+    # Another task's prompt in between: its state is not the one restored.
+    row(1, other)
+    assert row(1)["answer"] == unbroken[1]["answer"]
