@@ -188,12 +188,8 @@ def test_a_trial_is_the_same_row_resumed_or_run_after_its_first(smollm2: cc.Mode
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "benches"))
-    spec = importlib.util.spec_from_file_location("task_success", root / "benches/task_success.py")
-    assert spec is not None and spec.loader is not None
-    ts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ts)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
+    ts = importlib.import_module("task_success")
 
     doc = ts.load()
     texts = ts.texts_of(doc, ts.TASKS)
